@@ -1,0 +1,65 @@
+"""The `bertkit` command: Hydra composes the config, the recipe's family runs it.
+
+Bad input surfaces as a BertkitError and is printed as one line, not a traceback. In a
+multirun (sweep) a failed job is recorded in its run directory and the sweep goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+
+from bertkit.distributed import run_stamp
+from bertkit.errors import BertkitError
+from bertkit.run_outputs import write_json_atomic
+
+logger = logging.getLogger("bertkit")
+
+
+def config_dir() -> str:
+    """conf/ of a source checkout (recipes/ is linked in as conf/recipe), else the packaged copy."""
+    here = Path(__file__).resolve().parent
+    source = here.parent / "conf"
+    return str(source if source.is_dir() else here / "_conf")
+
+
+def register_resolvers() -> None:
+    if not OmegaConf.has_resolver("bertkit_run_stamp"):
+        OmegaConf.register_new_resolver("bertkit_run_stamp", run_stamp, use_cache=True)
+
+
+def run_recipe(cfg: DictConfig) -> dict:
+    family = cfg.recipe.family
+    if family == "glue":
+        from bertkit.glue_finetune import finetune_glue
+
+        return finetune_glue(cfg)
+    raise BertkitError(f"recipe.family={family!r}: no such task family (expected: glue)")
+
+
+def _hydra_task(cfg: DictConfig) -> None:
+    try:
+        run_recipe(cfg)
+    except BertkitError as err:
+        if HydraConfig.get().mode == RunMode.MULTIRUN:
+            run_dir = Path(HydraConfig.get().runtime.output_dir)
+            write_json_atomic(run_dir / "failed.json", {"error": str(err)})
+            logger.error("job %s failed: %s", HydraConfig.get().job.num, err)
+            return
+        print(f"bertkit: error: {err}", file=sys.stderr)
+        sys.exit(2)
+
+
+def main() -> None:
+    register_resolvers()
+    hydra.main(config_path=config_dir(), config_name="config", version_base="1.3")(_hydra_task)()
+
+
+if __name__ == "__main__":
+    main()

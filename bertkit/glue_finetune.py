@@ -1,0 +1,141 @@
+"""The GLUE task family: sentence(-pair) classification and regression finetuning.
+
+Reads the splits, tokenises them once, finetunes with Trainer, and leaves in the run
+directory: config.yaml (resolved), metrics.json, predictions/<dev split>.tsv, the GLUE
+leaderboard files of the test splits, and the final model.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import numpy as np
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+from transformers import DataCollatorWithPadding, EvalPrediction, set_seed
+
+from bertkit.experiment_logging import paper_hyperparameters, resolve_wandb_mode, start_wandb_run
+from bertkit.glue_data import is_test_split, is_validation_split, load_glue_splits
+from bertkit.glue_features import tokenize_splits
+from bertkit.glue_metrics import check_metric_names, compute_metrics, predictions_from_logits
+from bertkit.glue_predictions import write_dev_predictions, write_leaderboard_file
+from bertkit.length_grouped_trainer import LengthGroupedTrainer
+from bertkit.model_loading import load_sequence_classifier, load_tokenizer
+from bertkit.run_outputs import write_json_atomic, write_text_atomic
+from bertkit.training_setup import build_training_arguments, last_checkpoint
+
+logger = logging.getLogger(__name__)
+
+
+def _run_dir() -> Path:
+    return Path(HydraConfig.get().runtime.output_dir)
+
+
+def finetune_glue(cfg: DictConfig, run_dir: Path | None = None) -> dict:
+    run_dir = run_dir or _run_dir()
+    task = cfg.task
+    check_metric_names(task.metrics)
+    labels = list(task.labels) if task.labels is not None else None
+    regression = labels is None
+
+    wandb_mode = resolve_wandb_mode(cfg.logger.mode)
+    uses_wandb = cfg.logger.backend == "wandb" and wandb_mode != "disabled"
+    args = build_training_arguments(cfg, run_dir, ["wandb"] if uses_wandb else [])
+    set_seed(args.seed)
+
+    with args.main_process_first(desc="reading and tokenizing the data"):
+        raw = load_glue_splits(task, cfg.data_source)
+        tokenizer = load_tokenizer(cfg.model)
+        features = tokenize_splits(raw, tokenizer, max_seq_length=task.max_seq_length,
+                                   cache_dir=cfg.cache_dir,
+                                   num_proc=cfg.preprocessing_num_workers)
+    validation_splits = [s for s in features if is_validation_split(s)]
+    test_splits = [s for s in features if is_test_split(s)]
+    model = load_sequence_classifier(cfg.model, tokenizer, labels)
+
+    def metrics_of(prediction: EvalPrediction) -> dict:
+        logits = prediction.predictions
+        logits = logits[0] if isinstance(logits, tuple) else logits
+        return compute_metrics(task.metrics, predictions_from_logits(logits, regression),
+                               prediction.label_ids)
+
+    pad_to = cfg.pad_to_multiple_of if (args.bf16 or args.fp16) else None
+    trainer = LengthGroupedTrainer(
+        model=model,
+        args=args,
+        train_dataset=features["train"],
+        eval_dataset={split: features[split] for split in validation_splits},
+        processing_class=tokenizer,
+        data_collator=DataCollatorWithPadding(tokenizer, pad_to_multiple_of=pad_to),
+        compute_metrics=metrics_of,
+    )
+    hyperparameters = paper_hyperparameters(cfg, args, model, task.max_seq_length)
+    main = trainer.is_world_process_zero()
+    wandb_run = start_wandb_run(cfg, run_dir, hyperparameters) if main and uses_wandb else None
+    if main:
+        write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+
+    checkpoint = last_checkpoint(args) if cfg.resume else None
+    if cfg.resume and checkpoint is None:
+        logger.warning("resume=true but %s holds no checkpoint: training from the start",
+                       args.output_dir)
+    started = time.perf_counter()
+    train_output = trainer.train(resume_from_checkpoint=checkpoint)
+    train_seconds = time.perf_counter() - started
+
+    results: dict[str, dict] = {}
+    for split in validation_splits:
+        output = trainer.predict(features[split], metric_key_prefix=f"eval_{split}")
+        logits = output.predictions[0] if isinstance(output.predictions, tuple) \
+            else output.predictions
+        predicted = predictions_from_logits(logits, regression)
+        results[split] = compute_metrics(task.metrics, predicted, output.label_ids)
+        if main:
+            write_dev_predictions(run_dir / "predictions" / f"{split}.tsv", features[split]["idx"],
+                                  np.asarray(output.label_ids), predicted, labels)
+    for split in test_splits:
+        output = trainer.predict(features[split], metric_key_prefix=f"test_{split}")
+        logits = output.predictions[0] if isinstance(output.predictions, tuple) \
+            else output.predictions
+        name = task.leaderboard_files.get(split, f"{task.name.upper()}-{split}.tsv")
+        if main:
+            write_leaderboard_file(run_dir / "leaderboard" / name, features[split]["idx"],
+                                   predictions_from_logits(logits, regression), labels)
+
+    trainer.save_model(str(run_dir / "model"))
+    if not main:
+        return results
+    summary = {
+        "recipe": cfg.recipe.name,
+        "task": task.name,
+        "model": cfg.model.name_or_path or "from_scratch",
+        "seed": args.seed,
+        "main_metric": task.main_metric,
+        "main_value": results[validation_splits[0]][task.main_metric],
+        "validation": results,
+        "train": {
+            "loss": train_output.training_loss,
+            "steps": train_output.global_step,
+            "seconds": round(train_seconds, 2),
+            "examples": len(features["train"]),
+        },
+        "hyperparameters": hyperparameters,
+    }
+    write_json_atomic(run_dir / "metrics.json", summary)
+    where = f"W&B run: {wandb_run.dir if wandb_run.offline else wandb_run.url}" \
+        if wandb_run is not None else "W&B: off"
+    if wandb_run is not None:
+        for split, values in results.items():
+            for metric, value in values.items():
+                wandb_run.summary[f"final/{split}/{metric}"] = value
+        wandb_run.summary["num_parameters"] = hyperparameters["num_parameters"]
+        wandb_run.finish()
+    print(f"\n{task.name}: {task.main_metric} = {summary['main_value']:.4f} "
+          f"({', '.join(f'{s}: ' + ', '.join(f'{k} {v:.4f}' for k, v in r.items()) for s, r in results.items())})\n"
+          f"  metrics:    {run_dir / 'metrics.json'}\n"
+          f"  model:      {run_dir / 'model'}\n"
+          f"  checkpoint: {args.output_dir}\n"
+          f"  {where}")
+    return results

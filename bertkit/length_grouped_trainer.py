@@ -1,0 +1,29 @@
+"""Trainer that groups training batches by length from the precomputed `length` column and
+evaluates in dataset order.
+
+Why a subclass: Trainer (transformers 5) drops `length` before it builds the sampler, so it
+re-measures every example, and it applies length grouping to evaluation too, which shuffles
+the order of predictions that prediction files rely on.
+"""
+
+from __future__ import annotations
+
+from torch.utils.data import Sampler, SequentialSampler
+from transformers import Trainer
+from transformers.trainer_pt_utils import LengthGroupedSampler
+
+
+class LengthGroupedTrainer(Trainer):
+    def _get_train_sampler(self, train_dataset=None) -> Sampler | None:
+        column = self.args.length_column_name
+        if (self.args.train_sampling_strategy == "group_by_length"
+                and column in getattr(self.train_dataset, "column_names", [])):
+            return LengthGroupedSampler(
+                self.args.train_batch_size * self.args.gradient_accumulation_steps,
+                lengths=self.train_dataset[column],
+            )
+        return super()._get_train_sampler(train_dataset)
+
+    def _get_eval_sampler(self, eval_dataset) -> Sampler | None:
+        # None lets accelerate shard in order across processes; one process reads in order.
+        return SequentialSampler(eval_dataset) if self.args.world_size <= 1 else None
