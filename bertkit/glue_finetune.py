@@ -94,7 +94,7 @@ def finetune_glue(cfg: DictConfig, run_dir: Path | None = None) -> dict:
         results[split] = compute_metrics(task.metrics, predicted, output.label_ids)
         if main:
             write_dev_predictions(run_dir / "predictions" / f"{split}.tsv", features[split]["idx"],
-                                  np.asarray(output.label_ids), predicted, labels)
+                                  np.asarray(features[split]["label"]), predicted, labels)
     for split in test_splits:
         output = trainer.predict(features[split], metric_key_prefix=f"test_{split}")
         logits = output.predictions[0] if isinstance(output.predictions, tuple) \

@@ -13,7 +13,8 @@ from bertkit.run_outputs import write_tsv_atomic
 def label_names(predictions: np.ndarray, labels: Sequence[str] | None) -> list[str]:
     """Class ids become the task's label names; regression scores are written as numbers."""
     if labels is None:
-        return [f"{float(score):.6f}" for score in predictions]
+        # The shortest text that reads back as the same float32 the model produced.
+        return [str(np.float32(score)) for score in predictions]
     return [labels[int(i)] for i in predictions]
 
 

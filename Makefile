@@ -1,0 +1,60 @@
+# bertkit: `make demo` runs the embedded default offline; `make test` runs the test suite.
+# Extra Hydra overrides go through O="...", e.g. make glue-mrpc O="trainer.max_steps=10".
+# NPROC=2 launches the same command with torchrun on 2 processes (GPUs, or CPUs with gloo).
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+O ?=
+NPROC ?= 1
+PYTEST_ARGS ?=
+# The original GLUE layout (CoLA/, SST-2/, MRPC/, ...); empty: the Hub's nyu-mll/glue.
+GLUE_DIR ?=
+# The torch wheel pinned here is the CPU build on CPU-only machines and CUDA on GPU ones;
+# an unpinned torch would pull multi-GB CUDA wheels everywhere.
+TORCH_SPEC ?= torch==2.13.0
+
+GLUE_TASKS := cola sst2 mrpc stsb qqp mnli qnli rte wnli
+glue_dir_cola := CoLA
+glue_dir_sst2 := SST-2
+glue_dir_mrpc := MRPC
+glue_dir_stsb := STS-B
+glue_dir_qqp := QQP
+glue_dir_mnli := MNLI
+glue_dir_qnli := QNLI
+glue_dir_rte := RTE
+glue_dir_wnli := WNLI
+
+ifeq ($(NPROC),1)
+LAUNCH := $(BIN)/bertkit
+else
+LAUNCH := $(BIN)/torchrun --standalone --nproc_per_node=$(NPROC) -m bertkit
+endif
+
+.PHONY: install demo test lint glue $(addprefix glue-,$(GLUE_TASKS)) bench-glue clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/pip install --quiet -e ".[test]"
+	touch $@
+
+demo: install
+	$(LAUNCH) $(O)
+
+test: install
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check bertkit tests
+
+glue-%: install
+	$(LAUNCH) recipe=glue task=$* $(if $(GLUE_DIR),task.data_dir=$(GLUE_DIR)/$(glue_dir_$*)) $(O)
+
+glue: $(addprefix glue-,$(GLUE_TASKS))
+
+clean:
+	rm -rf outputs multirun .pytest_cache .ruff_cache

@@ -1,0 +1,87 @@
+"""Shared fixtures: Hydra composition of the real config tree, a tiny WordPiece vocabulary,
+and GLUE task files written in each task's original layout."""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+
+from bertkit.cli import config_dir, register_resolvers
+from tests.glue_fixtures import WORDS, write_glue_task
+
+GLUE_TASKS = ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli"]
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path_factory, monkeypatch):
+    """Tokenised data and demo files go to a per-session temp dir, never to ~/.cache."""
+    cache = tmp_path_factory.getbasetemp() / "bertkit-cache"
+    monkeypatch.setenv("BERTKIT_CACHE", str(cache))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("NETRC", str(cache / "no-netrc"))
+
+
+def compose_config(overrides: list[str]) -> DictConfig:
+    register_resolvers()
+    with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
+        return compose(config_name="config", overrides=overrides)
+
+
+@pytest.fixture
+def vocab_dir(tmp_path) -> Path:
+    """A whole-word WordPiece vocabulary covering every word the GLUE fixtures write."""
+    directory = tmp_path / "vocab"
+    directory.mkdir()
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", '"', ".", "?"] + sorted(WORDS)
+    (directory / "vocab.txt").write_text("\n".join(tokens) + "\n")
+    return directory
+
+
+@pytest.fixture
+def glue_dir(tmp_path):
+    """A function task -> directory holding that task's files in the original GLUE layout."""
+
+    def make(task: str, n_train: int = 24, n_dev: int = 12, n_test: int = 6) -> Path:
+        directory = tmp_path / "glue" / task
+        write_glue_task(task, directory, n_train, n_dev, n_test, random.Random(0))
+        return directory
+
+    return make
+
+
+def tiny_run_overrides(task: str, data_dir: Path, vocab: Path, **extra) -> list[str]:
+    """A random-init 2-layer BERT for a handful of steps, no W&B."""
+    overrides = {
+        "recipe": "glue",
+        "task": task,
+        "task.data_dir": str(data_dir),
+        "model": "tiny",
+        "model.tokenizer": str(vocab),
+        "model.config.hidden_size": 32,
+        "model.config.intermediate_size": 64,
+        "logger": "none",
+        "trainer.max_steps": 4,
+        "trainer.per_device_train_batch_size": 8,
+        "trainer.per_device_eval_batch_size": 8,
+        "trainer.logging_steps": 1,
+        "trainer.eval_strategy": "no",
+        "trainer.save_strategy": "no",
+        "trainer.disable_tqdm": True,
+        "trainer.learning_rate": 1e-3,
+        **extra,
+    }
+    return [f"{key}={value}" for key, value in overrides.items()]
+
+
+def real_data_dir() -> Path:
+    path = os.environ.get("BERTKIT_DATA")
+    if not path:
+        pytest.skip("BERTKIT_DATA is not set (the benchmark files, e.g. ../shared/data)")
+    return Path(path)
