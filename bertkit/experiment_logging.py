@@ -50,6 +50,8 @@ def paper_hyperparameters(
         "lr_scheduler_type": str(args.lr_scheduler_type.value
                                  if hasattr(args.lr_scheduler_type, "value")
                                  else args.lr_scheduler_type),
+        # Trainer reads a warmup_steps below 1 as a share of all steps.
+        "warmup_ratio": args.warmup_steps if args.warmup_steps < 1 else None,
         "warmup_steps": args.warmup_steps,
         "weight_decay": args.weight_decay,
         "adam_beta1": args.adam_beta1,

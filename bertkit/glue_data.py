@@ -46,9 +46,12 @@ def local_split_files(task: DictConfig) -> dict[str, Path]:
             raise BertkitError(f"task.data_dir={data_dir}: no such directory")
         for split, name in task.files.items():
             path = data_dir / name
+            # A split that a task.*_file replaces need not be in data_dir.
+            override_key = SINGLE_FILE_KEYS.get(split.split("_")[0])
+            overridden = bool(override_key and task[override_key])
             if path.is_file():
                 files[split] = path
-            elif not is_test_split(split):
+            elif not is_test_split(split) and not overridden:
                 raise BertkitError(
                     f"task.data_dir={data_dir} has no {name} ({split} split of the original "
                     f"GLUE layout for {task.name}: {', '.join(task.files.values())})"

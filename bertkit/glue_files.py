@@ -8,6 +8,7 @@ be reported with its file and line, which neither does.
 from __future__ import annotations
 
 import csv
+import io
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -104,7 +105,10 @@ def read_glue_file(
     path = Path(path)
     if not path.is_file():
         raise BertkitError(f"{path}: file not found")
-    rows = csv.reader(_decode(path).splitlines(), delimiter="\t", quoting=csv.QUOTE_NONE)
+    # Lines end at \n, \r\n or \r only, as with open() in the original processors;
+    # str.splitlines() would also split inside fields at U+2028, U+0085, \x0c, \x1c-\x1e.
+    text = io.StringIO(_decode(path), newline=None)
+    rows = csv.reader(text, delimiter="\t", quoting=csv.QUOTE_NONE)
     header = next(rows, None) if has_header else None
     if has_header and header is None:
         raise BertkitError(f"{path}: the file is empty")

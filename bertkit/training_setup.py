@@ -35,6 +35,8 @@ def build_training_arguments(
 ) -> TrainingArguments:
     options = OmegaConf.to_container(cfg.trainer, resolve=True)
     precision = resolve_mixed_precision(cfg.mixed_precision)
+    if not torch.cuda.is_available():
+        options["dataloader_pin_memory"] = False  # pinning needs a GPU; it only warns on a CPU
     try:
         return TrainingArguments(
             output_dir=str(run_dir / "checkpoints"),
