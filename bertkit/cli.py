@@ -40,7 +40,12 @@ def run_recipe(cfg: DictConfig) -> dict:
         from bertkit.glue_finetune import finetune_glue
 
         return finetune_glue(cfg)
-    raise BertkitError(f"recipe.family={family!r}: no such task family (expected: glue)")
+    if family == "bench_glue":
+        from bertkit.glue_padding_benchmark import benchmark_glue_padding
+
+        return benchmark_glue_padding(cfg)
+    raise BertkitError(
+        f"recipe.family={family!r}: no such task family (expected: glue, bench_glue)")
 
 
 def _hydra_task(cfg: DictConfig) -> None:

@@ -1,0 +1,67 @@
+"""The `bertkit` command as users meet it: one clear line for bad input, no traceback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.glue_fixtures import write_tsv
+
+
+def run_cli(*overrides, cwd, env_extra=None):
+    env = {**os.environ, "WANDB_MODE": "disabled", **(env_extra or {})}
+    env.pop("HYDRA_FULL_ERROR", None)
+    return subprocess.run([sys.executable, "-m", "bertkit", *overrides], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def assert_clean_failure(result, *fragments):
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    assert "Traceback" not in output, output
+    for fragment in fragments:
+        assert fragment in output, output
+
+
+def test_typo_in_override(tmp_path):
+    result = run_cli("recipe=glue", "task=rte", "trainer.learnin_rate=1", cwd=tmp_path)
+    assert_clean_failure(result, "trainer.learnin_rate")
+
+
+def test_unknown_task(tmp_path):
+    result = run_cli("recipe=glue", "task=rtee", cwd=tmp_path)
+    assert_clean_failure(result, "task/rtee", "rte")
+
+
+def test_missing_data_dir(tmp_path):
+    result = run_cli("recipe=glue", "task=rte", f"task.data_dir={tmp_path}/nowhere",
+                     "logger=none", cwd=tmp_path)
+    assert_clean_failure(result, f"task.data_dir={tmp_path}/nowhere", "no such directory")
+    assert result.returncode == 2
+
+
+@pytest.mark.parametrize("problem", ["label", "column", "unknown_trainer_option"])
+def test_bad_input_is_one_message(problem, glue_dir, vocab_dir, tmp_path):
+    data = glue_dir("rte")
+    extra = []
+    if problem == "label":
+        rows = (data / "train.tsv").read_text().splitlines()
+        rows[3] = rows[3].rsplit("\t", 1)[0] + "\tmaybe"
+        (data / "train.tsv").write_text("\n".join(rows) + "\n")
+        expected = [f"{data / 'train.tsv'}, line 4", "'maybe'", "task.labels"]
+    elif problem == "column":
+        header, *rows = (data / "dev.tsv").read_text().splitlines()
+        write_tsv(data / "dev.tsv", header.replace("sentence2", "hypothesis").split("\t"),
+                  [r.split("\t") for r in rows])
+        expected = [f"{data / 'dev.tsv'}, line 1", "'sentence2'", "task.columns.text_b"]
+    else:
+        extra = ["+trainer.not_an_option=1"]
+        expected = ["trainer:", "not_an_option"]
+    result = run_cli("recipe=glue", "task=rte", f"task.data_dir={data}", "model=tiny",
+                     f"model.tokenizer={vocab_dir}", "logger=none", "trainer.max_steps=1",
+                     *extra, cwd=tmp_path)
+    assert_clean_failure(result, *expected)
+    assert not list(tmp_path.rglob("metrics.json"))
