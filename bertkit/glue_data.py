@@ -95,7 +95,8 @@ def load_local_splits(task: DictConfig) -> datasets.DatasetDict:
     labels = list(task.labels) if task.labels is not None else None
     label_range = list(task.label_range) if task.label_range is not None else None
     columns = OmegaConf.to_container(task.columns)
-    headerless = OmegaConf.to_container(task.headerless_columns) if task.headerless_columns else None
+    headerless = (OmegaConf.to_container(task.headerless_columns)
+                  if task.headerless_columns else None)
     splits = {}
     for split, path in files.items():
         base_split = split.split("_")[0]

@@ -10,6 +10,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from transformers import TrainingArguments
 
+from bertkit.distributed import world_size
 from bertkit.errors import BertkitError
 
 logger = logging.getLogger(__name__)
@@ -37,6 +38,10 @@ def build_training_arguments(
     precision = resolve_mixed_precision(cfg.mixed_precision)
     if not torch.cuda.is_available():
         options["dataloader_pin_memory"] = False  # pinning needs a GPU; it only warns on a CPU
+        if world_size() > 1:
+            # Without use_cpu, accelerate opens the gloo group but reports no distributed
+            # type, and each torchrun process trains alone on all the data.
+            options.setdefault("use_cpu", True)
     try:
         return TrainingArguments(
             output_dir=str(run_dir / "checkpoints"),

@@ -22,7 +22,7 @@ COLA_COLUMNS = SINGLE_COLUMNS
 COLA_HEADERLESS = {"text_a": 3, "label": 1}
 MRPC_COLUMNS = {"text_a": "#1 String", "text_b": "#2 String", "label": "Quality", "index": "index"}
 STSB_COLUMNS = {"text_a": "sentence1", "text_b": "sentence2", "label": "score", "index": "index"}
-STSB_HEADER = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore"
+STSB_HEADER = "\t".join(HEADERS["stsb"][0])
 
 
 def write(path: Path, text: str) -> Path:
@@ -255,13 +255,13 @@ def test_override_file_need_not_exist_in_data_dir(tmp_path):
 def test_stsb_float_labels(tmp_path):
     path = write(tmp_path / "train.tsv",
                  STSB_HEADER + "\n"
-                 "0\tmain-captions\tMSRvid\t2012test\t0001\tnone\tnone\tA plane.\tAn air plane.\t5.000\n"
+                 "0\tmain-captions\tMSRvid\t2012test\t0001\tnone\tnone\tA plane.\tA jet.\t5.000\n"
                  "1\tmain-captions\tMSRvid\t2012test\t0004\tnone\tnone\tA man.\tA guy.\t3.800\n"
                  "2\tmain-news\theadlines\t2013\t0007\tnone\tnone\tX.\tY.\t0\n")
     table = read_glue_file(path, columns=STSB_COLUMNS, labels=None, label_range=[0.0, 5.0])
     assert table["label"] == [5.0, 3.8, 0.0]
     assert all(type(score) is float for score in table["label"])
-    assert table["text_b"] == ["An air plane.", "A guy.", "Y."]
+    assert table["text_b"] == ["A jet.", "A guy.", "Y."]
     assert table["idx"] == [0, 1, 2]
 
 
