@@ -10,6 +10,11 @@ NPROC ?= 1
 PYTEST_ARGS ?=
 # The original GLUE layout (CoLA/, SST-2/, MRPC/, ...); empty: the Hub's nyu-mll/glue.
 GLUE_DIR ?=
+# bench-glue: its tasks, the GLUE files when GLUE_DIR is empty, and the WordPiece vocabulary
+# of the from-scratch model (model.tokenizer).
+BENCH_GLUE_TASKS ?= mrpc rte sst2
+BENCH_GLUE_DIR = $(or $(GLUE_DIR),../shared/data/glue)
+VOCAB ?= ../shared/data/vocab/bert-base-uncased
 # The torch wheel pinned here is the CPU build on CPU-only machines and CUDA on GPU ones;
 # an unpinned torch would pull multi-GB CUDA wheels everywhere.
 TORCH_SPEC ?= torch==2.13.0
@@ -55,6 +60,14 @@ glue-%: install
 	$(LAUNCH) recipe=glue task=$* $(if $(GLUE_DIR),task.data_dir=$(GLUE_DIR)/$(glue_dir_$*)) $(O)
 
 glue: $(addprefix glue-,$(GLUE_TASKS))
+
+# Samples/s of finetuning padded run_glue.py's way vs bertkit's, one run per task (bench.json).
+bench-glue: install
+	set -e; for task in $(BENCH_GLUE_TASKS); do \
+	  case $$task in mrpc) dir=MRPC;; rte) dir=RTE;; sst2) dir=SST-2;; *) dir=;; esac; \
+	  $(LAUNCH) recipe=bench_glue task=$$task task.data_dir=$(BENCH_GLUE_DIR)/$$dir \
+	    model.tokenizer=$(VOCAB) $(O); \
+	done
 
 clean:
 	rm -rf outputs multirun .pytest_cache .ruff_cache

@@ -1,4 +1,5 @@
-"""Process-rank facts for torchrun / accelerate launches, readable before torch.distributed starts."""
+"""Process-rank facts for torchrun / accelerate launches, readable before torch.distributed
+starts."""
 
 from __future__ import annotations
 

@@ -29,6 +29,12 @@ from bertkit.training_setup import build_training_arguments, last_checkpoint
 logger = logging.getLogger(__name__)
 
 
+def _logits(output) -> np.ndarray:
+    """The classifier's logits (models may return extra outputs after them)."""
+    predictions = output.predictions
+    return predictions[0] if isinstance(predictions, tuple) else predictions
+
+
 def _run_dir() -> Path:
     return Path(HydraConfig.get().runtime.output_dir)
 
@@ -56,9 +62,8 @@ def finetune_glue(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     model = load_sequence_classifier(cfg.model, tokenizer, labels)
 
     def metrics_of(prediction: EvalPrediction) -> dict:
-        logits = prediction.predictions
-        logits = logits[0] if isinstance(logits, tuple) else logits
-        return compute_metrics(task.metrics, predictions_from_logits(logits, regression),
+        return compute_metrics(task.metrics,
+                               predictions_from_logits(_logits(prediction), regression),
                                prediction.label_ids)
 
     pad_to = cfg.pad_to_multiple_of if (args.bf16 or args.fp16) else None
@@ -88,21 +93,17 @@ def finetune_glue(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     results: dict[str, dict] = {}
     for split in validation_splits:
         output = trainer.predict(features[split], metric_key_prefix=f"eval_{split}")
-        logits = output.predictions[0] if isinstance(output.predictions, tuple) \
-            else output.predictions
-        predicted = predictions_from_logits(logits, regression)
+        predicted = predictions_from_logits(_logits(output), regression)
         results[split] = compute_metrics(task.metrics, predicted, output.label_ids)
         if main:
             write_dev_predictions(run_dir / "predictions" / f"{split}.tsv", features[split]["idx"],
                                   np.asarray(features[split]["label"]), predicted, labels)
     for split in test_splits:
         output = trainer.predict(features[split], metric_key_prefix=f"test_{split}")
-        logits = output.predictions[0] if isinstance(output.predictions, tuple) \
-            else output.predictions
         name = task.leaderboard_files.get(split, f"{task.name.upper()}-{split}.tsv")
         if main:
             write_leaderboard_file(run_dir / "leaderboard" / name, features[split]["idx"],
-                                   predictions_from_logits(logits, regression), labels)
+                                   predictions_from_logits(_logits(output), regression), labels)
 
     trainer.save_model(str(run_dir / "model"))
     if not main:
@@ -132,8 +133,9 @@ def finetune_glue(cfg: DictConfig, run_dir: Path | None = None) -> dict:
                 wandb_run.summary[f"final/{split}/{metric}"] = value
         wandb_run.summary["num_parameters"] = hyperparameters["num_parameters"]
         wandb_run.finish()
-    print(f"\n{task.name}: {task.main_metric} = {summary['main_value']:.4f} "
-          f"({', '.join(f'{s}: ' + ', '.join(f'{k} {v:.4f}' for k, v in r.items()) for s, r in results.items())})\n"
+    scores = "; ".join(f"{split}: " + ", ".join(f"{k} {v:.4f}" for k, v in values.items())
+                       for split, values in results.items())
+    print(f"\n{task.name}: {task.main_metric} = {summary['main_value']:.4f} ({scores})\n"
           f"  metrics:    {run_dir / 'metrics.json'}\n"
           f"  model:      {run_dir / 'model'}\n"
           f"  checkpoint: {args.output_dir}\n"

@@ -32,6 +32,7 @@ from omegaconf import DictConfig, OmegaConf
 from transformers import (
     DataCollatorWithPadding,
     PreTrainedTokenizerBase,
+    PrinterCallback,
     Trainer,
     default_data_collator,
     set_seed,
@@ -112,6 +113,7 @@ def _train(cfg: DictConfig, way: str, steps: int, run_dir: Path, model_kwargs: d
     trainer_class = LengthGroupedTrainer if way == "bertkit" else Trainer
     trainer = trainer_class(model=model, args=args, train_dataset=train,
                             processing_class=model_kwargs["tokenizer"], data_collator=counter)
+    trainer.remove_callback(PrinterCallback)  # its end-of-train line would only repeat ours
     _synchronize()
     started = time.perf_counter()
     output = trainer.train()
@@ -148,6 +150,9 @@ def benchmark_glue_padding(cfg: DictConfig, run_dir: Path | None = None) -> dict
     if cfg.trainer.gradient_accumulation_steps != 1:
         raise BertkitError("bench: trainer.gradient_accumulation_steps must be 1 (one batch a "
                            "step, so that samples/s is steps x batch / seconds)")
+
+    if bench.num_threads is not None:
+        torch.set_num_threads(int(bench.num_threads))
 
     raw = load_glue_splits(task, cfg.data_source)
     tokenizer = load_tokenizer(cfg.model)
