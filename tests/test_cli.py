@@ -65,3 +65,18 @@ def test_bad_input_is_one_message(problem, glue_dir, vocab_dir, tmp_path):
                      *extra, cwd=tmp_path)
     assert_clean_failure(result, *expected)
     assert not list(tmp_path.rglob("metrics.json"))
+
+
+def test_failed_sweep_job_does_not_stop_the_others(glue_dir, vocab_dir, tmp_path):
+    good = glue_dir("wnli")
+    result = run_cli("-m", "recipe=glue", "task=wnli", f"task.data_dir={tmp_path}/missing,{good}",
+                     "model=tiny", f"model.tokenizer={vocab_dir}", "logger=none",
+                     "model.config.hidden_size=32", "model.config.intermediate_size=64",
+                     "trainer.max_steps=2", "trainer.save_strategy=no",
+                     f"hydra.sweep.dir={tmp_path / 'sweep'}", "hydra.sweep.subdir=${hydra.job.num}",
+                     cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    failed = (tmp_path / "sweep" / "0" / "failed.json").read_text()
+    assert "no such directory" in failed
+    assert not (tmp_path / "sweep" / "0" / "metrics.json").exists()
+    assert (tmp_path / "sweep" / "1" / "metrics.json").is_file()
