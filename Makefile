@@ -63,11 +63,8 @@ glue: $(addprefix glue-,$(GLUE_TASKS))
 
 # Samples/s of finetuning padded run_glue.py's way vs bertkit's, one run per task (bench.json).
 bench-glue: install
-	set -e; for task in $(BENCH_GLUE_TASKS); do \
-	  case $$task in mrpc) dir=MRPC;; rte) dir=RTE;; sst2) dir=SST-2;; *) dir=;; esac; \
-	  $(LAUNCH) recipe=bench_glue task=$$task task.data_dir=$(BENCH_GLUE_DIR)/$$dir \
-	    model.tokenizer=$(VOCAB) $(O); \
-	done
+	$(foreach task,$(BENCH_GLUE_TASKS),$(LAUNCH) recipe=bench_glue task=$(task) \
+	  task.data_dir=$(BENCH_GLUE_DIR)/$(glue_dir_$(task)) model.tokenizer=$(VOCAB) $(O) && ) true
 
 clean:
 	rm -rf outputs multirun .pytest_cache .ruff_cache

@@ -96,14 +96,16 @@ def finetune_glue(cfg: DictConfig, run_dir: Path | None = None) -> dict:
         predicted = predictions_from_logits(_logits(output), regression)
         results[split] = compute_metrics(task.metrics, predicted, output.label_ids)
         if main:
-            write_dev_predictions(run_dir / "predictions" / f"{split}.tsv", features[split]["idx"],
-                                  np.asarray(features[split]["label"]), predicted, labels)
+            gold = np.asarray(features[split]["label"][:])
+            write_dev_predictions(run_dir / "predictions" / f"{split}.tsv",
+                                  features[split]["idx"][:], gold, predicted, labels)
     for split in test_splits:
         output = trainer.predict(features[split], metric_key_prefix=f"test_{split}")
         name = task.leaderboard_files.get(split, f"{task.name.upper()}-{split}.tsv")
         if main:
-            write_leaderboard_file(run_dir / "leaderboard" / name, features[split]["idx"],
-                                   predictions_from_logits(_logits(output), regression), labels)
+            write_leaderboard_file(run_dir / "leaderboard" / name, features[split]["idx"][:],
+                                   predictions_from_logits(_logits(output), regression),
+                                   labels)
 
     trainer.save_model(str(run_dir / "model"))
     if not main:

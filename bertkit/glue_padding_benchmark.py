@@ -8,8 +8,9 @@
            precision), batches of similar length (LengthGroupedTrainer, group_by_length).
 
 Both ways train the same model from the same initial weights (same seed and config), with the
-same batch size, learning rate and number of optimizer steps, on the same tokens (the same
-truncation; the plain way only adds padding). Each way first runs bench.warmup_steps steps on
+same batch size, learning rate and number of optimizer steps, on the same tokenised examples
+(the same truncation; the plain way only adds padding), each drawn in its own way's order.
+Each way first runs bench.warmup_steps steps on
 a throwaway copy (not timed), then bench.steps timed steps from the start, so that the timed
 run sees the first batches of an epoch just as a real run does. Only trainer.train() is timed.
 The padding share is counted from the batches the collator actually built for the timed steps.
@@ -170,8 +171,7 @@ def benchmark_glue_padding(cfg: DictConfig, run_dir: Path | None = None) -> dict
         pad_to = cfg.pad_to_multiple_of if precision != "fp32" else None
         return DataCollatorWithPadding(tokenizer, pad_to_multiple_of=pad_to)
 
-    # The precision decides pad_to_multiple_of; a one-step probe would cost a run, so ask
-    # TrainingArguments directly (the same call every run below makes).
+    # The precision every run below resolves (it decides pad_to_multiple_of).
     probe = build_training_arguments(cfg, run_dir, [])
     precision = "bf16" if probe.bf16 else "fp16" if probe.fp16 else "fp32"
     if probe.world_size > 1:
@@ -249,12 +249,12 @@ def _table(result: dict, path: Path) -> str:
         f"({result['warmup_steps']} warm-up steps not timed, {result['repeats']} repeat(s)), "
         f"{model['num_hidden_layers']}x{model['hidden_size']} BERT, {result['device']} "
         f"{result['precision']}, {result['torch_threads']} threads",
-        f"  {'way':<8} {'samples/s':>10} {'seconds':>9} {'padding':>8} {'tokens/example':>15}",
+        f"  {'way':<8} {'samples/s':>10} {'seconds':>9} {'padding':>8} {'positions/example':>18}",
     ]
     for way, values in result["ways"].items():
         lines.append(f"  {way:<8} {values['samples_per_second']:>10.1f} "
                      f"{values['seconds']:>9.2f} {values['padding_share']:>8.1%} "
-                     f"{values['mean_padded_length']:>15.1f}")
+                     f"{values['mean_padded_length']:>18.1f}")
     lines.append(f"  ratio bertkit/plain: {result['ratio']:.2f}x")
     lines.append(f"  result: {path}")
     return "\n".join(lines)

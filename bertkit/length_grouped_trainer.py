@@ -20,7 +20,9 @@ class LengthGroupedTrainer(Trainer):
                 and column in getattr(self.train_dataset, "column_names", [])):
             return LengthGroupedSampler(
                 self.args.train_batch_size * self.args.gradient_accumulation_steps,
-                lengths=self.train_dataset[column],
+                # [:] makes a list: datasets >= 4 returns a lazy Column whose item-by-item
+                # reads cost about 11 s an epoch on SST-2.
+                lengths=self.train_dataset[column][:],
             )
         return super()._get_train_sampler(train_dataset)
 

@@ -77,6 +77,16 @@ def test_benchmark_compares_plain_and_bertkit_padding(glue_dir, vocab_dir, tmp_p
     assert not (run_dir / "checkpoints").exists()
 
 
+def test_only_the_batches_of_the_timed_steps_are_counted(glue_dir, vocab_dir, tmp_path):
+    # More examples than the steps take: the batch the loader builds ahead is not counted.
+    cfg = compose_config(bench_overrides(glue_dir("mrpc", n_train=40), vocab_dir,
+                                         **{"bench.steps": 2, "bench.warmup_steps": 0}))
+    result = benchmark_glue_padding(cfg, run_dir=tmp_path / "run")
+    for way in result["ways"].values():
+        assert way["examples"] == 2 * BATCH
+    assert result["ways"]["plain"]["positions"] == 2 * BATCH * 128
+
+
 def test_plain_features_equal_tokenizer_padding_to_max_length(glue_dir, vocab_dir, tmp_path):
     cfg = compose_config(bench_overrides(glue_dir("mrpc", n_train=N_TRAIN), vocab_dir))
     raw = load_glue_splits(cfg.task, cfg.data_source)
