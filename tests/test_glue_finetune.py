@@ -85,3 +85,15 @@ def test_tiny_finetune_writes_every_result(task, glue_dir, vocab_dir, tmp_path):
     assert "${" not in (run_dir / "config.yaml").read_text()
     assert (run_dir / "model" / "config.json").is_file()
     assert not list(run_dir.rglob("*.tmp"))
+
+
+def test_demo_recipe_learns_its_task(tmp_path):
+    """The embedded default end to end: a from-scratch BERT must actually learn the cue-word
+    rule (a broken vocabulary or label path leaves it at the 0.5 of a constant guess)."""
+    cfg = compose_config(["logger=none", "trainer.disable_tqdm=true",
+                          "trainer.save_strategy=no", "trainer.eval_strategy=no"])
+    finetune_glue(cfg, run_dir=tmp_path / "run")
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["validation"]["validation"]["accuracy"] > 0.9
+    assert metrics["train"]["loss"] < 0.5
+    assert len(read_tsv(tmp_path / "run" / "leaderboard" / "DEMO.tsv")) == 1 + 200
