@@ -1,0 +1,145 @@
+"""Masked-LM masking as in Google's create_pretraining_data.py, shared by static masking (once,
+in preprocessing) and dynamic masking (in the collator, every time a sequence is fed).
+
+Why not transformers' DataCollatorForLanguageModeling: it draws a Bernoulli per token, so the
+masked count varies and can exceed max_predictions_per_seq, and it has neither static masks
+nor span masking. Here each sequence gets exactly min(max_predictions_per_seq,
+max(1, round(candidates * mlm_probability))) predictions, chosen by whole unit (token, word
+or span), then 80% [MASK] / 10% random token / 10% unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from bertkit.errors import BertkitError
+
+UNITS = ("token", "whole_word", "span")
+IGNORE_INDEX = -100  # the label torch's cross-entropy skips
+
+
+@dataclass(frozen=True)
+class MaskingRule:
+    mlm_probability: float
+    mask_token_share: float
+    random_token_share: float
+    max_predictions_per_seq: int
+    unit: str
+    span_geometric_p: float
+    span_max_words: int
+
+    def __post_init__(self) -> None:
+        if self.unit not in UNITS:
+            raise BertkitError(f"masking.unit={self.unit!r}: expected one of {', '.join(UNITS)}")
+        if not 0 < self.mlm_probability < 1:
+            raise BertkitError(
+                f"masking.mlm_probability={self.mlm_probability}: expected 0 < p < 1")
+        if self.mask_token_share < 0 or self.random_token_share < 0 \
+                or self.mask_token_share + self.random_token_share > 1:
+            raise BertkitError(
+                f"masking.mask_token_share={self.mask_token_share} and "
+                f"masking.random_token_share={self.random_token_share}: expected two shares "
+                f">= 0 whose sum is at most 1 (the rest stays unchanged)")
+        if self.max_predictions_per_seq < 1:
+            raise BertkitError("masking.max_predictions_per_seq: expected at least 1")
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """What masking needs to know of a WordPiece vocabulary, as arrays indexed by token id."""
+
+    mask_id: int
+    special: np.ndarray        # never masked, never drawn as a random replacement
+    continuation: np.ndarray   # "##" pieces: they belong to the word before them
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer) -> Vocabulary:
+        size = len(tokenizer)
+        tokens = tokenizer.convert_ids_to_tokens(list(range(size)))
+        special = np.zeros(size, dtype=bool)
+        special[tokenizer.all_special_ids] = True
+        continuation = np.array([token.startswith("##") for token in tokens], dtype=bool)
+        return cls(tokenizer.mask_token_id, special, continuation)
+
+    @property
+    def replacement_ids(self) -> np.ndarray:
+        return np.flatnonzero(~self.special)
+
+
+def _units(ids: np.ndarray, candidates: np.ndarray, vocab: Vocabulary, whole_words: bool):
+    """Maskable units: single positions, or whole words (a piece plus its ## continuations)."""
+    if not whole_words:
+        return [[int(p)] for p in candidates]
+    units: list[list[int]] = []
+    for position in candidates:
+        if units and vocab.continuation[ids[position]] and units[-1][-1] == position - 1:
+            units[-1].append(int(position))
+        else:
+            units.append([int(position)])
+    return units
+
+
+def choose_positions(ids: np.ndarray, vocab: Vocabulary, rule: MaskingRule,
+                     rng: np.random.Generator) -> np.ndarray:
+    """Sorted positions to predict; never special tokens or padding."""
+    candidates = np.flatnonzero(~vocab.special[ids])
+    if candidates.size == 0:
+        return candidates
+    budget = min(rule.max_predictions_per_seq,
+                 max(1, int(round(candidates.size * rule.mlm_probability))))
+    units = _units(ids, candidates, vocab, whole_words=rule.unit != "token")
+    chosen: list[int] = []
+    if rule.unit == "span":
+        taken = np.zeros(len(units), dtype=bool)
+        for _ in range(10 * len(units)):  # bounded: a span that does not fit is skipped
+            if len(chosen) >= budget:
+                break
+            length = min(int(rng.geometric(rule.span_geometric_p)), rule.span_max_words)
+            start = int(rng.integers(len(units)))
+            words = range(start, min(start + length, len(units)))
+            new = [w for w in words if not taken[w]]
+            size = sum(len(units[w]) for w in new)
+            if not new or len(new) < len(words) or len(chosen) + size > budget:
+                continue
+            for w in new:
+                taken[w] = True
+                chosen.extend(units[w])
+    else:
+        # As Google's code does: shuffle the units, take each that still fits the budget.
+        for index in rng.permutation(len(units)):
+            if len(chosen) >= budget:
+                break
+            if len(chosen) + len(units[index]) <= budget:
+                chosen.extend(units[index])
+    return np.sort(np.array(chosen, dtype=np.int64))
+
+
+def mask_sequence(ids, vocab: Vocabulary, rule: MaskingRule,
+                  rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """(masked input ids, labels): labels hold the original id at predicted positions only."""
+    ids = np.asarray(ids, dtype=np.int64)
+    positions = choose_positions(ids, vocab, rule, rng)
+    labels = np.full_like(ids, IGNORE_INDEX)
+    labels[positions] = ids[positions]
+    masked = ids.copy()
+    draw = rng.random(positions.size)
+    to_mask = positions[draw < rule.mask_token_share]
+    to_random = positions[(draw >= rule.mask_token_share)
+                          & (draw < rule.mask_token_share + rule.random_token_share)]
+    masked[to_mask] = vocab.mask_id
+    masked[to_random] = rng.choice(vocab.replacement_ids, size=to_random.size)
+    return masked, labels
+
+
+def masking_rule_from_config(masking) -> MaskingRule:
+    return MaskingRule(
+        mlm_probability=masking.mlm_probability,
+        mask_token_share=masking.mask_token_share,
+        random_token_share=masking.random_token_share,
+        max_predictions_per_seq=masking.max_predictions_per_seq,
+        unit=masking.unit,
+        span_geometric_p=masking.span_geometric_p,
+        span_max_words=masking.span_max_words,
+    )
