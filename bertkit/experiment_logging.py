@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from transformers import PreTrainedModel, TrainingArguments
 
 from bertkit.errors import BertkitError
+from bertkit.model_loading import count_parameters
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +43,7 @@ def resolve_wandb_mode(setting: str) -> str:
 
 
 def paper_hyperparameters(
-    cfg: DictConfig, args: TrainingArguments, model: PreTrainedModel, max_seq_length: int
+    args: TrainingArguments, model: PreTrainedModel, max_seq_length: int
 ) -> dict:
     """The knobs of Devlin et al. (2019) by plain names, so every run shows them side by side."""
     return {
@@ -68,7 +69,7 @@ def paper_hyperparameters(
         "max_steps": args.max_steps,
         "max_seq_length": max_seq_length,
         "seed": args.seed,
-        "num_parameters": sum(p.numel() for p in model.parameters()),
+        "num_parameters": count_parameters(model),
         "num_hidden_layers": model.config.num_hidden_layers,
         "hidden_size": model.config.hidden_size,
         "num_attention_heads": model.config.num_attention_heads,

@@ -76,7 +76,7 @@ def finetune_glue(cfg: DictConfig, run_dir: Path | None = None) -> dict:
         data_collator=DataCollatorWithPadding(tokenizer, pad_to_multiple_of=pad_to),
         compute_metrics=metrics_of,
     )
-    hyperparameters = paper_hyperparameters(cfg, args, model, task.max_seq_length)
+    hyperparameters = paper_hyperparameters(args, model, task.max_seq_length)
     main = trainer.is_world_process_zero()
     wandb_run = start_wandb_run(cfg, run_dir, hyperparameters) if main and uses_wandb else None
     if main:

@@ -53,6 +53,7 @@ class Vocabulary:
     mask_id: int
     special: np.ndarray        # never masked, never drawn as a random replacement
     continuation: np.ndarray   # "##" pieces: they belong to the word before them
+    replacement_ids: np.ndarray  # the ids a random replacement is drawn from
 
     @classmethod
     def from_tokenizer(cls, tokenizer) -> Vocabulary:
@@ -61,11 +62,7 @@ class Vocabulary:
         special = np.zeros(size, dtype=bool)
         special[tokenizer.all_special_ids] = True
         continuation = np.array([token.startswith("##") for token in tokens], dtype=bool)
-        return cls(tokenizer.mask_token_id, special, continuation)
-
-    @property
-    def replacement_ids(self) -> np.ndarray:
-        return np.flatnonzero(~self.special)
+        return cls(tokenizer.mask_token_id, special, continuation, np.flatnonzero(~special))
 
 
 def _units(ids: np.ndarray, candidates: np.ndarray, vocab: Vocabulary, whole_words: bool):

@@ -52,11 +52,13 @@ def google_documents(path: Path) -> Iterator[list[str]]:
 def wikitext_documents(path: Path) -> Iterator[list[str]]:
     document: list[str] = []
     for line in _lines(path):
-        if ARTICLE_TITLE.match(line) and not SECTION_TITLE.match(line):
+        if SECTION_TITLE.match(line):
+            continue
+        if ARTICLE_TITLE.match(line):
             if document:
                 yield document
             document = []
-        elif line.strip() and not SECTION_TITLE.match(line):
+        elif line.strip():
             for escaped, plain in WIKITEXT_ESCAPES.items():
                 line = line.replace(escaped, plain)
             document.extend(split_sentences(line))
