@@ -4,11 +4,15 @@ Formats:
   google:   Google's format: one sentence per line, a blank line between documents.
   wikitext: raw WikiText: a ` = Title = ` heading starts an article, ` = = Section = = `
             headings are dropped, every other line is a paragraph split into sentences.
+  text:     plain prose, one document per file (a book): paragraphs are separated by blank
+            lines, a paragraph's hard-wrapped lines are joined and split into sentences.
+Files are read as UTF-8, or as Latin-1 when a file is not valid UTF-8 (old Gutenberg texts).
 Sentences are split with blingfire (Microsoft's rule-based splitter: offline, ~15 MB/s here).
 """
 
 from __future__ import annotations
 
+import codecs
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +21,7 @@ import blingfire
 
 from bertkit.errors import BertkitError
 
-FORMATS = ("google", "wikitext")
+FORMATS = ("google", "wikitext", "text")
 ARTICLE_TITLE = re.compile(r"^ ?= [^=].* = ?$")
 SECTION_TITLE = re.compile(r"^ ?(= ){2,}.* (= ?){2,}$")
 # WikiText escapes in-number punctuation and hyphens as " @-@ " etc.
@@ -29,10 +33,25 @@ def split_sentences(paragraph: str) -> list[str]:
     return [s for s in blingfire.text_to_sentences(text).split("\n") if s.strip()] if text else []
 
 
+def file_encoding(path: Path) -> str:
+    """utf-8-sig, or latin-1 when the file is not valid UTF-8. Every byte is valid Latin-1, so
+    such files decode whole and right (byte 0xE6 -> æ) where errors="replace" garbles them.
+    Checks the whole file first (a second fast pass) so one file never mixes two decodings."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    with open(path, "rb") as handle:
+        try:
+            while chunk := handle.read(1 << 20):
+                decoder.decode(chunk)
+            decoder.decode(b"", final=True)
+        except UnicodeDecodeError:
+            return "latin-1"
+    return "utf-8-sig"
+
+
 def _lines(path: Path) -> Iterator[str]:
     if not path.is_file():
         raise BertkitError(f"{path}: corpus file not found")
-    with open(path, encoding="utf-8", errors="replace") as handle:
+    with open(path, encoding=file_encoding(path)) as handle:
         for line in handle:
             yield line.rstrip("\r\n")
 
@@ -66,9 +85,28 @@ def wikitext_documents(path: Path) -> Iterator[list[str]]:
         yield document
 
 
+def text_documents(path: Path) -> Iterator[list[str]]:
+    """The whole file is one document: books keep their sentences together for NSP."""
+    document: list[str] = []
+    paragraph: list[str] = []
+    for line in _lines(path):
+        if line.strip():
+            paragraph.append(line.strip())
+        elif paragraph:
+            document.extend(split_sentences(" ".join(paragraph)))
+            paragraph = []
+    if paragraph:
+        document.extend(split_sentences(" ".join(paragraph)))
+    if document:
+        yield document
+
+
+READERS = {"google": google_documents, "wikitext": wikitext_documents, "text": text_documents}
+
+
 def read_documents(paths: list[str | Path], corpus_format: str) -> Iterator[list[str]]:
     if corpus_format not in FORMATS:
         raise BertkitError(f"corpus.format={corpus_format!r}: expected one of {', '.join(FORMATS)}")
-    reader = google_documents if corpus_format == "google" else wikitext_documents
+    reader = READERS[corpus_format]
     for path in paths:
         yield from reader(Path(path))
