@@ -1,5 +1,6 @@
 """NSP pairs: about half IsNext; IsNext pairs are in-order text of one document, NotNext
 segments B come from another document; lengths hold; unused sentences are not lost.
+SOP pairs: adjacent text of one document, swapped about half the time.
 
 Every token id here is doc * 100000 + position in the document, so where each token came
 from can be read off it."""
@@ -12,8 +13,10 @@ import pytest
 
 from bertkit.errors import BertkitError
 from bertkit.nsp_instances import (
+    IN_ORDER,
     IS_NEXT,
     NOT_NEXT,
+    SWAPPED,
     PairInstance,
     model_inputs,
     pair_instances_from_document,
@@ -36,12 +39,19 @@ def corpus(n_docs: int = 80, seed: int = 0) -> list[list[list[int]]]:
     return documents
 
 
-def all_instances(documents, max_seq_length=64, short_seq_prob=0.1, seed=1):
+def all_instances(documents, max_seq_length=64, short_seq_prob=0.1, seed=1,
+                  sentence_task="nsp"):
     rng = random.Random(seed)
     return [(index, instance) for index in range(len(documents))
             for instance in pair_instances_from_document(
                 documents, index, max_seq_length=max_seq_length,
-                short_seq_prob=short_seq_prob, rng=rng)]
+                short_seq_prob=short_seq_prob, rng=rng, sentence_task=sentence_task)]
+
+
+def original_order(instance: PairInstance) -> tuple[list[int], list[int]]:
+    """SOP segments put back in document order."""
+    a, b = instance.tokens_a, instance.tokens_b
+    return (b, a) if instance.is_random_next else (a, b)
 
 
 def contiguous(tokens: list[int]) -> bool:
@@ -116,3 +126,68 @@ def test_one_document_is_not_enough():
     with pytest.raises(BertkitError, match="at least 2 documents"):
         pair_instances_from_document([[[1, 2], [3]]], 0, max_seq_length=16,
                                      short_seq_prob=0.1, rng=random.Random(0))
+
+
+def test_sop_pairs_are_adjacent_text_swapped_half_the_time():
+    documents = corpus()
+    instances = all_instances(documents, sentence_task="sop")
+    assert len(instances) > 300
+    swapped = sum(inst.is_random_next for _, inst in instances) / len(instances)
+    assert 0.43 < swapped < 0.57  # 0.491 with this corpus and seed
+    for index, inst in instances:
+        inputs = model_inputs(inst, cls_id=-1, sep_id=-2)
+        assert len(inputs["input_ids"]) <= 64
+        assert inputs["next_sentence_label"] == (SWAPPED if inst.is_random_next else IN_ORDER)
+        assert inst.tokens_a and inst.tokens_b
+        assert {t // STRIDE for t in inst.tokens_a + inst.tokens_b} == {index}
+        first, second = original_order(inst)
+        assert contiguous(first) and contiguous(second)
+        assert second[0] > first[-1]  # as given when label 0, reversed when label 1
+        if len(first) + len(second) < 64 - 3:  # nothing truncated
+            assert second[0] == first[-1] + 1
+
+
+def test_sop_without_truncation_uses_every_token_once_in_order():
+    documents = corpus(seed=5)
+    # Random targets from 2 up make many one-sentence chunks; no document outgrows 1021 tokens.
+    instances = all_instances(documents, max_seq_length=1024, short_seq_prob=1.0,
+                              sentence_task="sop")
+    rebuilt: dict[int, list[int]] = {index: [] for index in range(len(documents))}
+    for index, inst in instances:
+        first, second = original_order(inst)
+        rebuilt[index] += first + second
+    for index, document in enumerate(documents):
+        assert rebuilt[index] == [t for sentence in document for t in sentence]
+    sentence_of = {t: (d, s) for d, document in enumerate(documents)
+                   for s, sentence in enumerate(document) for t in sentence}
+    cut_sentences = [inst for _, inst in instances
+                     if len({sentence_of[t] for t in inst.tokens_a + inst.tokens_b}) == 1]
+    assert len(cut_sentences) > 10  # 14 with this corpus and seed
+
+
+def test_sop_cuts_a_lone_sentence_and_needs_one_document_only():
+    cuts = set()
+    for seed in range(50):
+        instances = pair_instances_from_document([[[1, 2, 3, 4, 5]]], 0, max_seq_length=16,
+                                                 short_seq_prob=0.0, rng=random.Random(seed),
+                                                 sentence_task="sop")
+        assert len(instances) == 1
+        first, second = original_order(instances[0])
+        assert first and second and first + second == [1, 2, 3, 4, 5]
+        cuts.add(len(first))
+    assert cuts == {1, 2, 3, 4}
+    # The corpus that NSP rejects (test_one_document_is_not_enough) is enough for SOP.
+    [instance] = pair_instances_from_document([[[1, 2], [3]]], 0, max_seq_length=16,
+                                              short_seq_prob=0.0, rng=random.Random(0),
+                                              sentence_task="sop")
+    assert original_order(instance) == ([1, 2], [3])
+    # A one-token sentence cannot be cut, so its chunk gives no pair.
+    assert pair_instances_from_document([[[7]]], 0, max_seq_length=16, short_seq_prob=0.0,
+                                        rng=random.Random(0), sentence_task="sop") == []
+
+
+def test_unknown_sentence_task_names_the_config_key():
+    with pytest.raises(BertkitError, match="objective.sentence_task"):
+        pair_instances_from_document([[[1, 2], [3]], [[4]]], 0, max_seq_length=16,
+                                     short_seq_prob=0.1, rng=random.Random(0),
+                                     sentence_task="mlm")
