@@ -40,12 +40,21 @@ def run_recipe(cfg: DictConfig) -> dict:
         from bertkit.glue_finetune import finetune_glue
 
         return finetune_glue(cfg)
+    if family == "pretrain":
+        from bertkit.pretrain import pretrain
+
+        return pretrain(cfg)
+    if family == "bench_pretrain_data":
+        from bertkit.pretrain_data_benchmark import benchmark_pretrain_data
+
+        return benchmark_pretrain_data(cfg)
     if family == "bench_glue":
         from bertkit.glue_padding_benchmark import benchmark_glue_padding
 
         return benchmark_glue_padding(cfg)
     raise BertkitError(
-        f"recipe.family={family!r}: no such task family (expected: glue, bench_glue)")
+        f"recipe.family={family!r}: no such task family (expected: glue, pretrain, "
+        f"bench_glue, bench_pretrain_data)")
 
 
 def _hydra_task(cfg: DictConfig) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import torch
 from transformers import DataCollatorForTokenClassification, PreTrainedTokenizerBase
@@ -25,16 +27,26 @@ class DynamicMaskingCollator:
     each DataLoader worker its own), so runs are reproducible and workers never repeat masks.
     """
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, rule: MaskingRule,
+    def __init__(self, tokenizer: PreTrainedTokenizerBase,
+                 rules: MaskingRule | Sequence[tuple[int, MaskingRule]],
                  pad_to_multiple_of: int | None = None):
+        """rules: one rule, or (longest sequence, rule) pairs by increasing length, e.g. the
+        paper's phases: 20 predictions up to 128 tokens, 80 up to 512."""
         self.vocab = Vocabulary.from_tokenizer(tokenizer)
-        self.rule = rule
+        self.rules = [(None, rules)] if isinstance(rules, MaskingRule) else list(rules)
         self.pad = padding_collator(tokenizer, pad_to_multiple_of)
+
+    def rule_for(self, length: int) -> MaskingRule:
+        for longest, rule in self.rules:
+            if longest is None or length <= longest:
+                return rule
+        return self.rules[-1][1]
 
     def __call__(self, features: list[dict]) -> dict:
         rng = np.random.default_rng(int(torch.randint(0, 2**62, ()).item()))
         masked = []
         for feature in features:
-            ids, labels = mask_sequence(feature["input_ids"], self.vocab, self.rule, rng)
+            rule = self.rule_for(len(feature["input_ids"]))
+            ids, labels = mask_sequence(feature["input_ids"], self.vocab, rule, rng)
             masked.append({**feature, "input_ids": ids.tolist(), "labels": labels.tolist()})
         return self.pad(masked)

@@ -54,6 +54,11 @@ def load_tokenizer(model: DictConfig) -> PreTrainedTokenizerBase:
     return tokenizer
 
 
+def _dropout(model: DictConfig) -> dict:
+    return {"hidden_dropout_prob": model.hidden_dropout_prob,
+            "attention_probs_dropout_prob": model.attention_probs_dropout_prob}
+
+
 def count_parameters(model: PreTrainedModel) -> int:
     return sum(p.numel() for p in model.parameters())
 
@@ -68,8 +73,7 @@ def load_sequence_classifier(
         "id2label": dict(enumerate(labels)),
         "label2id": {label: i for i, label in enumerate(labels)},
     }
-    dropout = {"hidden_dropout_prob": model.hidden_dropout_prob,
-               "attention_probs_dropout_prob": model.attention_probs_dropout_prob}
+    dropout = _dropout(model)
     if model.name_or_path:
         name = str(model.name_or_path)
         try:
@@ -85,3 +89,23 @@ def load_sequence_classifier(
         **dropout,
     )
     return BertForSequenceClassification(config)
+
+
+def load_pretraining_model(model: DictConfig, tokenizer: PreTrainedTokenizerBase):
+    """From random init by model.config (pretraining), or a checkpoint to pretrain further."""
+    from bertkit.pretraining_model import MaskedOnlyBertForPreTraining
+
+    dropout = _dropout(model)
+    if model.name_or_path:
+        name = str(model.name_or_path)
+        try:
+            loaded = MaskedOnlyBertForPreTraining.from_pretrained(name, **dropout)
+        except (OSError, ValueError) as err:
+            raise _hub_error("model", name, "model.name_or_path", err) from None
+        if loaded.config.vocab_size < len(tokenizer):
+            raise BertkitError(f"model.name_or_path={name} has {loaded.config.vocab_size} "
+                               f"embeddings but model.tokenizer has {len(tokenizer)} tokens")
+        return loaded
+    config = BertConfig(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
+                        **OmegaConf.to_container(model.config), **dropout)
+    return MaskedOnlyBertForPreTraining(config)

@@ -1,0 +1,314 @@
+"""The pretraining family: BertForPreTraining from raw documents with Trainer.
+
+Corpus -> documents of sentences -> WordPiece ids -> instances (sentence pairs for NSP/SOP,
+packed full sentences for MLM alone) at each phase's sequence length -> static masks stored
+on disk, or dynamic masks drawn in the collator -> PretrainingTrainer. Every step runs
+through datasets.map and is cached by fingerprint, so a rerun or a sweep job reuses it.
+
+Leaves in the run directory: config.yaml, metrics.json, and model/ (weights and tokenizer),
+which the GLUE recipe finetunes with model.name_or_path=<run dir>/model.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import datasets
+import numpy as np
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+from transformers import PreTrainedTokenizerBase, TrainingArguments, set_seed
+
+from bertkit.corpus_source import corpus_documents
+from bertkit.downstream_finetune import finetune_downstream
+from bertkit.dynamic_masking import DynamicMaskingCollator, padding_collator
+from bertkit.errors import BertkitError
+from bertkit.experiment_logging import paper_hyperparameters, resolve_wandb_mode, start_wandb_run
+from bertkit.mlm_masking import Vocabulary, masking_rule_from_config
+from bertkit.model_loading import load_pretraining_model, load_tokenizer
+from bertkit.pretrain_data import (
+    packed_sequences_dataset,
+    pair_instances_dataset,
+    streaming_instances,
+    tokenize_documents,
+)
+from bertkit.pretrain_demo_corpus import ensure_demo_corpus
+from bertkit.pretraining_trainer import PretrainingTrainer
+from bertkit.run_outputs import write_json_atomic, write_text_atomic
+from bertkit.sequence_length_phases import Phase, phase_steps
+from bertkit.static_masking import static_masked_copies
+from bertkit.training_setup import build_training_arguments, last_checkpoint
+from bertkit.wordpiece_training import ensure_trained_tokenizer, trained_tokenizer_dir
+
+logger = logging.getLogger(__name__)
+
+PACKINGS = ("pairs", "full_sentences")
+SENTENCE_TASKS = ("nsp", "sop", None)
+MASKING_KINDS = ("static", "dynamic")
+
+
+def check_pretraining_config(cfg: DictConfig) -> None:
+    """Contradictory settings fail here, before any data is read."""
+    objective, masking = cfg.objective, cfg.masking
+    if objective.packing not in PACKINGS:
+        raise BertkitError(f"objective.packing={objective.packing!r}: expected one of "
+                           f"{', '.join(PACKINGS)}")
+    if objective.sentence_task not in SENTENCE_TASKS:
+        raise BertkitError(f"objective.sentence_task={objective.sentence_task!r}: expected "
+                           f"nsp, sop or null")
+    if (objective.packing == "pairs") != (objective.sentence_task is not None):
+        raise BertkitError(f"objective={objective.name}: sentence pairs go with a sentence task "
+                           f"(nsp or sop), full-sentence packing with none")
+    if masking.kind not in MASKING_KINDS:
+        raise BertkitError(f"masking.kind={masking.kind!r}: expected static or dynamic")
+    if cfg.trainer.max_steps is None or cfg.trainer.max_steps <= 0:
+        raise BertkitError("trainer.max_steps: pretraining is measured in optimizer steps "
+                           "(the paper: 1,000,000); give a positive number")
+    long_phase = cfg.pretraining.long_phase
+    if not 0 <= long_phase.share < 1:
+        raise BertkitError(f"pretraining.long_phase.share={long_phase.share}: expected a share "
+                           f"of the steps in [0, 1)")
+    if long_phase.share > 0 and long_phase.max_seq_length <= cfg.pretraining.max_seq_length:
+        raise BertkitError("pretraining.long_phase.max_seq_length must exceed "
+                           "pretraining.max_seq_length")
+    longest = max(cfg.pretraining.max_seq_length,
+                  long_phase.max_seq_length if long_phase.share > 0 else 0)
+    positions = OmegaConf.select(cfg.model, "config.max_position_embeddings", default=512)
+    if longest > positions:
+        raise BertkitError(f"sequences of {longest} tokens do not fit "
+                           f"model.config.max_position_embeddings={positions}")
+    if is_streaming(cfg.corpus):
+        if masking.kind == "static":
+            raise BertkitError("masking=static with corpus.hub.streaming=true: static masks are "
+                               "computed once and stored, which a stream cannot do; use "
+                               "masking=dynamic, or corpus.hub.streaming=false")
+        if long_phase.share > 0:
+            raise BertkitError("pretraining.long_phase.share>0 with corpus.hub.streaming=true: "
+                               "the 512-token phase needs its own stored instances; set "
+                               "pretraining.long_phase.share=0 or corpus.hub.streaming=false")
+
+
+def is_streaming(corpus: DictConfig) -> bool:
+    return corpus.source == "hub" and bool(OmegaConf.select(corpus, "hub.streaming"))
+
+
+def _corpus_fingerprint(documents) -> str:
+    return getattr(documents, "_fingerprint", None) or str(documents.info.dataset_name)
+
+
+def pretraining_tokenizer(cfg: DictConfig, documents) -> PreTrainedTokenizerBase:
+    """The configured WordPiece vocabulary, or one trained on this corpus (and cached)."""
+    training = cfg.tokenizer_training
+    if not training.enabled:
+        return load_tokenizer(cfg.model)
+    settings = {"vocab_size": training.vocab_size, "min_frequency": training.min_frequency,
+                "lowercase": training.lowercase}
+    directory = trained_tokenizer_dir(cfg.cache_dir, _corpus_fingerprint(documents), **settings)
+
+    def sentences():
+        for batch in documents.iter(batch_size=1000):
+            for document in batch["sentences"]:
+                yield from document
+
+    return ensure_trained_tokenizer(sentences, directory, **settings)
+
+
+def _instances(cfg: DictConfig, tokenized, tokenizer, max_seq_length: int, copies: int):
+    if cfg.objective.packing == "full_sentences":
+        return packed_sequences_dataset(tokenized, tokenizer, max_seq_length=max_seq_length,
+                                        num_proc=cfg.preprocessing_num_workers)
+    return pair_instances_dataset(
+        tokenized, tokenizer, max_seq_length=max_seq_length,
+        short_seq_prob=cfg.pretraining.short_seq_prob, seed=cfg.seed, copies=copies,
+        num_proc=cfg.preprocessing_num_workers, sentence_task=cfg.objective.sentence_task)
+
+
+def _phase_settings(cfg: DictConfig) -> list[tuple[int, int, float]]:
+    """(max_seq_length, max_predictions_per_seq, share of steps) per phase."""
+    long_phase = cfg.pretraining.long_phase
+    phases = [(cfg.pretraining.max_seq_length, cfg.masking.max_predictions_per_seq,
+               1.0 - long_phase.share)]
+    if long_phase.share > 0:
+        phases.append((long_phase.max_seq_length, long_phase.max_predictions_per_seq,
+                       long_phase.share))
+    return phases
+
+
+def _rule(cfg: DictConfig, max_predictions: int):
+    masking = OmegaConf.merge(cfg.masking, {"max_predictions_per_seq": max_predictions})
+    return masking_rule_from_config(masking)
+
+
+def build_training_data(cfg: DictConfig, documents, tokenizer: PreTrainedTokenizerBase,
+                        args: TrainingArguments):
+    """(train dataset, phases for the sampler or None when streaming, collator)."""
+    num_proc = cfg.preprocessing_num_workers
+    pad_to = cfg.pad_to_multiple_of if (args.bf16 or args.fp16) else None
+    settings = _phase_settings(cfg)
+    static = cfg.masking.kind == "static"
+    if static:
+        collator = padding_collator(tokenizer, pad_to)
+    else:
+        collator = DynamicMaskingCollator(
+            tokenizer, [(length, _rule(cfg, predictions)) for length, predictions, _ in settings],
+            pad_to_multiple_of=pad_to)
+    if is_streaming(cfg.corpus):
+        tokenized = tokenize_documents(documents, tokenizer)
+        stream = streaming_instances(
+            tokenized, tokenizer, objective=cfg.objective.name,
+            max_seq_length=cfg.pretraining.max_seq_length,
+            short_seq_prob=cfg.pretraining.short_seq_prob, seed=cfg.seed,
+            buffer_documents=cfg.pretraining.streaming_buffer_documents)
+        return stream.remove_columns(["length"]), None, collator
+
+    tokenized = tokenize_documents(documents, tokenizer, num_proc=num_proc)
+    vocab = Vocabulary.from_tokenizer(tokenizer)
+    pairs = cfg.objective.packing == "pairs"
+    dupe_factor = cfg.masking.dupe_factor if static else 1
+    samples_per_step = (args.per_device_train_batch_size * args.gradient_accumulation_steps
+                        * args.world_size)
+    steps = phase_steps(args.max_steps, cfg.pretraining.long_phase.share)
+    parts, phases, offset = [], [], 0
+    for (length, predictions, _), phase_step_count in zip(settings, steps, strict=False):
+        # Pairs: each duplicate cuts the documents anew (as Google's dupe_factor does);
+        # packed sequences are cut one way, and the duplicates differ by their masks only.
+        instances = _instances(cfg, tokenized, tokenizer, length,
+                               copies=dupe_factor if pairs else 1)
+        if static:
+            instances = static_masked_copies(
+                instances, vocab, _rule(cfg, predictions), seed=cfg.seed, num_proc=num_proc,
+                dupe_factor=1 if pairs else dupe_factor)
+        if len(instances) == 0:
+            raise BertkitError(f"corpus {cfg.corpus.name}: no training instance of up to "
+                               f"{length} tokens could be built (is the corpus empty?)")
+        lengths = np.asarray(instances.with_format("numpy")["length"])
+        phases.append(Phase(offset, lengths, phase_step_count * samples_per_step))
+        parts.append(instances)
+        offset += len(instances)
+    return datasets.concatenate_datasets(parts), phases, collator
+
+
+def pretraining_hyperparameters(cfg: DictConfig, args: TrainingArguments, model) -> dict:
+    """The paper's names plus what defines a pretraining run, for W&B and metrics.json."""
+    masking, long_phase = cfg.masking, cfg.pretraining.long_phase
+    return {
+        **paper_hyperparameters(args, model, cfg.pretraining.max_seq_length),
+        "objective": cfg.objective.name,
+        "masking": masking.kind,
+        "dupe_factor": masking.dupe_factor if masking.kind == "static" else None,
+        "mlm_probability": masking.mlm_probability,
+        "mask_token_share": masking.mask_token_share,
+        "random_token_share": masking.random_token_share,
+        "max_predictions_per_seq": masking.max_predictions_per_seq,
+        "masking_unit": masking.unit,
+        "short_seq_prob": cfg.pretraining.short_seq_prob,
+        "long_phase_share": long_phase.share,
+        "long_phase_max_seq_length": long_phase.max_seq_length if long_phase.share else None,
+        "corpus": cfg.corpus.name,
+        "vocab_size": model.config.vocab_size,
+    }
+
+
+def _training_lines(history: list[dict]) -> list[dict]:
+    return [dict(line) for line in history if "mlm_loss" in line]
+
+
+def _run_dir() -> Path:
+    return Path(HydraConfig.get().runtime.output_dir)
+
+
+def pretrain(cfg: DictConfig, run_dir: Path | None = None) -> dict:
+    run_dir = run_dir or _run_dir()
+    check_pretraining_config(cfg)
+    wandb_mode = resolve_wandb_mode(cfg.logger.mode)
+    uses_wandb = cfg.logger.backend == "wandb" and wandb_mode != "disabled"
+    args = build_training_arguments(cfg, run_dir, ["wandb"] if uses_wandb else [])
+    set_seed(args.seed)
+
+    started = time.perf_counter()
+    with args.main_process_first(desc="preparing the pretraining data"):
+        synthetic = OmegaConf.select(cfg.corpus, "synthetic")
+        if synthetic is not None:
+            ensure_demo_corpus(Path(cfg.corpus.files[0]), OmegaConf.to_container(synthetic))
+        documents = corpus_documents(cfg.corpus, cfg.cache_dir,
+                                     num_proc=cfg.preprocessing_num_workers)
+        tokenizer = pretraining_tokenizer(cfg, documents)
+        train_dataset, phases, collator = build_training_data(cfg, documents, tokenizer, args)
+    preprocessing_seconds = time.perf_counter() - started
+
+    model = load_pretraining_model(cfg.model, tokenizer)
+    trainer = PretrainingTrainer(
+        model=model, args=args, train_dataset=train_dataset, data_collator=collator,
+        processing_class=tokenizer, phases=phases,
+        sentence_task=cfg.objective.sentence_task)
+    hyperparameters = pretraining_hyperparameters(cfg, args, model)
+    main = trainer.is_world_process_zero()
+    wandb_run = start_wandb_run(cfg, run_dir, hyperparameters) if main and uses_wandb else None
+    if main:
+        write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+
+    checkpoint = last_checkpoint(args) if cfg.resume else None
+    if cfg.resume and checkpoint is None:
+        logger.warning("resume=true but %s holds no checkpoint: training from the start",
+                       args.output_dir)
+    started = time.perf_counter()
+    train_output = trainer.train(resume_from_checkpoint=checkpoint)
+    train_seconds = time.perf_counter() - started
+    model_dir = run_dir / "model"
+    trainer.save_model(str(model_dir))
+    if not main:
+        if cfg.downstream.tasks:
+            finetune_downstream(cfg, model_dir, run_dir)
+        return {}
+
+    lines = _training_lines(trainer.state.log_history)
+    summary = {
+        "recipe": cfg.recipe.name,
+        "corpus": cfg.corpus.name,
+        "objective": cfg.objective.name,
+        "masking": cfg.masking.kind,
+        "seed": args.seed,
+        "first_log": lines[0] if lines else {},
+        "last_log": lines[-1] if lines else {},
+        "train": {
+            "loss": train_output.training_loss,
+            "steps": train_output.global_step,
+            "seconds": round(train_seconds, 2),
+            "tokens_seen": trainer.state.num_input_tokens_seen,
+        },
+        "data": {
+            "instances": None if phases is None else [
+                {"max_seq_length": length, "instances": len(phase.lengths),
+                 "mean_length": float(np.mean(phase.lengths)) if len(phase.lengths) else 0.0,
+                 "samples": phase.num_samples}
+                for (length, _, _), phase in zip(_phase_settings(cfg), phases, strict=False)],
+            "preprocessing_seconds": round(preprocessing_seconds, 2),
+        },
+        "hyperparameters": hyperparameters,
+        "log": lines,  # every training log line, for curves without W&B
+    }
+    write_json_atomic(run_dir / "metrics.json", summary)
+    last = summary["last_log"]
+    if wandb_run is not None:
+        for key, value in last.items():
+            wandb_run.summary[f"final/{key}"] = value
+        wandb_run.summary["num_parameters"] = hyperparameters["num_parameters"]
+        wandb_run.finish()  # before the finetunes, which open W&B runs of their own
+    if cfg.downstream.tasks:
+        summary["downstream"] = finetune_downstream(cfg, model_dir, run_dir)
+        write_json_atomic(run_dir / "metrics.json", summary)
+    sentence = cfg.objective.sentence_task
+    scores = f"MLM loss {last.get('mlm_loss', float('nan')):.4f}, MLM accuracy " \
+             f"{last.get('mlm_accuracy', float('nan')):.4f}"
+    if sentence:
+        scores += f", {sentence.upper()} accuracy {last.get(f'{sentence}_accuracy', 0.0):.4f}"
+    print(f"\npretraining on {cfg.corpus.name}: {scores} after {train_output.global_step} "
+          f"steps\n"
+          f"  metrics:  {run_dir / 'metrics.json'}\n"
+          f"  model:    {model_dir}\n"
+          f"  finetune: bertkit recipe=glue task=mrpc model.name_or_path={model_dir}")
+    for task, result in summary.get("downstream", {}).items():
+        print(f"  {task}: {result['main_metric']} = {result['main_value']:.4f}")
+    return summary
