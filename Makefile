@@ -19,6 +19,10 @@ VOCAB ?= ../shared/data/vocab/bert-base-uncased
 # an unpinned torch would pull multi-GB CUDA wheels everywhere.
 TORCH_SPEC ?= torch==2.13.0
 
+# make pretrain: the pretraining preset it runs (pretrain_small: offline, minutes on a CPU;
+# pretrain: the paper's BERT-base run, Hub Wikipedia by default).
+PRETRAIN_RECIPE ?= pretrain_small
+
 GLUE_TASKS := cola sst2 mrpc stsb qqp mnli qnli rte wnli
 glue_dir_cola := CoLA
 glue_dir_sst2 := SST-2
@@ -36,7 +40,8 @@ else
 LAUNCH := $(BIN)/torchrun --standalone --nproc_per_node=$(NPROC) -m bertkit
 endif
 
-.PHONY: install demo test lint glue $(addprefix glue-,$(GLUE_TASKS)) bench-glue clean
+.PHONY: install demo test lint glue $(addprefix glue-,$(GLUE_TASKS)) bench-glue pretrain \
+	pretrain-ablation bench-pretrain-data clean
 
 install: $(VENV)/.installed
 
@@ -60,6 +65,17 @@ glue-%: install
 	$(LAUNCH) recipe=glue task=$* $(if $(GLUE_DIR),task.data_dir=$(GLUE_DIR)/$(glue_dir_$*)) $(O)
 
 glue: $(addprefix glue-,$(GLUE_TASKS))
+
+pretrain: install
+	$(LAUNCH) recipe=$(PRETRAIN_RECIPE) $(O)
+
+# Static vs dynamic masking x NSP vs MLM alone, same budget, each finetuned on RTE (multirun).
+pretrain-ablation: install
+	$(BIN)/bertkit -m recipe=pretrain_ablation $(O)
+
+# MB/s of each pretraining preprocessing stage, and masking vs DataCollatorForLanguageModeling.
+bench-pretrain-data: install
+	$(BIN)/bertkit recipe=bench_pretrain_data $(O)
 
 # Samples/s of finetuning padded run_glue.py's way vs bertkit's, one run per task (bench.json).
 bench-glue: install

@@ -11,6 +11,7 @@ which the GLUE recipe finetunes with model.name_or_path=<run dir>/model.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from pathlib import Path
@@ -94,8 +95,11 @@ def is_streaming(corpus: DictConfig) -> bool:
     return corpus.source == "hub" and bool(OmegaConf.select(corpus, "hub.streaming"))
 
 
-def _corpus_fingerprint(documents) -> str:
-    return getattr(documents, "_fingerprint", None) or str(documents.info.dataset_name)
+def _corpus_fingerprint(corpus: DictConfig, documents) -> str:
+    """The dataset's own fingerprint; a stream has none, so its settings stand in for it."""
+    if isinstance(documents, datasets.Dataset):
+        return documents._fingerprint
+    return hashlib.sha256(OmegaConf.to_yaml(corpus, resolve=True).encode()).hexdigest()[:16]
 
 
 def pretraining_tokenizer(cfg: DictConfig, documents) -> PreTrainedTokenizerBase:
@@ -105,7 +109,8 @@ def pretraining_tokenizer(cfg: DictConfig, documents) -> PreTrainedTokenizerBase
         return load_tokenizer(cfg.model)
     settings = {"vocab_size": training.vocab_size, "min_frequency": training.min_frequency,
                 "lowercase": training.lowercase}
-    directory = trained_tokenizer_dir(cfg.cache_dir, _corpus_fingerprint(documents), **settings)
+    directory = trained_tokenizer_dir(cfg.cache_dir, _corpus_fingerprint(cfg.corpus, documents),
+                                      **settings)
 
     def sentences():
         for batch in documents.iter(batch_size=1000):

@@ -28,10 +28,11 @@ def _isolated_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("NETRC", str(cache / "no-netrc"))
 
 
-def compose_config(overrides: list[str]) -> DictConfig:
+def compose_config(overrides: list[str], with_hydra: bool = False) -> DictConfig:
     register_resolvers()
     with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
-        return compose(config_name="config", overrides=overrides)
+        return compose(config_name="config", overrides=overrides,
+                       return_hydra_config=with_hydra)
 
 
 @pytest.fixture

@@ -58,3 +58,49 @@ def test_typo_in_override_names_the_key():
 def test_unknown_task_is_reported():
     with pytest.raises(MissingConfigException, match="mrcp"):
         compose_config(["recipe=glue", "task=mrcp"])
+
+
+PAPER_PRETRAINING = {
+    "learning_rate": 1e-4, "per_device_train_batch_size": 256, "max_steps": 1_000_000,
+    "warmup_steps": 10_000, "lr_scheduler_type": "linear", "weight_decay": 0.01,
+    "adam_beta1": 0.9, "adam_beta2": 0.999, "adam_epsilon": 1e-6,
+}
+
+
+def test_pretrain_recipe_carries_the_paper_defaults():
+    cfg = compose_config(["recipe=pretrain"])
+    for key, value in PAPER_PRETRAINING.items():
+        assert cfg.trainer[key] == value, key
+    assert "task" not in cfg
+    assert cfg.model.config.hidden_size == 768 and cfg.model.config.num_hidden_layers == 12
+    assert cfg.model.config.num_attention_heads == 12 and cfg.model.config.hidden_act == "gelu"
+    assert cfg.model.hidden_dropout_prob == 0.1
+    assert cfg.objective.name == "mlm_nsp" and cfg.objective.sentence_task == "nsp"
+    masking = cfg.masking
+    assert (masking.kind, masking.dupe_factor, masking.mlm_probability) == ("static", 10, 0.15)
+    assert (masking.mask_token_share, masking.random_token_share) == (0.8, 0.1)
+    assert cfg.pretraining.max_seq_length == 128 and cfg.pretraining.short_seq_prob == 0.1
+    long_phase = cfg.pretraining.long_phase
+    assert (long_phase.share, long_phase.max_seq_length) == (0.1, 512)
+    assert cfg.corpus.name == "wikipedia" and cfg.corpus.hub.streaming is False
+    assert cfg.recipe.subject == "wikipedia"
+
+
+@pytest.mark.parametrize("objective,task,packing", [
+    ("mlm_nsp", "nsp", "pairs"), ("mlm", None, "full_sentences"), ("sop", "sop", "pairs")])
+def test_objectives_compose(objective, task, packing):
+    cfg = compose_config(["recipe=pretrain", f"objective={objective}", "masking=dynamic"])
+    assert (cfg.objective.sentence_task, cfg.objective.packing) == (task, packing)
+    assert cfg.masking.kind == "dynamic" and "dupe_factor" not in cfg.masking
+
+
+def test_small_and_ablation_presets_run_offline():
+    small = compose_config(["recipe=pretrain_small"])
+    assert small.corpus.name == "wikitext2" and small.corpus.source == "local"
+    assert small.model.tokenizer.endswith("vocab/bert-base-uncased")
+    assert small.pretraining.long_phase.share == 0.0
+    ablation = compose_config(["recipe=pretrain_ablation"], with_hydra=True)
+    assert ablation.trainer.max_steps == small.trainer.max_steps
+    assert ablation.hydra.sweeper.params == {"masking": "static,dynamic",
+                                             "objective": "mlm_nsp,mlm"}
+    assert list(ablation.downstream.tasks) == ["rte"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import datasets
 import numpy as np
 import pytest
 import torch
@@ -14,7 +15,9 @@ from bertkit.errors import BertkitError
 from bertkit.model_loading import load_sequence_classifier, load_tokenizer
 from bertkit.pretrain import pretrain
 from bertkit.pretrain_corpus import read_documents
+from bertkit.pretrain_demo_corpus import ensure_demo_corpus
 from tests.conftest import compose_config
+from tests.wandb_records import read_offline_run
 
 
 def tiny_pretraining_overrides(**extra) -> list[str]:
@@ -38,6 +41,8 @@ def tiny_pretraining_overrides(**extra) -> list[str]:
         "trainer.disable_tqdm": True,
         **extra,
     }
+    if overrides.get("masking") == "dynamic":
+        del overrides["masking.dupe_factor"]  # static masking's setting
     return [f"{key}={value}" for key, value in overrides.items()]
 
 
@@ -101,3 +106,81 @@ def test_contradictory_settings_fail_before_reading_data(tmp_path):
     with pytest.raises(BertkitError, match="max_position_embeddings=128"):
         pretrain(compose_config(tiny_pretraining_overrides(**{
             "pretraining.long_phase.share": 0.1})), tmp_path)
+
+
+def small_run(**extra) -> list[str]:
+    """A 2-layer 32-wide BERT for a handful of steps on the demo corpus and its vocab."""
+    return tiny_pretraining_overrides(**{
+        "tokenizer_training.enabled": False,
+        "model.tokenizer": "${cache_dir}/pretrain_demo",
+        "model.config.hidden_size": 32, "model.config.intermediate_size": 64,
+        "trainer.max_steps": 8, "trainer.logging_steps": 1,
+        "trainer.per_device_train_batch_size": 8, **extra})
+
+
+def test_two_phases_switch_length_at_the_share_and_keep_one_schedule(tmp_path):
+    summary = pretrain(compose_config(small_run(**{
+        "pretraining.max_seq_length": 32, "pretraining.long_phase.share": 0.25,
+        "pretraining.long_phase.max_seq_length": 64,
+        "pretraining.long_phase.max_predictions_per_seq": 10,
+        "masking": "dynamic", "trainer.warmup_steps": 2})), tmp_path)
+    longest = {line["step"]: line["longest_sequence"] for line in summary["log"]}
+    assert sorted(longest) == list(range(1, 9))
+    assert all(longest[step] <= 32 for step in range(1, 7))
+    assert all(32 < longest[step] <= 64 for step in (7, 8))
+    rates = [line["learning_rate"] for line in summary["log"]]
+    # One linear schedule across the switch: warm-up to step 2, then a straight decay to 0.
+    decay = np.diff(rates[2:])
+    assert np.allclose(decay, decay[0]) and decay[0] < 0
+    phases = summary["data"]["instances"]
+    assert [p["max_seq_length"] for p in phases] == [32, 64]
+    assert [p["samples"] for p in phases] == [6 * 8, 2 * 8]
+    assert phases[1]["mean_length"] > phases[0]["mean_length"]
+
+
+@pytest.mark.parametrize("objective", ["mlm", "sop"])
+def test_other_objectives_log_their_own_statistics(tmp_path, objective):
+    summary = pretrain(compose_config(small_run(objective=objective)), tmp_path)
+    last = summary["last_log"]
+    assert "mlm_loss" in last and "nsp_loss" not in last
+    assert ("sop_accuracy" in last) == (objective == "sop")
+    assert summary["hyperparameters"]["objective"] == objective
+
+
+def test_streaming_hub_corpus_trains_with_dynamic_masking(tmp_path, monkeypatch):
+    corpus = ensure_demo_corpus(tmp_path / "demo" / "corpus.txt", dict(
+        num_documents=40, min_sentences=4, max_sentences=8, min_words=5, max_words=10,
+        num_topics=4, seed=1))
+    articles = [{"text": "\n".join(document)} for document in read_documents([corpus], "google")]
+    calls = []
+
+    def fake_load_dataset(path, name=None, split=None, streaming=False, **kwargs):
+        calls.append((path, streaming))
+        return datasets.Dataset.from_list(articles).to_iterable_dataset()
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    summary = pretrain(compose_config(small_run(**{
+        "corpus": "wikipedia", "corpus.hub.streaming": True, "masking": "dynamic",
+        "pretraining.long_phase.share": 0.0,
+        "model.tokenizer": str(corpus.parent), "pretraining.streaming_buffer_documents": 8,
+        "trainer.max_steps": 6})), tmp_path / "run")
+    assert calls == [("wikimedia/wikipedia", True)]
+    assert summary["train"]["steps"] == 6 and summary["data"]["instances"] is None
+    assert summary["last_log"]["mlm_loss"] > 0 and "nsp_accuracy" in summary["last_log"]
+
+
+def test_offline_wandb_run_logs_each_objective(tmp_path):
+    run_dir = tmp_path / "run"
+    pretrain(compose_config(small_run(logger="wandb", seed=5)), run_dir)
+    (offline,) = (run_dir / "wandb").glob("offline-run-*")
+    logged = read_offline_run(offline)
+    for key in ("train/mlm_loss", "train/mlm_accuracy", "train/nsp_loss", "train/nsp_accuracy",
+                "train/real_token_share", "train/num_input_tokens_seen", "train/learning_rate"):
+        assert key in logged["summary"], key
+    config = logged["config"]
+    assert config["objective"] == "mlm_nsp" and config["masking"] == "static"
+    assert config["mlm_probability"] == pytest.approx(0.15) and config["dupe_factor"] == 2
+    assert config["bertkit"]["corpus"]["name"] == "demo"
+    assert logged["group"] == "pretrain-demo"
+    assert {"recipe:pretrain", "corpus:demo", "objective:mlm_nsp", "masking:static",
+            "seed:5"} <= set(logged["tags"])
