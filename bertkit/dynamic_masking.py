@@ -8,7 +8,14 @@ import numpy as np
 import torch
 from transformers import DataCollatorForTokenClassification, PreTrainedTokenizerBase
 
-from bertkit.mlm_masking import MaskingRule, Vocabulary, mask_sequence
+from bertkit.mlm_masking import (
+    IGNORE_INDEX,
+    MaskingRule,
+    Vocabulary,
+    mask_sequence,
+    prediction_budget,
+    replace_chosen,
+)
 
 
 def padding_collator(tokenizer: PreTrainedTokenizerBase, pad_to_multiple_of: int | None):
@@ -25,6 +32,9 @@ class DynamicMaskingCollator:
 
     The generator is seeded from torch's RNG at every batch: Trainer seeds that RNG (and gives
     each DataLoader worker its own), so runs are reproducible and workers never repeat masks.
+    Token masking runs on the padded batch as a whole (a random rank per position, the
+    lowest `budget` of each row chosen): the same distribution as mask_sequence, without its
+    per-sequence Python. Whole-word and span masking go sequence by sequence.
     """
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase,
@@ -44,9 +54,28 @@ class DynamicMaskingCollator:
 
     def __call__(self, features: list[dict]) -> dict:
         rng = np.random.default_rng(int(torch.randint(0, 2**62, ()).item()))
+        rules = [self.rule_for(len(feature["input_ids"])) for feature in features]
+        if all(rule.unit == "token" for rule in rules):
+            return self._mask_padded_batch(self.pad(features), rules, rng)
         masked = []
-        for feature in features:
-            rule = self.rule_for(len(feature["input_ids"]))
+        for feature, rule in zip(features, rules, strict=True):
             ids, labels = mask_sequence(feature["input_ids"], self.vocab, rule, rng)
             masked.append({**feature, "input_ids": ids.tolist(), "labels": labels.tolist()})
         return self.pad(masked)
+
+    def _mask_padded_batch(self, batch: dict, rules: list[MaskingRule],
+                           rng: np.random.Generator) -> dict:
+        ids = batch["input_ids"].numpy()
+        special = self.vocab.special[ids]  # [CLS], [SEP] and the padding
+        budget = prediction_budget((~special).sum(axis=1),
+                                   np.array([rule.mlm_probability for rule in rules]),
+                                   np.array([rule.max_predictions_per_seq for rule in rules]))
+        keys = rng.random(ids.shape)
+        keys[special] = 2.0  # after every candidate
+        rank = keys.argsort(axis=1).argsort(axis=1)
+        chosen = rank < budget[:, None]
+        column = np.array([[rule.mask_token_share, rule.random_token_share] for rule in rules])
+        masked = replace_chosen(ids, chosen, self.vocab, column[:, :1], column[:, 1:], rng)
+        batch["input_ids"] = torch.from_numpy(masked)
+        batch["labels"] = torch.from_numpy(np.where(chosen, ids, IGNORE_INDEX))
+        return batch

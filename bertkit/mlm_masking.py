@@ -84,9 +84,9 @@ def choose_positions(ids: np.ndarray, vocab: Vocabulary, rule: MaskingRule,
     candidates = np.flatnonzero(~vocab.special[ids])
     if candidates.size == 0:
         return candidates
-    budget = min(rule.max_predictions_per_seq,
-                 max(1, int(round(candidates.size * rule.mlm_probability))))
-    units = _units(ids, candidates, vocab, whole_words=rule.unit != "token")
+    budget = int(prediction_budget(candidates.size, rule.mlm_probability,
+                                   rule.max_predictions_per_seq))
+    units = _units(ids, candidates, vocab, whole_words=True) if rule.unit != "token" else []
     chosen: list[int] = []
     if rule.unit == "span":
         taken = np.zeros(len(units), dtype=bool)
@@ -103,6 +103,9 @@ def choose_positions(ids: np.ndarray, vocab: Vocabulary, rule: MaskingRule,
             for w in new:
                 taken[w] = True
                 chosen.extend(units[w])
+    elif rule.unit == "token":
+        # Google's shuffle-and-take with one-token units is a uniform draw without replacement.
+        return np.sort(rng.choice(candidates, size=budget, replace=False))
     else:
         # As Google's code does: shuffle the units, take each that still fits the budget.
         for index in rng.permutation(len(units)):
@@ -120,14 +123,31 @@ def mask_sequence(ids, vocab: Vocabulary, rule: MaskingRule,
     positions = choose_positions(ids, vocab, rule, rng)
     labels = np.full_like(ids, IGNORE_INDEX)
     labels[positions] = ids[positions]
+    chosen = np.zeros(ids.shape, dtype=bool)
+    chosen[positions] = True
+    return replace_chosen(ids, chosen, vocab, rule.mask_token_share, rule.random_token_share,
+                          rng), labels
+
+
+def replace_chosen(ids: np.ndarray, chosen: np.ndarray, vocab: Vocabulary, mask_share,
+                   random_share, rng: np.random.Generator) -> np.ndarray:
+    """A copy of ids with the chosen positions replaced 80/10/10: [MASK], a random token, or
+    left unchanged. The shares may be arrays that broadcast against ids (one per row)."""
+    draw = rng.random(ids.shape)
+    to_mask = chosen & (draw < mask_share)
+    to_random = chosen & (draw >= mask_share) & (draw < mask_share + random_share)
     masked = ids.copy()
-    draw = rng.random(positions.size)
-    to_mask = positions[draw < rule.mask_token_share]
-    to_random = positions[(draw >= rule.mask_token_share)
-                          & (draw < rule.mask_token_share + rule.random_token_share)]
     masked[to_mask] = vocab.mask_id
-    masked[to_random] = rng.choice(vocab.replacement_ids, size=to_random.size)
-    return masked, labels
+    masked[to_random] = rng.choice(vocab.replacement_ids, size=int(to_random.sum()))
+    return masked
+
+
+def prediction_budget(candidates, rule_probability, max_predictions):
+    """Google's count: min(max_predictions, max(1, round(candidates * p))), 0 without any
+    candidate. Works on numbers or on arrays (one per sequence)."""
+    budget = np.minimum(max_predictions,
+                        np.maximum(1, np.round(np.asarray(candidates) * rule_probability)))
+    return np.where(np.asarray(candidates) > 0, budget, 0).astype(np.int64)
 
 
 def masking_rule_from_config(masking) -> MaskingRule:

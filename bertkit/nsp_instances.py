@@ -72,8 +72,10 @@ def _nsp_pair(chunk: list[Sequence[int]], documents: Sequence[Document], index: 
         tokens_b = [token for sentence in chunk[a_end:] for token in sentence]
         return PairInstance(tokens_a, tokens_b, False), 0
     other = documents[_random_other_document(documents, index, rng)]
-    for sentence in other[rng.randrange(len(other)):]:
-        tokens_b.extend(sentence)
+    # Sentence by sentence: a lazy document (e.g. a whole book in Arrow) is read only as far
+    # as B needs, not to its end.
+    for position in range(rng.randrange(len(other)), len(other)):
+        tokens_b.extend(other[position])
         if len(tokens_b) >= target - len(tokens_a):
             break
     return PairInstance(tokens_a, tokens_b, True), len(chunk) - a_end
@@ -105,7 +107,7 @@ def pair_instances_from_document(documents: Sequence[Document], index: int, *,
     if sentence_task == "nsp" and len(documents) < 2:
         raise BertkitError("next sentence prediction needs at least 2 documents in the corpus "
                            "(blank lines separate documents)")
-    document = documents[index]
+    document = list(documents[index])
     max_tokens = max_seq_length - 3  # [CLS] A [SEP] B [SEP]
     target = max_tokens
     if rng.random() < short_seq_prob:

@@ -16,6 +16,7 @@ import random
 from collections.abc import Iterable, Sequence
 
 import datasets
+import pyarrow as pa
 from transformers import PreTrainedTokenizerBase
 
 from bertkit.errors import BertkitError
@@ -63,17 +64,36 @@ def _has_sentences(row: dict) -> bool:
     return len(row["sentence_ids"]) > 0
 
 
+class _ArrowDocument(Sequence):
+    """One tokenised document left in Arrow: a NotNext segment reads the few sentences it
+    takes, not the whole document (a book can hold 10^5 sentences)."""
+
+    def __init__(self, sentences: pa.ListArray):
+        self.sentences = sentences
+
+    def __len__(self) -> int:
+        return len(self.sentences)
+
+    def __getitem__(self, position):
+        if isinstance(position, slice):
+            return self.sentences.to_pylist()[position]
+        return self.sentences[position].as_py()
+
+    def __iter__(self):
+        return iter(self.sentences.to_pylist())
+
+
 class _DocumentView(Sequence):
     """Random access to tokenised documents without loading the corpus into memory."""
 
     def __init__(self, tokenized: datasets.Dataset):
-        self.tokenized = tokenized
+        self.tokenized = tokenized.select_columns(["sentence_ids"]).with_format("arrow")
 
     def __len__(self) -> int:
         return len(self.tokenized)
 
-    def __getitem__(self, index):
-        return self.tokenized[index]["sentence_ids"]
+    def __getitem__(self, index) -> _ArrowDocument:
+        return _ArrowDocument(self.tokenized[index].column("sentence_ids")[0].values)
 
 
 def _add_pair_rows(out: dict, documents, index: int, rng: random.Random, *, sentence_task: str,

@@ -196,3 +196,40 @@ def test_dynamic_masks_change_every_time_and_follow_torch_seed(tokenizer):
 def test_bad_masking_settings_name_the_key(bad):
     with pytest.raises(BertkitError, match="masking."):
         rule(**bad)
+
+
+def test_dynamic_collator_batch_statistics_and_phase_rules(tokenizer):
+    """The collator's batch path: Google's exact count per row (with the rule of the row's
+    length phase), never special tokens or padding, labels only at masked positions, 80/10/10."""
+    vocab = Vocabulary.from_tokenizer(tokenizer)
+    short_rule, long_rule = rule(max_predictions_per_seq=4), rule()
+    collate = DynamicMaskingCollator(tokenizer, [(60, short_rule), (LENGTH, long_rule)])
+    torch.manual_seed(3)
+    predicted = candidates = as_mask = unchanged = capped = 0
+    rows = sequences(tokenizer, 3000, seed=9)
+    for start in range(0, len(rows), 32):
+        originals = [r[r != tokenizer.pad_token_id] for r in rows[start:start + 32]]
+        batch = collate([{"input_ids": r.tolist()} for r in originals])
+        for i, original in enumerate(originals):
+            n_real = len(original)
+            ids = np.full(batch["input_ids"].shape[1], tokenizer.pad_token_id)
+            ids[:n_real] = original
+            masked = batch["input_ids"][i].numpy()
+            labels = batch["labels"][i].numpy()
+            special = vocab.special[ids]
+            chosen = labels != IGNORE_INDEX
+            n = int((~special).sum())
+            cap = 4 if n_real <= 60 else LENGTH
+            capped += cap == 4 and round(n * 0.15) > 4
+            assert chosen.sum() == min(cap, max(1, round(n * 0.15)))
+            assert not (chosen & special).any()
+            assert (labels[chosen] == ids[chosen]).all()
+            assert (masked[~chosen] == ids[~chosen]).all()
+            assert not vocab.special[masked[chosen & (masked != vocab.mask_id)]].any()
+            predicted += chosen.sum()
+            candidates += n
+            as_mask += (masked[chosen] == vocab.mask_id).sum()
+            unchanged += (masked[chosen] == ids[chosen]).sum()
+    assert capped > 100  # the short phase's cap was exercised
+    assert as_mask / predicted == pytest.approx(0.8, abs=0.01)
+    assert unchanged / predicted == pytest.approx(0.1 + 0.1 / 150, abs=0.01)

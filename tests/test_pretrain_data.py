@@ -76,6 +76,31 @@ def test_instances_do_not_depend_on_the_process_count(tokenizer):
     assert one["next_sentence_label"] == two["next_sentence_label"]
 
 
+def test_arrow_documents_give_the_same_instances_as_in_memory_lists(tokenizer):
+    """The dataset path reads documents lazily from Arrow (after a filter, through an index
+    mapping); its instances equal pair_instances_from_document on plain lists, row by row."""
+    import random
+
+    from bertkit.nsp_instances import model_inputs, pair_instances_from_document
+
+    documents = generated_documents(seed=2) + [[]]  # the empty one is filtered out
+    tokenized = tokenize_documents(documents_dataset(documents), tokenizer)
+    assert len(tokenized) == 40 and tokenized._indices is not None
+    in_memory = tokenized["sentence_ids"]
+    expected = []
+    for index in range(len(in_memory)):
+        for instance in pair_instances_from_document(
+                in_memory, index, max_seq_length=32, short_seq_prob=0.1,
+                rng=random.Random(f"7-0-{index}")):
+            expected.append(model_inputs(instance, tokenizer.cls_token_id,
+                                         tokenizer.sep_token_id))
+    instances = pair_instances_dataset(tokenized, tokenizer, max_seq_length=32,
+                                       short_seq_prob=0.1, seed=7)
+    assert instances["input_ids"] == [row["input_ids"] for row in expected]
+    assert instances["next_sentence_label"] == [row["next_sentence_label"] for row in expected]
+    assert 0.3 < np.mean(instances["next_sentence_label"]) < 0.7
+
+
 def test_sop_instances_from_a_single_document(tokenizer):
     tokenized = tokenize_documents(documents_dataset(generated_documents(n=1, seed=2)),
                                    tokenizer)
