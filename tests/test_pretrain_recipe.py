@@ -16,7 +16,7 @@ from bertkit.model_loading import load_sequence_classifier, load_tokenizer
 from bertkit.pretrain import pretrain
 from bertkit.pretrain_corpus import read_documents
 from bertkit.pretrain_demo_corpus import ensure_demo_corpus
-from tests.conftest import compose_config
+from tests.conftest import compose_config, real_data_dir
 from tests.wandb_records import read_offline_run
 
 
@@ -184,3 +184,30 @@ def test_offline_wandb_run_logs_each_objective(tmp_path):
     assert logged["group"] == "pretrain-demo"
     assert {"recipe:pretrain", "corpus:demo", "objective:mlm_nsp", "masking:static",
             "seed:5"} <= set(logged["tags"])
+
+
+@pytest.mark.real_data
+@pytest.mark.slow
+def test_wikitext2_with_the_bert_vocabulary_learns(tmp_path):
+    """A tiny BERT on the raw WikiText-2 validation file with bert-base-uncased's vocab."""
+    root = real_data_dir()
+    overrides = tiny_pretraining_overrides(**{
+        "corpus": "wikitext2",
+        "corpus.files": f"[{root}/wikitext-2-raw/wiki.valid.raw]",
+        "tokenizer_training.enabled": False,
+        "model.tokenizer": str(root / "vocab" / "bert-base-uncased"),
+        "model.config.max_position_embeddings": 512,
+        "pretraining.max_seq_length": 128,
+        "masking": "dynamic",
+        "trainer.max_steps": 250,
+        "trainer.warmup_steps": 25,
+        "trainer.per_device_train_batch_size": 16,
+        "trainer.logging_steps": 25,
+    })
+    summary = pretrain(compose_config(overrides), tmp_path)
+    first, last = summary["first_log"], summary["last_log"]
+    assert first["mlm_loss"] > 9.5  # about ln(30522) = 10.3 at random init
+    assert last["mlm_loss"] < first["mlm_loss"] - 2.5
+    assert last["mlm_accuracy"] > 0.05
+    (phase,) = summary["data"]["instances"]
+    assert phase["instances"] > 1000 and phase["mean_length"] > 100
