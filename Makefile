@@ -19,6 +19,10 @@ VOCAB ?= ../shared/data/vocab/bert-base-uncased
 # an unpinned torch would pull multi-GB CUDA wheels everywhere.
 TORCH_SPEC ?= torch==2.13.0
 
+# make squad / squad2: the original SQuAD JSON files (train-v1.1.json, dev-v1.1.json, ...) in
+# this directory; empty: the Hub's rajpurkar/squad and rajpurkar/squad_v2.
+SQUAD_DIR ?=
+
 # make pretrain: the pretraining preset it runs (pretrain_small: offline, minutes on a CPU;
 # pretrain: the paper's BERT-base run, Hub Wikipedia by default).
 PRETRAIN_RECIPE ?= pretrain_small
@@ -40,7 +44,7 @@ else
 LAUNCH := $(BIN)/torchrun --standalone --nproc_per_node=$(NPROC) -m bertkit
 endif
 
-.PHONY: install demo test lint glue $(addprefix glue-,$(GLUE_TASKS)) bench-glue pretrain \
+.PHONY: install demo test lint glue $(addprefix glue-,$(GLUE_TASKS)) bench-glue squad squad2 pretrain \
 	pretrain-ablation bench-pretrain-data clean
 
 install: $(VENV)/.installed
@@ -65,6 +69,13 @@ glue-%: install
 	$(LAUNCH) recipe=glue task=$* $(if $(GLUE_DIR),task.data_dir=$(GLUE_DIR)/$(glue_dir_$*)) $(O)
 
 glue: $(addprefix glue-,$(GLUE_TASKS))
+
+# SQuAD v1.1 and v2.0 with the paper's settings (recipes/squad.yaml, recipes/squad.md).
+squad: install
+	$(LAUNCH) recipe=squad task=squad_v1 $(if $(SQUAD_DIR),task.data_dir=$(SQUAD_DIR)) $(O)
+
+squad2: install
+	$(LAUNCH) recipe=squad task=squad_v2 $(if $(SQUAD_DIR),task.data_dir=$(SQUAD_DIR)) $(O)
 
 pretrain: install
 	$(LAUNCH) recipe=$(PRETRAIN_RECIPE) $(O)

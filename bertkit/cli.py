@@ -34,12 +34,31 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("bertkit_run_stamp", run_stamp, use_cache=True)
 
 
+# The task family (task.family, "glue" when absent) each recipe family runs.
+TASK_FAMILY_OF_RECIPE = {"glue": "glue", "bench_glue": "glue", "squad": "squad"}
+
+
+def check_task_family(cfg: DictConfig) -> None:
+    wanted = TASK_FAMILY_OF_RECIPE.get(cfg.recipe.family)
+    task_family = OmegaConf.select(cfg, "task.family", default="glue")
+    if wanted is not None and task_family != wanted:
+        raise BertkitError(
+            f"task={cfg.task.name} is a {task_family} task, but recipe={cfg.recipe.name} runs "
+            f"{wanted} tasks: pick a task of conf/task/ with family {wanted}, or "
+            f"recipe={task_family}")
+
+
 def run_recipe(cfg: DictConfig) -> dict:
     family = cfg.recipe.family
+    check_task_family(cfg)
     if family == "glue":
         from bertkit.glue_finetune import finetune_glue
 
         return finetune_glue(cfg)
+    if family == "squad":
+        from bertkit.squad_finetune import finetune_squad
+
+        return finetune_squad(cfg)
     if family == "pretrain":
         from bertkit.pretrain import pretrain
 
@@ -53,8 +72,8 @@ def run_recipe(cfg: DictConfig) -> dict:
 
         return benchmark_glue_padding(cfg)
     raise BertkitError(
-        f"recipe.family={family!r}: no such task family (expected: glue, pretrain, "
-        f"bench_glue, bench_pretrain_data)")
+        f"recipe.family={family!r}: no such task family (expected: glue, squad, "
+        f"pretrain, bench_glue, bench_pretrain_data)")
 
 
 def _hydra_task(cfg: DictConfig) -> None:

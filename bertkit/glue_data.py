@@ -28,7 +28,9 @@ def is_validation_split(split: str) -> bool:
 def uses_local_files(task: DictConfig, data_source: str) -> bool:
     if data_source not in ("auto", "hub", "local"):
         raise BertkitError(f"data_source={data_source!r}: expected auto, hub or local")
-    local = bool(task.data_dir) or any(task[key] for key in SINGLE_FILE_KEYS.values())
+    # A task family without a test file (SQuAD) has no test_file key: select, not index.
+    local = bool(task.data_dir) or any(OmegaConf.select(task, key)
+                                       for key in SINGLE_FILE_KEYS.values())
     if data_source == "hub" and task.hub is None:
         raise BertkitError(f"task {task.name} has no Hub dataset (task.hub is null)")
     return data_source == "local" or (data_source == "auto" and (local or task.hub is None))

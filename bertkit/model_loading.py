@@ -7,9 +7,11 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 from transformers import (
     AutoConfig,
+    AutoModelForQuestionAnswering,
     AutoModelForSequenceClassification,
     AutoTokenizer,
     BertConfig,
+    BertForQuestionAnswering,
     BertForSequenceClassification,
     BertTokenizerFast,
     PreTrainedModel,
@@ -63,6 +65,27 @@ def count_parameters(model: PreTrainedModel) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+def _load_with_head(model: DictConfig, tokenizer: PreTrainedTokenizerBase, auto_class,
+                    bert_class, head: dict) -> PreTrainedModel:
+    """A checkpoint (Hub id or directory) with a new task head, or BERT from model.config."""
+    dropout = _dropout(model)
+    if model.name_or_path:
+        name = str(model.name_or_path)
+        try:
+            config = AutoConfig.from_pretrained(name, **head, **dropout)
+            return auto_class.from_pretrained(name, config=config)
+        except (OSError, ValueError) as err:
+            raise _hub_error("model", name, "model.name_or_path", err) from None
+    config = BertConfig(
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        **OmegaConf.to_container(model.config),
+        **head,
+        **dropout,
+    )
+    return bert_class(config)
+
+
 def load_sequence_classifier(
     model: DictConfig, tokenizer: PreTrainedTokenizerBase, labels: list[str] | None
 ) -> PreTrainedModel:
@@ -73,22 +96,15 @@ def load_sequence_classifier(
         "id2label": dict(enumerate(labels)),
         "label2id": {label: i for i, label in enumerate(labels)},
     }
-    dropout = _dropout(model)
-    if model.name_or_path:
-        name = str(model.name_or_path)
-        try:
-            config = AutoConfig.from_pretrained(name, **head, **dropout)
-            return AutoModelForSequenceClassification.from_pretrained(name, config=config)
-        except (OSError, ValueError) as err:
-            raise _hub_error("model", name, "model.name_or_path", err) from None
-    config = BertConfig(
-        vocab_size=len(tokenizer),
-        pad_token_id=tokenizer.pad_token_id,
-        **OmegaConf.to_container(model.config),
-        **head,
-        **dropout,
-    )
-    return BertForSequenceClassification(config)
+    return _load_with_head(model, tokenizer, AutoModelForSequenceClassification,
+                           BertForSequenceClassification, head)
+
+
+def load_question_answerer(model: DictConfig,
+                           tokenizer: PreTrainedTokenizerBase) -> PreTrainedModel:
+    """BERT with a span head: a start and an end logit per token (SQuAD)."""
+    return _load_with_head(model, tokenizer, AutoModelForQuestionAnswering,
+                           BertForQuestionAnswering, {})
 
 
 def load_pretraining_model(model: DictConfig, tokenizer: PreTrainedTokenizerBase):

@@ -104,3 +104,24 @@ def test_small_and_ablation_presets_run_offline():
     assert ablation.hydra.sweeper.params == {"masking": "static,dynamic",
                                              "objective": "mlm_nsp,mlm"}
     assert list(ablation.downstream.tasks) == ["rte"]
+
+
+@pytest.mark.parametrize(("task", "version", "epochs", "hub"), [
+    ("squad_v1", "v1.1", 3, "rajpurkar/squad"),
+    ("squad_v2", "v2.0", 2, "rajpurkar/squad_v2"),
+])
+def test_squad_recipe_carries_the_paper_defaults(task, version, epochs, hub):
+    cfg = compose_config(["recipe=squad", f"task={task}"])
+    assert (cfg.task.version, cfg.task.hub.path, cfg.task.family) == (version, hub, "squad")
+    assert (cfg.task.max_seq_length, cfg.task.doc_stride, cfg.task.max_query_length) == (
+        384, 128, 64)
+    assert (cfg.task.n_best_size, cfg.task.max_answer_length) == (20, 30)
+    trainer = cfg.trainer
+    assert (trainer.learning_rate, trainer.per_device_train_batch_size,
+            trainer.num_train_epochs, trainer.warmup_steps) == (5e-5, 32, epochs, 0.1)
+    assert (trainer.weight_decay, trainer.max_grad_norm) == (0.01, 1.0)
+    assert trainer.metric_for_best_model == "f1" and trainer.load_best_model_at_end
+    assert cfg.model.name_or_path == "bert-base-uncased"
+    # An override of the schedule still wins over the task's paper value.
+    assert compose_config(["recipe=squad", f"task={task}",
+                           "trainer.num_train_epochs=1"]).trainer.num_train_epochs == 1
