@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from hydra.errors import ConfigCompositionException, MissingConfigException
+from omegaconf import OmegaConf
 
 from bertkit.glue_metrics import METRICS
 from tests.conftest import GLUE_TASKS, compose_config
@@ -104,6 +105,9 @@ def test_small_and_ablation_presets_run_offline():
     assert ablation.hydra.sweeper.params == {"masking": "static,dynamic",
                                              "objective": "mlm_nsp,mlm"}
     assert list(ablation.downstream.tasks) == ["rte"]
+    # The recipe's own job directories win over the primary config's.
+    hydra = OmegaConf.to_container(ablation.hydra.sweep, resolve=False)
+    assert hydra["subdir"] == "${masking.kind}-${objective.name}/seed${seed}"
 
 
 @pytest.mark.parametrize(("task", "version", "epochs", "hub"), [
