@@ -22,6 +22,10 @@ TORCH_SPEC ?= torch==2.13.0
 # make squad / squad2: the original SQuAD JSON files (train-v1.1.json, dev-v1.1.json, ...) in
 # this directory; empty: the Hub's rajpurkar/squad and rajpurkar/squad_v2.
 SQUAD_DIR ?=
+# make swag: train.csv / val.csv of the SWAG release; make ner: CoNLL-2003 train.txt /
+# valid.txt / test.txt. Empty: the Hub's swag (regular) and conll2003.
+SWAG_DIR ?=
+CONLL_DIR ?=
 
 # make pretrain: the pretraining preset it runs (pretrain_small: offline, minutes on a CPU;
 # pretrain: the paper's BERT-base run, Hub Wikipedia by default).
@@ -44,8 +48,8 @@ else
 LAUNCH := $(BIN)/torchrun --standalone --nproc_per_node=$(NPROC) -m bertkit
 endif
 
-.PHONY: install demo test lint glue $(addprefix glue-,$(GLUE_TASKS)) bench-glue squad squad2 pretrain \
-	pretrain-ablation bench-pretrain-data clean
+.PHONY: install demo test lint glue $(addprefix glue-,$(GLUE_TASKS)) bench-glue squad squad2 swag ner \
+	pretrain pretrain-ablation bench-pretrain-data clean
 
 install: $(VENV)/.installed
 
@@ -76,6 +80,13 @@ squad: install
 
 squad2: install
 	$(LAUNCH) recipe=squad task=squad_v2 $(if $(SQUAD_DIR),task.data_dir=$(SQUAD_DIR)) $(O)
+
+# SWAG (multiple choice) and CoNLL-2003 NER (recipes/swag.yaml, recipes/ner.yaml).
+swag: install
+	$(LAUNCH) recipe=swag $(if $(SWAG_DIR),task.data_dir=$(SWAG_DIR)) $(O)
+
+ner: install
+	$(LAUNCH) recipe=ner task=conll2003 $(if $(CONLL_DIR),task.data_dir=$(CONLL_DIR)) $(O)
 
 pretrain: install
 	$(LAUNCH) recipe=$(PRETRAIN_RECIPE) $(O)

@@ -35,7 +35,8 @@ def register_resolvers() -> None:
 
 
 # The task family (task.family, "glue" when absent) each recipe family runs.
-TASK_FAMILY_OF_RECIPE = {"glue": "glue", "bench_glue": "glue", "squad": "squad"}
+TASK_FAMILY_OF_RECIPE = {"glue": "glue", "bench_glue": "glue", "squad": "squad",
+                         "swag": "swag", "ner": "ner"}
 
 
 def check_task_family(cfg: DictConfig) -> None:
@@ -59,6 +60,14 @@ def run_recipe(cfg: DictConfig) -> dict:
         from bertkit.squad_finetune import finetune_squad
 
         return finetune_squad(cfg)
+    if family == "swag":
+        from bertkit.swag_finetune import finetune_swag
+
+        return finetune_swag(cfg)
+    if family == "ner":
+        from bertkit.ner_finetune import finetune_ner
+
+        return finetune_ner(cfg)
     if family == "pretrain":
         from bertkit.pretrain import pretrain
 
@@ -73,7 +82,7 @@ def run_recipe(cfg: DictConfig) -> dict:
         return benchmark_glue_padding(cfg)
     raise BertkitError(
         f"recipe.family={family!r}: no such task family (expected: glue, squad, "
-        f"pretrain, bench_glue, bench_pretrain_data)")
+        f"swag, ner, pretrain, bench_glue, bench_pretrain_data)")
 
 
 def _hydra_task(cfg: DictConfig) -> None:

@@ -65,7 +65,7 @@ def count_parameters(model: PreTrainedModel) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def _load_with_head(model: DictConfig, tokenizer: PreTrainedTokenizerBase, auto_class,
+def load_with_head(model: DictConfig, tokenizer: PreTrainedTokenizerBase, auto_class,
                     bert_class, head: dict) -> PreTrainedModel:
     """A checkpoint (Hub id or directory) with a new task head, or BERT from model.config."""
     dropout = _dropout(model)
@@ -96,14 +96,14 @@ def load_sequence_classifier(
         "id2label": dict(enumerate(labels)),
         "label2id": {label: i for i, label in enumerate(labels)},
     }
-    return _load_with_head(model, tokenizer, AutoModelForSequenceClassification,
+    return load_with_head(model, tokenizer, AutoModelForSequenceClassification,
                            BertForSequenceClassification, head)
 
 
 def load_question_answerer(model: DictConfig,
                            tokenizer: PreTrainedTokenizerBase) -> PreTrainedModel:
     """BERT with a span head: a start and an end logit per token (SQuAD)."""
-    return _load_with_head(model, tokenizer, AutoModelForQuestionAnswering,
+    return load_with_head(model, tokenizer, AutoModelForQuestionAnswering,
                            BertForQuestionAnswering, {})
 
 
