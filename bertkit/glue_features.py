@@ -5,16 +5,12 @@ No padding here: the collator pads each batch to its longest sequence (dynamic p
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import datasets
 from transformers import PreTrainedTokenizerBase
 
-
-def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> str:
-    state = tokenizer.backend_tokenizer.to_str() if tokenizer.is_fast else repr(tokenizer)
-    return hashlib.sha256(state.encode()).hexdigest()[:16]
+from bertkit.data_fingerprints import tokenizer_fingerprint
 
 
 def tokenize_splits(

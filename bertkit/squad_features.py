@@ -25,6 +25,7 @@ import datasets
 import numpy as np
 from transformers import PreTrainedTokenizerBase
 
+from bertkit.data_fingerprints import tokenizer_fingerprint
 from bertkit.errors import BertkitError
 
 # length: the window's token count, for batches grouped by length (LengthGroupedTrainer).
@@ -246,8 +247,6 @@ def window_splits(splits: dict[str, datasets.Dataset], tokenizer: PreTrainedToke
     cached on disk under cache_dir by data, tokenizer and window settings: every run and sweep
     job that reads the same data tokenises it once. Each split carries bertkit_fingerprint
     (bertkit.squad_data)."""
-    from bertkit.glue_features import tokenizer_fingerprint
-
     if not tokenizer.is_fast:
         raise BertkitError("SQuAD windows need a fast tokenizer (offset mappings): give "
                            "model.tokenizer a directory with vocab.txt or tokenizer.json")

@@ -28,6 +28,21 @@ def _isolated_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("NETRC", str(cache / "no-netrc"))
 
 
+@pytest.fixture
+def hub_offline(monkeypatch):
+    """Hub offline mode as a user without network gets it. The environment variables alone
+    come too late in a test (datasets and huggingface_hub read them at import), and without
+    the flags each Hub call retries DNS for about 20 s before it fails."""
+    import datasets
+    import huggingface_hub.constants
+
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+
+
 def compose_config(overrides: list[str], with_hydra: bool = False) -> DictConfig:
     register_resolvers()
     with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):

@@ -1,0 +1,136 @@
+"""The SWAG task family: BertForMultipleChoice, four endings per example.
+
+Reads the splits, encodes the four choices once (cached), finetunes with Trainer, and leaves
+in the run directory: config.yaml (resolved), metrics.json, predictions/validation.tsv (per
+example: gold, prediction, the four probabilities) and the final model. Accuracy is computed
+from the logits (bertkit.swag_metrics), so it is the one the prediction file gives.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+from transformers import (
+    AutoModelForMultipleChoice,
+    BertForMultipleChoice,
+    DataCollatorForMultipleChoice,
+    EvalPrediction,
+    set_seed,
+)
+
+from bertkit.errors import BertkitError
+from bertkit.experiment_logging import paper_hyperparameters, resolve_wandb_mode, start_wandb_run
+from bertkit.length_grouped_trainer import LengthGroupedTrainer
+from bertkit.model_loading import load_tokenizer, load_with_head
+from bertkit.run_outputs import write_json_atomic, write_text_atomic
+from bertkit.swag_data import load_swag_splits
+from bertkit.swag_features import check_max_seq_length, encode_splits
+from bertkit.swag_files import NUM_CHOICES
+from bertkit.swag_metrics import accuracy, choice_logits, write_predictions
+from bertkit.training_setup import build_training_arguments, last_checkpoint
+
+logger = logging.getLogger(__name__)
+
+METRICS = ("accuracy",)
+
+
+def _check_task(task: DictConfig) -> None:
+    check_max_seq_length(task.max_seq_length)
+    if task.main_metric not in METRICS:
+        raise BertkitError(f"task.main_metric={task.main_metric!r}: SWAG reports "
+                           f"{', '.join(METRICS)}")
+
+
+def finetune_swag(cfg: DictConfig, run_dir: Path | None = None) -> dict:
+    run_dir = Path(run_dir or HydraConfig.get().runtime.output_dir)
+    task = cfg.task
+    _check_task(task)  # before any data is read
+    wandb_mode = resolve_wandb_mode(cfg.logger.mode)
+    uses_wandb = cfg.logger.backend == "wandb" and wandb_mode != "disabled"
+    args = build_training_arguments(cfg, run_dir, ["wandb"] if uses_wandb else [])
+    set_seed(args.seed)
+
+    with args.main_process_first(desc="reading the data and encoding the choices"):
+        splits = load_swag_splits(task, cfg.data_source)
+        tokenizer = load_tokenizer(cfg.model)
+        features = encode_splits(splits, tokenizer, max_seq_length=task.max_seq_length,
+                                 cache_dir=cfg.cache_dir,
+                                 num_proc=cfg.preprocessing_num_workers)
+    model = load_with_head(cfg.model, tokenizer, AutoModelForMultipleChoice,
+                           BertForMultipleChoice, {})
+
+    def metrics_of(prediction: EvalPrediction) -> dict:
+        return accuracy(choice_logits(prediction.predictions), prediction.label_ids)
+
+    pad_to = cfg.pad_to_multiple_of if (args.bf16 or args.fp16) else None
+    trainer = LengthGroupedTrainer(
+        model=model,
+        args=args,
+        train_dataset=features["train"],
+        eval_dataset=features["validation"],
+        processing_class=tokenizer,
+        data_collator=DataCollatorForMultipleChoice(tokenizer, pad_to_multiple_of=pad_to),
+        compute_metrics=metrics_of,
+    )
+    hyperparameters = {**paper_hyperparameters(args, model, task.max_seq_length),
+                       "num_choices": NUM_CHOICES}
+    main = trainer.is_world_process_zero()
+    wandb_run = start_wandb_run(cfg, run_dir, hyperparameters) if main and uses_wandb else None
+    if main:
+        write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+
+    checkpoint = last_checkpoint(args) if cfg.resume else None
+    if cfg.resume and checkpoint is None:
+        logger.warning("resume=true but %s holds no checkpoint: training from the start",
+                       args.output_dir)
+    started = time.perf_counter()
+    train_output = trainer.train(resume_from_checkpoint=checkpoint)
+    train_seconds = time.perf_counter() - started
+
+    output = trainer.predict(features["validation"], metric_key_prefix="eval_validation")
+    logits = choice_logits(output.predictions)
+    # Gold labels from the data, not from Trainer: accuracy is argmax(logits) against them.
+    scores = accuracy(logits, features["validation"]["label"][:])
+    trainer.save_model(str(run_dir / "model"))
+    if not main:
+        return scores
+    predictions = write_predictions(run_dir / "predictions" / "validation.tsv",
+                                    splits["validation"], logits)
+    summary = {
+        "recipe": cfg.recipe.name,
+        "task": task.name,
+        "model": cfg.model.name_or_path or "from_scratch",
+        "seed": args.seed,
+        "main_metric": task.main_metric,
+        "main_value": scores[task.main_metric],
+        "validation": scores,
+        "files": {"predictions": str(predictions)},
+        "train": {
+            "loss": train_output.training_loss,
+            "steps": train_output.global_step,
+            "seconds": round(train_seconds, 2),
+            "examples": len(features["train"]),
+        },
+        "hyperparameters": hyperparameters,
+    }
+    write_json_atomic(run_dir / "metrics.json", summary)
+    if wandb_run is not None:
+        for name, value in scores.items():
+            wandb_run.summary[f"final/validation/{name}"] = value
+        wandb_run.summary["num_parameters"] = hyperparameters["num_parameters"]
+        where = f"W&B run: {wandb_run.dir if wandb_run.offline else wandb_run.url}"
+        wandb_run.finish()
+    else:
+        where = "W&B: off"
+    print(f"\n{task.name}: {task.main_metric} = {summary['main_value']:.4f} "
+          f"({scores['correct']} of {scores['examples']} validation examples)\n"
+          f"  metrics:     {run_dir / 'metrics.json'}\n"
+          f"  predictions: {predictions}\n"
+          f"  model:       {run_dir / 'model'}\n"
+          f"  checkpoint:  {args.output_dir}\n"
+          f"  {where}")
+    return summary
