@@ -14,21 +14,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bertkit.errors import BertkitError
+from bertkit.text_files import read_utf8
 
 logger = logging.getLogger(__name__)
 
 # Raised well above the default (128 KiB): some MNLI/QNLI fields are long.
 csv.field_size_limit(1 << 30)
-
-
-def _decode(path: Path) -> str:
-    raw = path.read_bytes()
-    try:
-        # utf-8-sig drops the BOM that MRPC's train/dev files start with.
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        line = raw.count(b"\n", 0, err.start) + 1
-        raise BertkitError(f"{path}, line {line}: not valid UTF-8 ({err.reason})") from None
 
 
 def _column_positions(
@@ -107,7 +98,7 @@ def read_glue_file(
         raise BertkitError(f"{path}: file not found")
     # Lines end at \n, \r\n or \r only, as with open() in the original processors;
     # str.splitlines() would also split inside fields at U+2028, U+0085, \x0c, \x1c-\x1e.
-    text = io.StringIO(_decode(path), newline=None)
+    text = io.StringIO(read_utf8(path), newline=None)
     rows = csv.reader(text, delimiter="\t", quoting=csv.QUOTE_NONE)
     header = next(rows, None) if has_header else None
     if has_header and header is None:

@@ -8,23 +8,23 @@ leaderboard files of the test splits, and the final model.
 from __future__ import annotations
 
 import logging
-import time
 from pathlib import Path
 
 import numpy as np
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from transformers import DataCollatorWithPadding, EvalPrediction, set_seed
 
-from bertkit.experiment_logging import paper_hyperparameters, resolve_wandb_mode, start_wandb_run
+from bertkit.experiment_logging import paper_hyperparameters
 from bertkit.glue_data import is_test_split, is_validation_split, load_glue_splits
 from bertkit.glue_features import tokenize_splits
 from bertkit.glue_metrics import check_metric_names, compute_metrics, predictions_from_logits
 from bertkit.glue_predictions import write_dev_predictions, write_leaderboard_file
 from bertkit.length_grouped_trainer import LengthGroupedTrainer
 from bertkit.model_loading import load_sequence_classifier, load_tokenizer
-from bertkit.run_outputs import write_json_atomic, write_text_atomic
-from bertkit.training_setup import build_training_arguments, last_checkpoint
+from bertkit.run_outputs import write_json_atomic
+from bertkit.training_run import finish_wandb, report_to, train
+from bertkit.training_setup import build_training_arguments
 
 logger = logging.getLogger(__name__)
 
@@ -46,9 +46,7 @@ def finetune_glue(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     labels = list(task.labels) if task.labels is not None else None
     regression = labels is None
 
-    wandb_mode = resolve_wandb_mode(cfg.logger.mode)
-    uses_wandb = cfg.logger.backend == "wandb" and wandb_mode != "disabled"
-    args = build_training_arguments(cfg, run_dir, ["wandb"] if uses_wandb else [])
+    args = build_training_arguments(cfg, run_dir, report_to(cfg))
     set_seed(args.seed)
 
     with args.main_process_first(desc="reading and tokenizing the data"):
@@ -77,18 +75,8 @@ def finetune_glue(cfg: DictConfig, run_dir: Path | None = None) -> dict:
         compute_metrics=metrics_of,
     )
     hyperparameters = paper_hyperparameters(args, model, task.max_seq_length)
-    main = trainer.is_world_process_zero()
-    wandb_run = start_wandb_run(cfg, run_dir, hyperparameters) if main and uses_wandb else None
-    if main:
-        write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-
-    checkpoint = last_checkpoint(args) if cfg.resume else None
-    if cfg.resume and checkpoint is None:
-        logger.warning("resume=true but %s holds no checkpoint: training from the start",
-                       args.output_dir)
-    started = time.perf_counter()
-    train_output = trainer.train(resume_from_checkpoint=checkpoint)
-    train_seconds = time.perf_counter() - started
+    run = train(cfg, run_dir, trainer, hyperparameters)
+    main, train_output, train_seconds = run.main, run.output, run.seconds
 
     results: dict[str, dict] = {}
     for split in validation_splits:
@@ -127,14 +115,9 @@ def finetune_glue(cfg: DictConfig, run_dir: Path | None = None) -> dict:
         "hyperparameters": hyperparameters,
     }
     write_json_atomic(run_dir / "metrics.json", summary)
-    where = f"W&B run: {wandb_run.dir if wandb_run.offline else wandb_run.url}" \
-        if wandb_run is not None else "W&B: off"
-    if wandb_run is not None:
-        for split, values in results.items():
-            for metric, value in values.items():
-                wandb_run.summary[f"final/{split}/{metric}"] = value
-        wandb_run.summary["num_parameters"] = hyperparameters["num_parameters"]
-        wandb_run.finish()
+    where = finish_wandb(run, {f"{split}/{metric}": value for split, values in results.items()
+                               for metric, value in values.items()},
+                         hyperparameters["num_parameters"])
     scores = "; ".join(f"{split}: " + ", ".join(f"{k} {v:.4f}" for k, v in values.items())
                        for split, values in results.items())
     print(f"\n{task.name}: {task.main_metric} = {summary['main_value']:.4f} ({scores})\n"

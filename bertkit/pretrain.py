@@ -26,7 +26,7 @@ from bertkit.corpus_source import corpus_documents
 from bertkit.downstream_finetune import finetune_downstream
 from bertkit.dynamic_masking import DynamicMaskingCollator, padding_collator
 from bertkit.errors import BertkitError
-from bertkit.experiment_logging import paper_hyperparameters, resolve_wandb_mode, start_wandb_run
+from bertkit.experiment_logging import paper_hyperparameters
 from bertkit.mlm_masking import Vocabulary, masking_rule_from_config
 from bertkit.model_loading import load_pretraining_model, load_tokenizer
 from bertkit.pretrain_data import (
@@ -37,10 +37,11 @@ from bertkit.pretrain_data import (
 )
 from bertkit.pretrain_demo_corpus import ensure_demo_corpus
 from bertkit.pretraining_trainer import PretrainingTrainer
-from bertkit.run_outputs import write_json_atomic, write_text_atomic
+from bertkit.run_outputs import write_json_atomic
 from bertkit.sequence_length_phases import Phase, phase_steps
 from bertkit.static_masking import static_masked_copies
-from bertkit.training_setup import build_training_arguments, last_checkpoint
+from bertkit.training_run import finish_wandb, report_to, train
+from bertkit.training_setup import build_training_arguments
 from bertkit.wordpiece_training import ensure_trained_tokenizer, trained_tokenizer_dir
 
 logger = logging.getLogger(__name__)
@@ -227,9 +228,7 @@ def _run_dir() -> Path:
 def pretrain(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     run_dir = run_dir or _run_dir()
     check_pretraining_config(cfg)
-    wandb_mode = resolve_wandb_mode(cfg.logger.mode)
-    uses_wandb = cfg.logger.backend == "wandb" and wandb_mode != "disabled"
-    args = build_training_arguments(cfg, run_dir, ["wandb"] if uses_wandb else [])
+    args = build_training_arguments(cfg, run_dir, report_to(cfg))
     set_seed(args.seed)
 
     started = time.perf_counter()
@@ -249,18 +248,8 @@ def pretrain(cfg: DictConfig, run_dir: Path | None = None) -> dict:
         processing_class=tokenizer, phases=phases,
         sentence_task=cfg.objective.sentence_task)
     hyperparameters = pretraining_hyperparameters(cfg, args, model)
-    main = trainer.is_world_process_zero()
-    wandb_run = start_wandb_run(cfg, run_dir, hyperparameters) if main and uses_wandb else None
-    if main:
-        write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-
-    checkpoint = last_checkpoint(args) if cfg.resume else None
-    if cfg.resume and checkpoint is None:
-        logger.warning("resume=true but %s holds no checkpoint: training from the start",
-                       args.output_dir)
-    started = time.perf_counter()
-    train_output = trainer.train(resume_from_checkpoint=checkpoint)
-    train_seconds = time.perf_counter() - started
+    run = train(cfg, run_dir, trainer, hyperparameters)
+    main, train_output, train_seconds = run.main, run.output, run.seconds
     model_dir = run_dir / "model"
     trainer.save_model(str(model_dir))
     if not main:
@@ -296,11 +285,8 @@ def pretrain(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     }
     write_json_atomic(run_dir / "metrics.json", summary)
     last = summary["last_log"]
-    if wandb_run is not None:
-        for key, value in last.items():
-            wandb_run.summary[f"final/{key}"] = value
-        wandb_run.summary["num_parameters"] = hyperparameters["num_parameters"]
-        wandb_run.finish()  # before the finetunes, which open W&B runs of their own
+    # Closed before the finetunes, which open W&B runs of their own.
+    finish_wandb(run, last, hyperparameters["num_parameters"])
     if cfg.downstream.tasks:
         summary["downstream"] = finetune_downstream(cfg, model_dir, run_dir)
         write_json_atomic(run_dir / "metrics.json", summary)

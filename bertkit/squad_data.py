@@ -13,7 +13,7 @@ from omegaconf import DictConfig
 from bertkit.data_fingerprints import content_fingerprint
 from bertkit.glue_data import uses_local_files
 from bertkit.squad_files import read_squad_json, squad_from_hub
-from bertkit.task_files import required_split_files
+from bertkit.task_files import split_files
 
 SPLITS = ("train", "validation")
 
@@ -23,7 +23,7 @@ def load_squad_splits(task: DictConfig, data_source: str = "auto") -> dict[str, 
     with a `bertkit_fingerprint` attribute."""
     splits: dict[str, datasets.Dataset] = {}
     if uses_local_files(task, data_source):
-        for split, path in required_split_files(task, SPLITS, "the original release").items():
+        for split, path in split_files(task, SPLITS, "the original release").items():
             rule = task.on_bad_answer_start[split]
             table = read_squad_json(path, version=task.version, on_bad_answer_start=rule)
             table.bertkit_fingerprint = content_fingerprint(task.version, rule, path.read_bytes())

@@ -16,6 +16,7 @@ from pathlib import Path
 import datasets
 
 from bertkit.errors import BertkitError
+from bertkit.text_files import read_utf8
 
 logger = logging.getLogger(__name__)
 
@@ -37,15 +38,8 @@ _LISTED = 5
 
 
 def _load_json(path: Path):
-    raw = path.read_bytes()
     try:
-        # utf-8-sig: a BOM written by an editor is not an error.
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        line = raw.count(b"\n", 0, err.start) + 1
-        raise BertkitError(f"{path}, line {line}: not valid UTF-8 ({err.reason})") from None
-    try:
-        return json.loads(text)
+        return json.loads(read_utf8(path))
     except json.JSONDecodeError as err:
         raise BertkitError(
             f"{path}, line {err.lineno}, column {err.colno}: not valid JSON ({err.msg})"

@@ -19,18 +19,17 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from pathlib import Path
 
 import datasets
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from transformers import DataCollatorWithPadding, set_seed
 
 from bertkit.errors import BertkitError
-from bertkit.experiment_logging import paper_hyperparameters, resolve_wandb_mode, start_wandb_run
+from bertkit.experiment_logging import paper_hyperparameters
 from bertkit.model_loading import load_question_answerer, load_tokenizer
-from bertkit.run_outputs import write_json_atomic, write_text_atomic
+from bertkit.run_outputs import write_json_atomic
 from bertkit.squad_data import load_squad_splits
 from bertkit.squad_decoding import SquadPredictions, decode_predictions
 from bertkit.squad_features import DECODING_COLUMNS, check_window_settings, window_splits
@@ -42,7 +41,8 @@ from bertkit.squad_metrics import (
     write_predictions_json,
 )
 from bertkit.squad_trainer import QuestionAnsweringTrainer
-from bertkit.training_setup import build_training_arguments, last_checkpoint
+from bertkit.training_run import finish_wandb, report_to, train
+from bertkit.training_setup import build_training_arguments
 
 logger = logging.getLogger(__name__)
 
@@ -99,15 +99,13 @@ def finetune_squad(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     run_dir = Path(run_dir or HydraConfig.get().runtime.output_dir)
     task = cfg.task
     _check_task(task)  # before any data is read
-    wandb_mode = resolve_wandb_mode(cfg.logger.mode)
-    uses_wandb = cfg.logger.backend == "wandb" and wandb_mode != "disabled"
-    args = build_training_arguments(cfg, run_dir, ["wandb"] if uses_wandb else [])
+    args = build_training_arguments(cfg, run_dir, report_to(cfg))
     set_seed(args.seed)
 
     with args.main_process_first(desc="reading the data and cutting windows"):
         splits = load_squad_splits(task, cfg.data_source)
         tokenizer = load_tokenizer(cfg.model)
-        train, evaluation = window_splits(
+        train_windows, evaluation = window_splits(
             splits, tokenizer, max_seq_length=task.max_seq_length, doc_stride=task.doc_stride,
             max_query_length=task.max_query_length, cache_dir=cfg.cache_dir,
             num_proc=cfg.preprocessing_num_workers if cfg.preprocessing_num_workers > 1
@@ -118,7 +116,7 @@ def finetune_squad(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     trainer = QuestionAnsweringTrainer(
         model=model,
         args=args,
-        train_dataset=train,
+        train_dataset=train_windows,
         eval_dataset=evaluation.remove_columns(list(DECODING_COLUMNS)),
         processing_class=tokenizer,
         data_collator=DataCollatorWithPadding(tokenizer, pad_to_multiple_of=pad_to),
@@ -128,18 +126,8 @@ def finetune_squad(cfg: DictConfig, run_dir: Path | None = None) -> dict:
                        "doc_stride": task.doc_stride, "max_query_length": task.max_query_length,
                        "n_best_size": task.n_best_size,
                        "max_answer_length": task.max_answer_length}
-    main = trainer.is_world_process_zero()
-    wandb_run = start_wandb_run(cfg, run_dir, hyperparameters) if main and uses_wandb else None
-    if main:
-        write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-
-    checkpoint = last_checkpoint(args) if cfg.resume else None
-    if cfg.resume and checkpoint is None:
-        logger.warning("resume=true but %s holds no checkpoint: training from the start",
-                       args.output_dir)
-    started = time.perf_counter()
-    train_output = trainer.train(resume_from_checkpoint=checkpoint)
-    train_seconds = time.perf_counter() - started
+    run = train(cfg, run_dir, trainer, hyperparameters)
+    main, train_output, train_seconds = run.main, run.output, run.seconds
 
     final = trainer.evaluate()  # the best checkpoint's, with load_best_model_at_end
     trainer.save_model(str(run_dir / "model"))
@@ -165,18 +153,11 @@ def finetune_squad(cfg: DictConfig, run_dir: Path | None = None) -> dict:
         "files": files,
         "train": {"loss": train_output.training_loss, "steps": train_output.global_step,
                   "seconds": round(train_seconds, 2), "questions": len(splits["train"]),
-                  "windows": len(train)},
+                  "windows": len(train_windows)},
         "hyperparameters": hyperparameters,
     }
     write_json_atomic(run_dir / "metrics.json", summary)
-    if wandb_run is not None:
-        for name, value in scores.items():
-            wandb_run.summary[f"final/{name}"] = value
-        wandb_run.summary["num_parameters"] = hyperparameters["num_parameters"]
-        where = f"W&B run: {wandb_run.dir if wandb_run.offline else wandb_run.url}"
-        wandb_run.finish()
-    else:
-        where = "W&B: off"
+    where = finish_wandb(run, scores, hyperparameters["num_parameters"])
     shown = ", ".join(f"{name} {scores[name]:.2f}" for name in scores
                       if name in ("exact_match", "exact", "f1", "best_f1", "best_f1_thresh"))
     print(f"\n{task.name}: {task.main_metric} = {summary['main_value']:.2f} ({shown}); "

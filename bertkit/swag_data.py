@@ -13,7 +13,7 @@ from omegaconf import DictConfig
 from bertkit.data_fingerprints import content_fingerprint
 from bertkit.glue_data import uses_local_files
 from bertkit.swag_files import read_swag_csv, swag_from_hub
-from bertkit.task_files import required_split_files
+from bertkit.task_files import split_files
 
 SPLITS = ("train", "validation")
 # Bumped when the reader's output for the same bytes changes, so old caches are not reused.
@@ -24,7 +24,7 @@ def load_swag_splits(task: DictConfig, data_source: str = "auto") -> datasets.Da
     """{"train", "validation"} -> examples in the schema of bertkit.swag_files, with a
     `bertkit_fingerprint` attribute."""
     if uses_local_files(task, data_source):
-        files = required_split_files(task, SPLITS, "the SWAG release")
+        files = split_files(task, SPLITS, "the SWAG release")
         splits = datasets.DatasetDict({split: read_swag_csv(path)
                                        for split, path in files.items()})
         splits.bertkit_fingerprint = content_fingerprint(

@@ -16,6 +16,7 @@ from pathlib import Path
 import datasets
 
 from bertkit.errors import BertkitError
+from bertkit.text_files import read_utf8
 
 NUM_CHOICES = 4  # fixed by the format: ending0..ending3
 ENDINGS = tuple(f"ending{k}" for k in range(NUM_CHOICES))
@@ -32,15 +33,6 @@ FEATURES = datasets.Features({
 })
 
 csv.field_size_limit(1 << 30)
-
-
-def _decode(path: Path) -> str:
-    raw = path.read_bytes()
-    try:
-        return raw.decode("utf-8-sig")  # a BOM written by an editor is not an error
-    except UnicodeDecodeError as err:
-        line = raw.count(b"\n", 0, err.start) + 1
-        raise BertkitError(f"{path}, line {line}: not valid UTF-8 ({err.reason})") from None
 
 
 def _label(value: str, path: Path, line: int) -> int:
@@ -84,7 +76,7 @@ def read_swag_csv(path: str | Path) -> datasets.Dataset:
     if not path.is_file():
         raise BertkitError(f"{path}: file not found")
     # newline="": line ends inside quoted fields stay part of the field, as csv expects.
-    reader = csv.reader(io.StringIO(_decode(path), newline=""))
+    reader = csv.reader(io.StringIO(read_utf8(path), newline=""))
     try:
         header = next(reader, None)
         positions = _header(path, header)

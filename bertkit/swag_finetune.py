@@ -9,11 +9,10 @@ from the logits (bertkit.swag_metrics), so it is the one the prediction file giv
 from __future__ import annotations
 
 import logging
-import time
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from transformers import (
     AutoModelForMultipleChoice,
     BertForMultipleChoice,
@@ -23,15 +22,16 @@ from transformers import (
 )
 
 from bertkit.errors import BertkitError
-from bertkit.experiment_logging import paper_hyperparameters, resolve_wandb_mode, start_wandb_run
+from bertkit.experiment_logging import paper_hyperparameters
 from bertkit.length_grouped_trainer import LengthGroupedTrainer
 from bertkit.model_loading import load_tokenizer, load_with_head
-from bertkit.run_outputs import write_json_atomic, write_text_atomic
+from bertkit.run_outputs import write_json_atomic
 from bertkit.swag_data import load_swag_splits
 from bertkit.swag_features import check_max_seq_length, encode_splits
 from bertkit.swag_files import NUM_CHOICES
 from bertkit.swag_metrics import accuracy, choice_logits, write_predictions
-from bertkit.training_setup import build_training_arguments, last_checkpoint
+from bertkit.training_run import finish_wandb, report_to, train
+from bertkit.training_setup import build_training_arguments
 
 logger = logging.getLogger(__name__)
 
@@ -49,9 +49,7 @@ def finetune_swag(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     run_dir = Path(run_dir or HydraConfig.get().runtime.output_dir)
     task = cfg.task
     _check_task(task)  # before any data is read
-    wandb_mode = resolve_wandb_mode(cfg.logger.mode)
-    uses_wandb = cfg.logger.backend == "wandb" and wandb_mode != "disabled"
-    args = build_training_arguments(cfg, run_dir, ["wandb"] if uses_wandb else [])
+    args = build_training_arguments(cfg, run_dir, report_to(cfg))
     set_seed(args.seed)
 
     with args.main_process_first(desc="reading the data and encoding the choices"):
@@ -78,18 +76,8 @@ def finetune_swag(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     )
     hyperparameters = {**paper_hyperparameters(args, model, task.max_seq_length),
                        "num_choices": NUM_CHOICES}
-    main = trainer.is_world_process_zero()
-    wandb_run = start_wandb_run(cfg, run_dir, hyperparameters) if main and uses_wandb else None
-    if main:
-        write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-
-    checkpoint = last_checkpoint(args) if cfg.resume else None
-    if cfg.resume and checkpoint is None:
-        logger.warning("resume=true but %s holds no checkpoint: training from the start",
-                       args.output_dir)
-    started = time.perf_counter()
-    train_output = trainer.train(resume_from_checkpoint=checkpoint)
-    train_seconds = time.perf_counter() - started
+    run = train(cfg, run_dir, trainer, hyperparameters)
+    main, train_output, train_seconds = run.main, run.output, run.seconds
 
     output = trainer.predict(features["validation"], metric_key_prefix="eval_validation")
     logits = choice_logits(output.predictions)
@@ -118,14 +106,8 @@ def finetune_swag(cfg: DictConfig, run_dir: Path | None = None) -> dict:
         "hyperparameters": hyperparameters,
     }
     write_json_atomic(run_dir / "metrics.json", summary)
-    if wandb_run is not None:
-        for name, value in scores.items():
-            wandb_run.summary[f"final/validation/{name}"] = value
-        wandb_run.summary["num_parameters"] = hyperparameters["num_parameters"]
-        where = f"W&B run: {wandb_run.dir if wandb_run.offline else wandb_run.url}"
-        wandb_run.finish()
-    else:
-        where = "W&B: off"
+    where = finish_wandb(run, {f"validation/{name}": value for name, value in scores.items()},
+                         hyperparameters["num_parameters"])
     print(f"\n{task.name}: {task.main_metric} = {summary['main_value']:.4f} "
           f"({scores['correct']} of {scores['examples']} validation examples)\n"
           f"  metrics:     {run_dir / 'metrics.json'}\n"
