@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -80,3 +81,24 @@ def test_failed_sweep_job_does_not_stop_the_others(glue_dir, vocab_dir, tmp_path
     assert "no such directory" in failed
     assert not (tmp_path / "sweep" / "0" / "metrics.json").exists()
     assert (tmp_path / "sweep" / "1" / "metrics.json").is_file()
+
+
+def test_paper_grid_sweep_names_each_job_by_its_grid_point(glue_dir, vocab_dir, tmp_path):
+    """sweep=paper_grid supplies the grid; a grid key given on the command line narrows it."""
+    data = glue_dir("wnli")
+    result = run_cli("-m", "recipe=glue", "task=wnli", f"task.data_dir={data}", "sweep=paper_grid",
+                     "trainer.learning_rate=5e-5", "trainer.num_train_epochs=2", "seed=1,2",
+                     "model=tiny", f"model.tokenizer={vocab_dir}", "logger=none",
+                     "model.config.hidden_size=32", "model.config.intermediate_size=64",
+                     "trainer.max_steps=1", "trainer.save_strategy=no",
+                     "trainer.eval_strategy=no", f"hydra.sweep.dir={tmp_path / 'sweep'}",
+                     cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    found = sorted(str(path.parent.relative_to(tmp_path / "sweep"))
+                   for path in (tmp_path / "sweep").rglob("metrics.json"))
+    assert found == [f"wnli/bs{batch}-lr5e-05-ep2/seed{seed}"
+                     for batch in (16, 32) for seed in (1, 2)]
+    metrics = json.loads((tmp_path / "sweep" / "wnli" / "bs32-lr5e-05-ep2" / "seed2"
+                          / "metrics.json").read_text())
+    assert metrics["hyperparameters"]["per_device_train_batch_size"] == 32
+    assert metrics["seed"] == 2
