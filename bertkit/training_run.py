@@ -1,6 +1,7 @@
 """What every recipe family does around Trainer.train, in one place: the tracker Trainer
-reports to, the W&B run and the resolved config.yaml on the main process, resuming from the
-last checkpoint when asked, the training time, and closing the W&B run with the final scores.
+reports to, early stopping, the W&B run and the resolved config.yaml on the main process,
+resuming from the last checkpoint when asked, the training time, and closing the W&B run with
+the final scores.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
-from transformers import Trainer
+from transformers import EarlyStoppingCallback, Trainer
 
+from bertkit.errors import BertkitError
 from bertkit.experiment_logging import resolve_wandb_mode, start_wandb_run
 from bertkit.run_outputs import write_text_atomic
 from bertkit.training_setup import last_checkpoint
@@ -35,7 +37,32 @@ class TrainingRun:
     seconds: float
 
 
+def add_early_stopping(cfg: DictConfig, trainer: Trainer) -> None:
+    """early_stopping.patience: Trainer's EarlyStoppingCallback on the checkpoint-selecting
+    metric; checked here so that a missing setting is one message, not Trainer's assertion."""
+    settings = OmegaConf.select(cfg, "early_stopping")
+    if settings is None or settings.patience is None:
+        return
+    if int(settings.patience) < 1:
+        raise BertkitError(f"early_stopping.patience={settings.patience}: expected a positive "
+                           f"integer (or null to turn early stopping off)")
+    args = trainer.args
+    # The config's value: TrainingArguments fills in "loss" by itself, which GLUE's evaluation
+    # names eval_validation_loss, and Trainer would then turn early stopping off with a warning.
+    watched = OmegaConf.select(cfg, "trainer.metric_for_best_model")
+    if not watched or not args.load_best_model_at_end:
+        raise BertkitError("early_stopping.patience needs trainer.metric_for_best_model (the dev "
+                           "metric to watch, e.g. validation_accuracy for GLUE) and "
+                           "trainer.load_best_model_at_end=true")
+    if args.eval_strategy == "no":
+        raise BertkitError("early_stopping.patience needs evaluations: set trainer.eval_strategy "
+                           "to epoch or steps")
+    trainer.add_callback(EarlyStoppingCallback(early_stopping_patience=int(settings.patience),
+                                               early_stopping_threshold=settings.threshold))
+
+
 def train(cfg: DictConfig, run_dir: Path, trainer: Trainer, hyperparameters: dict) -> TrainingRun:
+    add_early_stopping(cfg, trainer)
     main = trainer.is_world_process_zero()
     uses_wandb = "wandb" in (trainer.args.report_to or [])
     wandb_run = start_wandb_run(cfg, run_dir, hyperparameters) if main and uses_wandb else None
