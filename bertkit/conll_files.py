@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bertkit.errors import BertkitError
+from bertkit.hub_datasets import load_hub_dataset
 from bertkit.text_files import read_utf8
 
 logger = logging.getLogger(__name__)
@@ -168,21 +169,15 @@ def conll_from_hub(
     the dataset's features (ClassLabel), else by tag_names, or tag strings. Hub copies of
     CoNLL-2003 drop the -DOCSTART- lines: without document_column, documents are unknown
     (NO_DOCUMENT)."""
-    import datasets
 
     check_tag_scheme(tag_scheme)
     where = f"the Hub dataset {path}" + (f"/{name}" if name else "")
-    try:
-        raw = (datasets.load_dataset(path, name, revision=revision) if revision
-               else datasets.load_dataset(path, name))
-    except Exception as err:  # offline, unknown name, ...: one message, not a Hub traceback
-        raise BertkitError(
-            f"could not load {where} ({type(err).__name__}: "
-            f"{str(err).splitlines()[0] if str(err) else ''}). Without network, give the files "
-            f"in the CoNLL format: task.data_dir=<dir with train.txt, valid.txt, test.txt> or "
-            f"task.train_file= / task.validation_file= [/ task.test_file=]; online, another "
-            f"copy with task.hub.path= (task.hub.revision=, task.hub.tag_names=)"
-        ) from None
+    raw = load_hub_dataset(
+        where,
+        "give the files in the CoNLL format: task.data_dir=<dir with train.txt, valid.txt, "
+        "test.txt> or task.train_file= / task.validation_file= [/ task.test_file=]; online, "
+        "another copy with task.hub.path= (task.hub.revision=, task.hub.tag_names=)",
+        path, name, **({"revision": revision} if revision else {}))
     known = set(labels)
     splits = {}
     for split, table in raw.items():

@@ -13,6 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 from bertkit.demo_data import ensure_demo_data
 from bertkit.errors import BertkitError
 from bertkit.glue_files import read_glue_file
+from bertkit.hub_datasets import load_hub_dataset
 
 SINGLE_FILE_KEYS = {"train": "train_file", "validation": "validation_file", "test": "test_file"}
 
@@ -120,14 +121,10 @@ def load_local_splits(task: DictConfig) -> datasets.DatasetDict:
 
 def load_hub_splits(task: DictConfig) -> datasets.DatasetDict:
     hub = task.hub
-    try:
-        raw = datasets.load_dataset(hub.path, hub.name)
-    except Exception as err:  # offline, unknown name, ...: one message, not a Hub traceback
-        raise BertkitError(
-            f"could not load the Hub dataset {hub.path}/{hub.name} for task {task.name} "
-            f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}). Without "
-            f"network, give local files: task.data_dir=<dir with {', '.join(task.files.values())}>"
-        ) from None
+    raw = load_hub_dataset(
+        f"the Hub dataset {hub.path}/{hub.name} for task {task.name}",
+        f"give local files: task.data_dir=<dir with {', '.join(task.files.values())}>",
+        hub.path, hub.name)
     text_a, text_b = hub.columns.text_a, hub.columns.text_b
     to_task_label = None
     if task.labels is not None:

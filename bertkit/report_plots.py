@@ -7,7 +7,6 @@ state), and saved atomically: a temp file in the target directory, then os.repla
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -15,24 +14,15 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from bertkit.run_outputs import atomic_file
+
 
 def save_figure_atomic(fig: Figure, path: str | os.PathLike) -> Path:
     """Write fig as a PNG to path; a reader never sees half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     FigureCanvasAgg(fig)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            fig.savefig(handle, format="png", dpi=100)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
+    with atomic_file(path, "wb") as handle:
+        fig.savefig(handle, format="png", dpi=100)
+    return Path(path)
 
 
 def plot_expected_max(

@@ -8,16 +8,21 @@ import json
 import os
 import tempfile
 from collections.abc import Iterable, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 
-def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
+@contextmanager
+def atomic_file(path: str | os.PathLike, mode: str = "w"):
+    """An open temporary file beside `path` that replaces it only when the block ends without
+    an error; mode "w" (UTF-8 text) or "wb"."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
+        text = {"encoding": "utf-8", "newline": ""} if "b" not in mode else {}
+        with os.fdopen(fd, mode, **text) as handle:
+            yield handle
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
@@ -25,7 +30,12 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-    return path
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
+    with atomic_file(path) as handle:
+        handle.write(text)
+    return Path(path)
 
 
 def write_json_atomic(path: str | os.PathLike, payload: dict) -> Path:

@@ -16,6 +16,7 @@ from pathlib import Path
 import datasets
 
 from bertkit.errors import BertkitError
+from bertkit.hub_datasets import load_hub_dataset
 from bertkit.text_files import read_utf8
 
 logger = logging.getLogger(__name__)
@@ -183,15 +184,11 @@ def squad_from_hub(name: str, split: str) -> datasets.Dataset:
     v2 = hub_path.endswith("squad_v2")
     train, dev = ("train-v2.0.json", "dev-v2.0.json") if v2 else ("train-v1.1.json",
                                                                   "dev-v1.1.json")
-    try:
-        table = datasets.load_dataset(hub_path, split=split)
-    except Exception as err:  # offline, unknown name, ...: one message, not a Hub traceback
-        raise BertkitError(
-            f"could not load split {split!r} of the Hub dataset {hub_path} "
-            f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}). Without "
-            f"network, give the original JSON files: task.train_file=<path to {train}> "
-            f"task.validation_file=<path to {dev}>"
-        ) from None
+    table = load_hub_dataset(
+        f"split {split!r} of the Hub dataset {hub_path}",
+        f"give the original JSON files: task.train_file=<path to {train}> "
+        f"task.validation_file=<path to {dev}>",
+        hub_path, split=split)
     missing = [column for column in COLUMNS if column not in table.column_names]
     if missing:
         raise BertkitError(

@@ -16,6 +16,7 @@ from pathlib import Path
 import datasets
 
 from bertkit.errors import BertkitError
+from bertkit.hub_datasets import load_hub_dataset
 from bertkit.text_files import read_utf8
 
 NUM_CHOICES = 4  # fixed by the format: ending0..ending3
@@ -110,16 +111,12 @@ def swag_from_hub(path: str, name: str | None, split: str, files: dict) -> datas
     """One split of the Hub's SWAG (allenai/swag, configuration "regular") in the schema, with a
     message that points to the release's CSV files when the Hub is out of reach."""
     where = f"{path}/{name}" if name else path
-    try:
-        table = datasets.load_dataset(path, name, split=split)
-    except Exception as err:  # offline, unknown name, ...: one message, not a Hub traceback
-        raise BertkitError(
-            f"could not load split {split!r} of the Hub dataset {where} "
-            f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}). Without "
-            f"network, give the CSV files of the SWAG release: task.data_dir=<dir with "
-            f"{files['train']} and {files['validation']}>, or task.train_file=<path to "
-            f"{files['train']}> task.validation_file=<path to {files['validation']}>"
-        ) from None
+    table = load_hub_dataset(
+        f"split {split!r} of the Hub dataset {where}",
+        f"give the CSV files of the SWAG release: task.data_dir=<dir with {files['train']} and "
+        f"{files['validation']}>, or task.train_file=<path to {files['train']}> "
+        f"task.validation_file=<path to {files['validation']}>",
+        path, name, split=split)
     missing = [column for column in REQUIRED if column not in table.column_names]
     if missing:
         raise BertkitError(f"the Hub dataset {where} ({split}) has no column(s) "
