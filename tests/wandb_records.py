@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 from pathlib import Path
 
 from wandb.proto import wandb_internal_pb2
@@ -44,13 +45,28 @@ def raw_records(path: Path) -> list[bytes]:
     return records
 
 
+def complete_records(path: Path, timeout: float = 60.0) -> list:
+    """The log's records once its exit record is there. wandb.finish() can return before the
+    W&B service has flushed the offline log (seen under load in the full suite: an empty
+    summary), so wait for the record that closes the run rather than read a partial file."""
+    deadline = time.monotonic() + timeout
+    while True:
+        records = []
+        for raw in raw_records(path):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(raw)
+            records.append(record)
+        if any(r.WhichOneof("record_type") == "exit" for r in records):
+            return records
+        assert time.monotonic() < deadline, f"{path}: no exit record after {timeout} s"
+        time.sleep(0.2)
+
+
 def read_offline_run(run_dir: Path) -> dict:
     """The run's config (after every update), its tags, group, name and final summary."""
     (path,) = Path(run_dir).glob("run-*.wandb")
     result = {"config": {}, "summary": {}, "history_keys": set(), "tags": [], "group": None}
-    for raw in raw_records(path):
-        record = wandb_internal_pb2.Record()
-        record.ParseFromString(raw)
+    for record in complete_records(path):
         kind = record.WhichOneof("record_type")
         if kind == "run":
             result["tags"] = list(record.run.tags)
