@@ -108,7 +108,7 @@ def finetune_glue(cfg: DictConfig, run_dir: Path | None = None) -> dict:
         "validation": results,
         "train": {
             "loss": train_output.training_loss,
-            "steps": train_output.global_step,
+            **run.progress(),
             "seconds": round(train_seconds, 2),
             "examples": len(features["train"]),
         },
@@ -117,7 +117,8 @@ def finetune_glue(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     write_json_atomic(run_dir / "metrics.json", summary)
     where = finish_wandb(run, {f"{split}/{metric}": value for split, values in results.items()
                                for metric, value in values.items()},
-                         hyperparameters["num_parameters"])
+                         hyperparameters["num_parameters"],
+                         (summary["main_metric"], summary["main_value"]))
     scores = "; ".join(f"{split}: " + ", ".join(f"{k} {v:.4f}" for k, v in values.items())
                        for split, values in results.items())
     print(f"\n{task.name}: {task.main_metric} = {summary['main_value']:.4f} ({scores})\n"

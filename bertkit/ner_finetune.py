@@ -158,7 +158,7 @@ def finetune_ner(cfg: DictConfig, run_dir: Path | None = None) -> dict:
                  for split in splits},
         "train": {
             "loss": train_output.training_loss,
-            "steps": train_output.global_step,
+            **run.progress(),
             "seconds": round(train_seconds, 2),
             "sentences": len(splits["train"]),
             "features": len(features["train"]),
@@ -168,7 +168,8 @@ def finetune_ner(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     write_json_atomic(run_dir / "metrics.json", summary)
     where = finish_wandb(run, {f"{split}/{metric}": value for split, values in results.items()
                                for metric, value in values.items()},
-                         hyperparameters["num_parameters"])
+                         hyperparameters["num_parameters"],
+                         (summary["main_metric"], summary["main_value"]))
     scores = "; ".join(
         f"{split}: precision {values['precision']:.4f}, recall {values['recall']:.4f}, "
         f"f1 {values['f1']:.4f}" for split, values in results.items())

@@ -268,7 +268,7 @@ def pretrain(cfg: DictConfig, run_dir: Path | None = None) -> dict:
         "last_log": lines[-1] if lines else {},
         "train": {
             "loss": train_output.training_loss,
-            "steps": train_output.global_step,
+            **run.progress(),
             "seconds": round(train_seconds, 2),
             "tokens_seen": trainer.state.num_input_tokens_seen,
         },

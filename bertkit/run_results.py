@@ -37,6 +37,10 @@ class RunResult:
     main_value: float
     grid_point: GridPoint  # (learning_rate, train_batch_size, num_train_epochs)
     metrics: dict[str, float] = field(default_factory=dict)  # "split/metric" -> value
+    # Successive halving stops runs part-way: steps trained of the planned schedule.
+    steps: int | None = None
+    planned_steps: int | None = None
+    complete: bool = True
 
 
 @dataclass(frozen=True)
@@ -104,7 +108,22 @@ def read_run(path: Path) -> RunResult | None:
         grid_point=(float(hyper["learning_rate"]), int(hyper["train_batch_size"]),
                     float(hyper["num_train_epochs"])),
         metrics=flatten_validation(data["validation"]),
+        **_progress(path, data.get("train")),
     )
+
+
+def _progress(path: Path, train: object) -> dict:
+    """steps / planned_steps / complete of metrics.json's "train"; runs written before these
+    keys existed count as complete."""
+    if not isinstance(train, dict):
+        return {}
+    complete = train.get("complete", True)
+    if not isinstance(complete, bool):
+        raise BertkitError(f"{path}: train.complete {complete!r} is not true or false")
+    return {"steps": train.get("steps") if _is_number(train.get("steps")) else None,
+            "planned_steps": (train.get("planned_steps")
+                              if _is_number(train.get("planned_steps")) else None),
+            "complete": complete}
 
 
 def read_failed(path: Path) -> FailedRun:

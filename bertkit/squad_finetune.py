@@ -151,13 +151,14 @@ def finetune_squad(cfg: DictConfig, run_dir: Path | None = None) -> dict:
                        "decode_seconds": round(final["eval_decode_seconds"], 3),
                        "seconds": round(final["eval_runtime"], 2)},
         "files": files,
-        "train": {"loss": train_output.training_loss, "steps": train_output.global_step,
+        "train": {"loss": train_output.training_loss, **run.progress(),
                   "seconds": round(train_seconds, 2), "questions": len(splits["train"]),
                   "windows": len(train_windows)},
         "hyperparameters": hyperparameters,
     }
     write_json_atomic(run_dir / "metrics.json", summary)
-    where = finish_wandb(run, scores, hyperparameters["num_parameters"])
+    where = finish_wandb(run, scores, hyperparameters["num_parameters"],
+                         (summary["main_metric"], summary["main_value"]))
     shown = ", ".join(f"{name} {scores[name]:.2f}" for name in scores
                       if name in ("exact_match", "exact", "f1", "best_f1", "best_f1_thresh"))
     print(f"\n{task.name}: {task.main_metric} = {summary['main_value']:.2f} ({shown}); "

@@ -99,7 +99,7 @@ def finetune_swag(cfg: DictConfig, run_dir: Path | None = None) -> dict:
         "files": {"predictions": str(predictions)},
         "train": {
             "loss": train_output.training_loss,
-            "steps": train_output.global_step,
+            **run.progress(),
             "seconds": round(train_seconds, 2),
             "examples": len(features["train"]),
         },
@@ -107,7 +107,8 @@ def finetune_swag(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     }
     write_json_atomic(run_dir / "metrics.json", summary)
     where = finish_wandb(run, {f"validation/{name}": value for name, value in scores.items()},
-                         hyperparameters["num_parameters"])
+                         hyperparameters["num_parameters"],
+                         (summary["main_metric"], summary["main_value"]))
     print(f"\n{task.name}: {task.main_metric} = {summary['main_value']:.4f} "
           f"({scores['correct']} of {scores['examples']} validation examples)\n"
           f"  metrics:     {run_dir / 'metrics.json'}\n"

@@ -1,19 +1,20 @@
 """What every recipe family does around Trainer.train, in one place: the tracker Trainer
-reports to, early stopping, the W&B run and the resolved config.yaml on the main process,
-resuming from the last checkpoint when asked, the training time, and closing the W&B run with
-the final scores.
+reports to, early stopping, stopping at a share of the schedule (successive halving), the W&B
+run and the resolved config.yaml on the main process, resuming from the last checkpoint when
+asked, the training time, and closing the W&B run with the final scores.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
-from transformers import EarlyStoppingCallback, Trainer
+from transformers import EarlyStoppingCallback, Trainer, TrainerCallback
 
 from bertkit.errors import BertkitError
 from bertkit.experiment_logging import resolve_wandb_mode, start_wandb_run
@@ -35,6 +36,13 @@ class TrainingRun:
     wandb_run: Any  # the open W&B run (main process, W&B on), else None
     output: Any  # Trainer's TrainOutput
     seconds: float
+    planned_steps: int  # the whole schedule's optimizer steps
+    complete: bool  # False when train_fraction stopped it before the end of its schedule
+
+    def progress(self) -> dict:
+        """How far training went, for metrics.json's "train" (successive halving's accounting)."""
+        return {"steps": self.output.global_step, "planned_steps": self.planned_steps,
+                "complete": self.complete}
 
 
 def add_early_stopping(cfg: DictConfig, trainer: Trainer) -> None:
@@ -61,8 +69,43 @@ def add_early_stopping(cfg: DictConfig, trainer: Trainer) -> None:
                                                early_stopping_threshold=settings.threshold))
 
 
+class StopAtStepShare(TrainerCallback):
+    """Stop (and save a checkpoint) once `share` of the planned optimizer steps are done.
+
+    The schedule stays the whole run's (learning-rate decay over all planned steps), so a run
+    continued with resume=true goes on exactly as if it had never stopped.
+    """
+
+    def __init__(self, share: float):
+        self.share = share
+
+    def stop_step(self, max_steps: int) -> int:
+        return max(1, math.ceil(self.share * max_steps))
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step >= self.stop_step(state.max_steps):
+            control.should_training_stop = True
+            control.should_save = True
+        return control
+
+
+def add_train_fraction(cfg: DictConfig, trainer: Trainer) -> StopAtStepShare | None:
+    share = OmegaConf.select(cfg, "train_fraction")
+    if share is None:
+        return None
+    if not 0.0 < float(share) <= 1.0:
+        raise BertkitError(f"train_fraction={share}: expected a number in (0, 1], or null for "
+                           f"the whole schedule")
+    if float(share) == 1.0:
+        return None
+    callback = StopAtStepShare(float(share))
+    trainer.add_callback(callback)
+    return callback
+
+
 def train(cfg: DictConfig, run_dir: Path, trainer: Trainer, hyperparameters: dict) -> TrainingRun:
     add_early_stopping(cfg, trainer)
+    stopper = add_train_fraction(cfg, trainer)
     main = trainer.is_world_process_zero()
     uses_wandb = "wandb" in (trainer.args.report_to or [])
     wandb_run = start_wandb_run(cfg, run_dir, hyperparameters) if main and uses_wandb else None
@@ -74,17 +117,27 @@ def train(cfg: DictConfig, run_dir: Path, trainer: Trainer, hyperparameters: dic
                        trainer.args.output_dir)
     started = time.perf_counter()
     output = trainer.train(resume_from_checkpoint=checkpoint)
-    return TrainingRun(main, wandb_run, output, time.perf_counter() - started)
+    seconds = time.perf_counter() - started
+    state = trainer.state
+    # Early stopping also ends a run before max_steps; only the step share leaves it incomplete.
+    complete = stopper is None or state.global_step >= state.max_steps
+    return TrainingRun(main, wandb_run, output, seconds, state.max_steps, complete)
 
 
-def finish_wandb(run: TrainingRun, final: dict[str, float], num_parameters: int) -> str:
-    """The final scores into the run's summary as final/<key>, then close it; returns a line
-    saying where the run went."""
+def finish_wandb(run: TrainingRun, final: dict[str, float], num_parameters: int,
+                 headline: tuple[str, float] | None = None) -> str:
+    """The final scores into the run's summary as final/<key>, the task's main metric and
+    value (what bertkit-report ranks by, also from offline run files), then close it; returns
+    a line saying where the run went."""
     if run.wandb_run is None:
         return "W&B: off"
     for key, value in final.items():
         run.wandb_run.summary[f"final/{key}"] = value
     run.wandb_run.summary["num_parameters"] = num_parameters
+    run.wandb_run.summary["train/complete"] = run.complete
+    run.wandb_run.summary["train/planned_steps"] = run.planned_steps
+    if headline is not None:
+        run.wandb_run.summary["main_metric"], run.wandb_run.summary["main_value"] = headline
     where = f"W&B run: {run.wandb_run.dir if run.wandb_run.offline else run.wandb_run.url}"
     run.wandb_run.finish()
     return where
