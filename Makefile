@@ -48,7 +48,7 @@ else
 LAUNCH := $(BIN)/torchrun --standalone --nproc_per_node=$(NPROC) -m bertkit
 endif
 
-.PHONY: install demo test lint glue $(addprefix glue-,$(GLUE_TASKS)) bench-glue squad squad2 swag ner \
+.PHONY: install demo test lint glue glue-grid $(addprefix glue-,$(GLUE_TASKS)) bench-glue squad squad2 swag ner \
 	pretrain pretrain-ablation bench-pretrain-data clean
 
 install: $(VENV)/.installed
@@ -67,12 +67,26 @@ test: install
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 lint: install
-	$(BIN)/ruff check bertkit tests
+	$(BIN)/ruff check bertkit hydra_plugins tests
 
 glue-%: install
 	$(LAUNCH) recipe=glue task=$* $(if $(GLUE_DIR),task.data_dir=$(GLUE_DIR)/$(glue_dir_$*)) $(O)
 
 glue: $(addprefix glue-,$(GLUE_TASKS))
+
+# The paper's grid over seeds for several tasks, one multirun per task (GLUE_GRID_SWEEP=
+# paper_grid_halving stops the weaker configurations early), then bertkit-report over all of
+# them. Every job of a task shares its tokenised data; a failed job is listed in the report.
+GLUE_GRID_TASKS ?= rte mrpc stsb cola
+GLUE_GRID_SEEDS ?= 1,2,3,4,5
+GLUE_GRID_SWEEP ?= paper_grid
+GLUE_GRID_DIR ?= multirun/glue-grid
+glue-grid: install
+	$(foreach task,$(GLUE_GRID_TASKS),$(BIN)/bertkit -m recipe=glue task=$(task) \
+	  sweep=$(GLUE_GRID_SWEEP) seed=$(GLUE_GRID_SEEDS) \
+	  $(if $(GLUE_DIR),task.data_dir=$(GLUE_DIR)/$(glue_dir_$(task))) \
+	  hydra.sweep.dir=$(GLUE_GRID_DIR)/$(task) $(O) && ) true
+	$(BIN)/bertkit-report $(GLUE_GRID_DIR)
 
 # SQuAD v1.1 and v2.0 with the paper's settings (recipes/squad.yaml, recipes/squad.md).
 squad: install

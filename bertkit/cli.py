@@ -1,13 +1,15 @@
 """The `bertkit` command: Hydra composes the config, the recipe's family runs it.
 
 Bad input surfaces as a BertkitError and is printed as one line, not a traceback. In a
-multirun (sweep) a failed job is recorded in its run directory and the sweep goes on.
+multirun (sweep) a failed job, whatever the error (bad input, out of memory, a diverging
+setting), is recorded in its run directory as failed.json and the sweep goes on.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+import traceback
 from pathlib import Path
 
 import hydra
@@ -29,9 +31,20 @@ def config_dir() -> str:
     return str(source if source.is_dir() else here / "_conf")
 
 
+def sweep_stamp() -> str:
+    """The name of the multirun's directory (its start time by default), the same for every
+    job of one sweep: sweep presets put it in the W&B group so a dashboard shows one sweep's
+    jobs together. Outside a multirun, the run's own stamp."""
+    if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+        return Path(HydraConfig.get().sweep.dir).name
+    return run_stamp()
+
+
 def register_resolvers() -> None:
     if not OmegaConf.has_resolver("bertkit_run_stamp"):
         OmegaConf.register_new_resolver("bertkit_run_stamp", run_stamp, use_cache=True)
+    if not OmegaConf.has_resolver("bertkit_sweep_stamp"):
+        OmegaConf.register_new_resolver("bertkit_sweep_stamp", sweep_stamp)
 
 
 # The task family (task.family, "glue" when absent) each recipe family runs.
@@ -85,17 +98,51 @@ def run_recipe(cfg: DictConfig) -> dict:
         f"swag, ner, pretrain, bench_glue, bench_pretrain_data)")
 
 
+def describe_failure(err: BaseException) -> str:
+    """One line for failed.json and the report: bertkit's own message as it is, anything else
+    prefixed with its type (torch.OutOfMemoryError, ValueError, ...)."""
+    if isinstance(err, BertkitError):
+        return str(err)
+    return f"{type(err).__module__}.{type(err).__qualname__}: {err}".removeprefix("builtins.")
+
+
+def record_failed_job(err: BaseException) -> None:
+    """failed.json (the error, and the traceback unless it is bertkit's own message), the
+    job's W&B run closed as failed, and GPU memory handed back for the next job."""
+    hydra_cfg = HydraConfig.get()
+    run_dir = Path(hydra_cfg.runtime.output_dir)
+    record = {"error": describe_failure(err), "job": hydra_cfg.job.num,
+              "overrides": list(hydra_cfg.overrides.task)}
+    if not isinstance(err, BertkitError):
+        record["traceback"] = "".join(traceback.format_exception(err))
+    write_json_atomic(run_dir / "failed.json", record)
+    logger.error("job %s failed: %s", hydra_cfg.job.num, record["error"])
+    if "wandb" in sys.modules:
+        import wandb
+
+        if wandb.run is not None:
+            wandb.run.finish(exit_code=1)
+    if "torch" in sys.modules:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
 def _hydra_task(cfg: DictConfig) -> None:
+    multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     try:
         run_recipe(cfg)
     except BertkitError as err:
-        if HydraConfig.get().mode == RunMode.MULTIRUN:
-            run_dir = Path(HydraConfig.get().runtime.output_dir)
-            write_json_atomic(run_dir / "failed.json", {"error": str(err)})
-            logger.error("job %s failed: %s", HydraConfig.get().job.num, err)
+        if multirun:
+            record_failed_job(err)
             return
         print(f"bertkit: error: {err}", file=sys.stderr)
         sys.exit(2)
+    except Exception as err:  # noqa: BLE001 - a sweep outlives any one job's failure
+        if not multirun:
+            raise
+        record_failed_job(err)
 
 
 def main() -> None:

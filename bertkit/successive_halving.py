@@ -1,0 +1,181 @@
+"""Successive halving over a sweep's grid (Jamieson & Talwalkar 2016; the rung schedule of
+Li et al.'s Hyperband brackets): start every configuration, stop the weaker ones early,
+continue the rest.
+
+Every job trains its own whole schedule (learning-rate decay over all its planned steps) but
+stops at a share of it: rung k trains to min_fraction * eta**k of the planned steps (the last
+rung to the end). After each rung the configurations of a bracket are ranked by their mean dev
+score over seeds, the best 1/eta go on from their checkpoint (resume=true), the others stop.
+A configuration that survives every rung therefore ends exactly where the full grid's run of
+it would have; what is saved is the tail of the stopped ones.
+
+This module holds the pure parts (schedule, identities, ranking, accounting); the Hydra sweeper
+that launches the rungs is hydra_plugins/bertkit_halving_sweeper.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bertkit.errors import BertkitError
+
+Overrides = tuple[str, ...]
+
+
+def rung_fractions(min_fraction: float, eta: float) -> list[float]:
+    """The share of each job's schedule trained by the end of each rung, last one 1.0."""
+    if not 0.0 < min_fraction <= 1.0:
+        raise BertkitError(f"hydra.sweeper.min_fraction={min_fraction}: expected a share of "
+                           f"the schedule in (0, 1]")
+    if eta <= 1.0:
+        raise BertkitError(f"hydra.sweeper.eta={eta}: expected a number above 1 (the best "
+                           f"1/eta of the configurations go on after each rung)")
+    fractions, share = [], float(min_fraction)
+    while share < 1.0 - 1e-9:
+        fractions.append(share)
+        share *= eta
+    return [*fractions, 1.0]
+
+
+def override_key(override: str) -> str:
+    """trainer.learning_rate of "trainer.learning_rate=2e-5" (and of "+x=1" / "++x=1")."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def configuration_of(overrides: Sequence[str], replicate_keys: Iterable[str]) -> Overrides:
+    """A job's configuration: its overrides without the replicate keys (the seed)."""
+    replicate = set(replicate_keys)
+    return tuple(o for o in overrides if override_key(o) not in replicate)
+
+
+def bracket_of(overrides: Sequence[str], searched_keys: Iterable[str],
+               replicate_keys: Iterable[str]) -> Overrides:
+    """What a configuration competes within: its overrides without the searched keys (the
+    grid) and the replicate keys, e.g. ("task=rte",). Tasks never compete with each other."""
+    dropped = set(searched_keys) | set(replicate_keys)
+    return tuple(o for o in overrides if override_key(o) not in dropped)
+
+
+def survivors(scores: dict[Overrides, list[float | None]], eta: float,
+              greater_is_better: bool = True) -> list[Overrides]:
+    """The configurations of one bracket that go on: the best max(1, floor(n / eta)) by mean
+    score over their seeds (failed seeds, None, left out). A configuration whose every seed
+    failed never goes on. Ties keep the earlier configuration (grid order)."""
+    scored = []
+    for order, (config, values) in enumerate(scores.items()):
+        finished = [v for v in values if v is not None and math.isfinite(v)]
+        if finished:
+            mean = sum(finished) / len(finished)
+            scored.append((-mean if greater_is_better else mean, order, config))
+    keep = max(1, math.floor(len(scores) / eta))
+    return [config for _, _, config in sorted(scored)[:keep]]
+
+
+@dataclass
+class JobOutcome:
+    """What one job's run directory says after a rung."""
+
+    run_dir: Path
+    score: float | None  # main_value on dev; None: the job failed
+    steps: int = 0  # optimizer steps trained so far (cumulative over rungs)
+    planned_steps: int = 0
+    train_batch_size: int = 0
+    train_seconds: float = 0.0  # this rung's training time
+    error: str | None = None
+
+
+def read_outcome(run_dir: Path) -> JobOutcome:
+    """The job's metrics.json (written by its recipe), or its failed.json."""
+    run_dir = Path(run_dir)
+    metrics_path, failed_path = run_dir / "metrics.json", run_dir / "failed.json"
+    if metrics_path.is_file():
+        data = json.loads(metrics_path.read_text(encoding="utf-8"))
+        train = data.get("train", {})
+        if "main_value" not in data or "planned_steps" not in train:
+            raise BertkitError(f"{metrics_path}: not a finetuning result (no main_value or "
+                               f"train.planned_steps): successive halving ranks finetuning "
+                               f"recipes by their main dev metric")
+        return JobOutcome(run_dir, float(data["main_value"]), int(train["steps"]),
+                          int(train["planned_steps"]),
+                          int(data["hyperparameters"]["train_batch_size"]),
+                          float(train.get("seconds", 0.0)))
+    if failed_path.is_file():
+        error = json.loads(failed_path.read_text(encoding="utf-8")).get("error", "failed")
+        return JobOutcome(run_dir, None, error=str(error))
+    return JobOutcome(run_dir, None, error="the job left neither metrics.json nor failed.json")
+
+
+def set_aside_rung_result(run_dir: Path, rung: int) -> None:
+    """Before a job is continued: its metrics.json becomes metrics_rung<k>.json, so that a
+    failure in the next rung is not hidden behind the previous rung's result."""
+    metrics = Path(run_dir) / "metrics.json"
+    if metrics.is_file():
+        metrics.replace(metrics.with_name(f"metrics_rung{rung}.json"))
+
+
+def delete_weights(run_dir: Path, names: Sequence[str]) -> None:
+    """A stopped job's checkpoints and model (large, never continued); its scores stay."""
+    for name in names:
+        shutil.rmtree(Path(run_dir) / name, ignore_errors=True)
+
+
+@dataclass
+class HalvingLedger:
+    """Every rung's jobs, scores and decisions, and the compute they used (halving.json)."""
+
+    fractions: list[float]
+    eta: float
+    rungs: list[dict] = field(default_factory=list)
+    jobs: dict[str, dict] = field(default_factory=dict)  # run_dir -> last outcome
+
+    def record_rung(self, rung: int, outcomes: dict[Overrides, JobOutcome],
+                    configuration: dict[Overrides, Overrides],
+                    bracket: dict[Overrides, Overrides], kept: set[Overrides]) -> None:
+        entries = []
+        for job, outcome in outcomes.items():
+            config = configuration[job]
+            entries.append({"overrides": list(job), "run_dir": str(outcome.run_dir),
+                            "bracket": list(bracket[job]), "score": outcome.score,
+                            "steps": outcome.steps, "planned_steps": outcome.planned_steps,
+                            "train_seconds": outcome.train_seconds, "error": outcome.error,
+                            "continues": config in kept})
+            previous = self.jobs.get(str(outcome.run_dir), {})
+            self.jobs[str(outcome.run_dir)] = {
+                "steps": outcome.steps or previous.get("steps", 0),
+                "planned_steps": outcome.planned_steps or previous.get("planned_steps", 0),
+                "train_batch_size": (outcome.train_batch_size
+                                     or previous.get("train_batch_size", 0)),
+                "train_seconds": previous.get("train_seconds", 0.0) + outcome.train_seconds,
+                "last_rung": rung, "failed": outcome.score is None,
+            }
+        self.rungs.append({"rung": rung, "fraction": self.fractions[rung],
+                           "configurations": len(set(configuration[j] for j in outcomes)),
+                           "jobs": len(outcomes),
+                           "continued_configurations": len(kept), "jobs_detail": entries})
+
+    def compute(self) -> dict:
+        """Training examples (steps x batch) used vs the full grid (every job to its end),
+        and training seconds with the full grid's estimated at each job's measured speed."""
+        used = full = 0
+        seconds_used = seconds_full = 0.0
+        for job in self.jobs.values():
+            batch = job["train_batch_size"]
+            used += job["steps"] * batch
+            full += job["planned_steps"] * batch
+            seconds_used += job["train_seconds"]
+            if job["steps"]:
+                seconds_full += job["train_seconds"] / job["steps"] * job["planned_steps"]
+        return {"examples_trained": used, "examples_full_grid": full,
+                "saved_fraction": (1.0 - used / full) if full else None,
+                "train_seconds": round(seconds_used, 2),
+                "train_seconds_full_grid_estimate": round(seconds_full, 2),
+                "jobs_measured": sum(1 for j in self.jobs.values() if j["planned_steps"])}
+
+    def as_dict(self) -> dict:
+        return {"method": "successive halving", "eta": self.eta, "fractions": self.fractions,
+                "rungs": self.rungs, "compute": self.compute()}
