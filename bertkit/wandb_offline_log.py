@@ -1,0 +1,181 @@
+"""Read what a W&B run stored in its transaction log (`run-<id>.wandb`), without W&B's service.
+
+bertkit-report uses it to rebuild the results of runs whose run directories are gone but whose
+W&B offline run directories (or the local copies of synced online runs) are still there; the
+tests use it to check what a run logged.
+
+Why by hand: the installed wandb (0.31) has no Python reader of the log any more. The log is
+written by the Go service (wandb-core); `wandb/sdk/internal/datastore.py`, which could read
+it, went away with the Python internal process. The format is small and stable:
+
+- a 7-byte header: b":W&B", a little-endian 2-byte magic (0xBEE1) and a version byte;
+- then a LevelDB-style log: 32 KiB blocks of records, each with a 7-byte header (CRC-32 of the
+  type byte and the data, little-endian length, type FULL/FIRST/MIDDLE/LAST); a block's last
+  few bytes are zero padding when no header fits;
+- each reassembled record is a `wandb_internal_pb2.Record` protobuf message (run with its
+  config, config updates, history, summary updates, ..., and exit with the exit code).
+
+A log is read as it is at the moment: a run still being written, or killed, ends in a torn
+record, which is dropped; such a log has no exit record (`exit_code` None). Right after
+`wandb.finish()` the service may not have flushed the log yet, so a caller that has just
+finished a run can wait for the exit record (`wait_for_exit`).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import time
+import zlib
+from pathlib import Path
+
+from bertkit.errors import BertkitError
+
+BLOCK = 32 * 1024
+HEADER = 7
+FILE_HEADER = 7
+IDENT = b":W&B"
+FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
+
+
+def raw_records(path: Path) -> list[bytes]:
+    """The data of every complete record of the log, in order; a torn last record is dropped.
+
+    A record whose checksum does not match, anywhere but at the torn end, is a damaged file:
+    a BertkitError naming it and the offset.
+    """
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise BertkitError(f"{path}: cannot read: {err}") from None
+    if data[:4] != IDENT:
+        raise BertkitError(f"{path}: not a W&B transaction log (no {IDENT!r} header)")
+    pos, records, pending = FILE_HEADER, [], None
+    while pos + HEADER <= len(data):
+        left = BLOCK - pos % BLOCK
+        if left < HEADER:  # the block's tail is padding
+            pos += left
+            continue
+        checksum, length, kind = struct.unpack("<IHB", data[pos:pos + HEADER])
+        if kind == 0:  # zero padding up to the end of the block
+            pos += left
+            continue
+        start, end = pos + HEADER, pos + HEADER + length
+        if end > len(data):  # torn: the writer has not finished this record
+            break
+        chunk = data[start:end]
+        if zlib.crc32(bytes([kind]) + chunk) & 0xFFFFFFFF != checksum:
+            raise BertkitError(f"{path}: damaged W&B log: checksum mismatch at byte {pos}")
+        pos = end
+        if kind == FULL:
+            records.append(chunk)
+            pending = None
+        elif kind == FIRST:
+            pending = chunk
+        elif kind in (MIDDLE, LAST) and pending is not None:
+            pending += chunk
+            if kind == LAST:
+                records.append(pending)
+                pending = None
+        else:
+            raise BertkitError(f"{path}: damaged W&B log: record type {kind} at byte {pos}")
+    return records
+
+
+def read_records(path: Path) -> list:
+    """The log's records as `wandb_internal_pb2.Record` messages, read once."""
+    from wandb.proto import wandb_internal_pb2
+
+    records = []
+    for number, raw in enumerate(raw_records(path)):
+        record = wandb_internal_pb2.Record()
+        try:
+            record.ParseFromString(raw)
+        except Exception as err:  # protobuf's DecodeError
+            raise BertkitError(f"{path}: damaged W&B log: record {number}: {err}") from None
+        records.append(record)
+    return records
+
+
+def _has_exit(records: list) -> bool:
+    return any(r.WhichOneof("record_type") == "exit" for r in records)
+
+
+def complete_records(path: Path, timeout: float = 60.0) -> list:
+    """The log's records once its exit record is there, waiting up to `timeout` seconds:
+    wandb.finish() can return before the W&B service has flushed the offline log (seen under
+    load in the test suite: an empty summary)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        records = read_records(path)
+        if _has_exit(records):
+            return records
+        if time.monotonic() >= deadline:
+            raise BertkitError(f"{path}: no exit record after {timeout} s")
+        time.sleep(0.2)
+
+
+def find_log(run_dir: Path) -> Path:
+    """The one `run-*.wandb` file of a W&B run directory."""
+    logs = sorted(Path(run_dir).glob("run-*.wandb"))
+    if len(logs) != 1:
+        found = ", ".join(p.name for p in logs) or "none"
+        raise BertkitError(f"{run_dir}: expected one run-*.wandb file, found {found}")
+    return logs[0]
+
+
+def _key(item) -> str:
+    return item.key or "/".join(item.nested_key)
+
+
+def read_offline_run(run_dir: Path, wait_for_exit: float | None = None) -> dict:
+    """What the run in run_dir logged: its config (after every update), final summary, the
+    keys its history logged, tags, group, name, start time (seconds since the epoch, None
+    without a run record) and exit code (None when the log has no exit record: a run still
+    going, or killed). wait_for_exit: seconds to wait for the exit record (see
+    complete_records); None reads the log once as it is."""
+    path = find_log(run_dir)
+    records = (read_records(path) if wait_for_exit is None
+               else complete_records(path, wait_for_exit))
+    result = {"path": path, "config": {}, "summary": {}, "history_keys": set(), "tags": [],
+              "group": None, "name": None, "start_time": None, "exit_code": None,
+              "has_run_record": False}
+    for record in records:
+        kind = record.WhichOneof("record_type")
+        if kind == "run":
+            run = record.run
+            result["has_run_record"] = True
+            result["tags"] = list(run.tags)
+            result["group"] = run.run_group
+            result["name"] = run.display_name
+            result["start_time"] = run.start_time.seconds + run.start_time.nanos / 1e9
+            items = run.config.update
+        elif kind == "config":
+            items = record.config.update
+            for item in record.config.remove:
+                result["config"].pop(_key(item), None)
+        elif kind == "summary":
+            for item in record.summary.update:
+                result["summary"][_key(item)] = _json(path, item)
+            for item in record.summary.remove:
+                result["summary"].pop(_key(item), None)
+            continue
+        elif kind == "history":
+            result["history_keys"].update(_key(item) for item in record.history.item)
+            continue
+        elif kind == "exit":
+            result["exit_code"] = record.exit.exit_code
+            continue
+        else:
+            continue
+        for item in items:
+            result["config"][_key(item)] = _json(path, item)
+    return result
+
+
+def _json(path: Path, item):
+    try:
+        return json.loads(item.value_json)
+    except json.JSONDecodeError as err:
+        raise BertkitError(f"{path}: W&B value of {_key(item)!r} is not JSON: {err}") from None
