@@ -1,7 +1,10 @@
 """bertkit-report OUTPUTS_DIR [--out REPORT_DIR] [--compare GLOB_A GLOB_B] [--decimals N]
+                  [--source {auto,files,wandb}] [--reference KEY ...] [--references FILE]
 
-Collects the finetuning runs under OUTPUTS_DIR and writes report.md, results.csv,
-report.json and per-task figures into REPORT_DIR (default OUTPUTS_DIR/report).
+Collects the finetuning runs under OUTPUTS_DIR (their metrics.json, or the W&B run logs of
+runs whose metrics.json is gone) and writes report.md, results.csv, report.json and per-task
+figures into REPORT_DIR (default OUTPUTS_DIR/report), with published scores as reference
+rows and each system's distance to them.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from pathlib import Path
 
 from bertkit.errors import BertkitError
 from bertkit.report_writer import build_report, write_report
+from bertkit.run_results import SOURCES
 
 PROG = "bertkit-report"
 
@@ -29,6 +33,18 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                              "to OUTPUTS_DIR (fnmatch, '*' also matches '/')")
     parser.add_argument("--decimals", type=int, default=1, metavar="N",
                         help="decimals shown in report.md (default 1)")
+    parser.add_argument("--source", choices=SOURCES, default="auto",
+                        help="where runs are read from: auto (default) metrics.json where a "
+                             "run directory has one, else the run's W&B log (wandb/offline-"
+                             "run-*/run-*.wandb); files: metrics.json and failed.json only; "
+                             "wandb: the W&B run logs only")
+    parser.add_argument("--reference", action="append", default=None, metavar="KEY",
+                        help="a published score to show and measure against (a key of the "
+                             "references file; repeatable). Default: every reference whose "
+                             "models include a system's model; 'none': no reference")
+    parser.add_argument("--references", type=Path, default=None, metavar="FILE",
+                        help="the references file (default: bertkit's "
+                             "recipes/reference_scores.yaml)")
     return parser.parse_args(argv)
 
 
@@ -36,7 +52,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     out_dir = args.out if args.out is not None else args.outputs_dir / "report"
     try:
-        report = build_report(args.outputs_dir, compare=args.compare, decimals=args.decimals)
+        report = build_report(args.outputs_dir, compare=args.compare, decimals=args.decimals,
+                              source=args.source, references_file=args.references,
+                              reference_keys=args.reference)
         written = write_report(report, out_dir)
     except BertkitError as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)

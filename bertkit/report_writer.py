@@ -9,6 +9,11 @@ main_value over seeds on dev (best_grid_point), and the cell summarizes the seed
 Scores of a task whose main values are all within [-1, 1] (fractions, as GLUE writes them)
 are shown ×100; others (SQuAD, already in percent) as they are. report.json keeps the raw
 values next to the scale.
+
+Published scores (recipes/reference_scores.yaml, see reference_scores) are added as rows of
+the table and each system's mean is measured against them ("Distance to reference"), with the
+reference's split said: the GLUE numbers of the papers are test-server scores, bertkit's are
+dev scores.
 """
 
 from __future__ import annotations
@@ -20,11 +25,17 @@ from fnmatch import fnmatch
 from pathlib import Path
 
 from bertkit.errors import BertkitError
+from bertkit.reference_scores import (
+    choose_references,
+    default_references_path,
+    load_references,
+    matches_model,
+)
 from bertkit.report_plots import plot_expected_max, plot_seeds
 from bertkit.report_statistics import best_grid_point, compare_groups, expected_max_curve
 from bertkit.report_tables import column_header, glue_table_csv, glue_table_markdown
 from bertkit.run_outputs import write_json_atomic, write_text_atomic
-from bertkit.run_results import GRID_KEYS, RunResult, collect_runs
+from bertkit.run_results import GRID_KEYS, METRICS_FILE, RunResult, collect_runs
 
 
 def system_name(run: RunResult) -> str:
@@ -63,16 +74,33 @@ def _best(runs: Sequence[RunResult], root: Path) -> dict:
     }
 
 
+NOT_FOUND = {
+    "files": "no metrics.json with a main_metric",
+    "wandb": "no finished W&B run log",
+    "auto": "no metrics.json with a main_metric, no finished W&B run log",
+}
+
+
 def build_report(
-    root: str | Path, compare: Sequence[str] | None = None, decimals: int = 1
+    root: str | Path,
+    compare: Sequence[str] | None = None,
+    decimals: int = 1,
+    source: str = "auto",
+    references_file: str | Path | None = None,
+    reference_keys: Sequence[str] | None = None,
 ) -> dict:
-    """Everything the report shows, as plain data (the content of report.json)."""
+    """Everything the report shows, as plain data (the content of report.json).
+
+    source: where runs are read from (run_results.SOURCES). references_file: the published
+    scores (default: the packaged recipes/reference_scores.yaml); reference_keys: the entries
+    to show (None: those whose models match a system's model; ["none"]: none).
+    """
     root = Path(root)
     if decimals < 0:
         raise BertkitError(f"--decimals {decimals}: must be 0 or more")
-    runs, failed = collect_runs(root)
+    runs, failed = collect_runs(root, source=source)
     if not runs:
-        message = f"{root}: no finetuning runs found (no metrics.json with a main_metric)"
+        message = f"{root}: no finetuning runs found ({NOT_FOUND.get(source, source)})"
         if failed:
             first = failed[0]
             message += (f"; {len(failed)} failed job(s), the first "
@@ -105,13 +133,22 @@ def build_report(
 
     rows = {s["system"]: {t: [v * task_info[t]["scale"] for v in b["values"]]
                           for t, b in s["tasks"].items()} for s in system_rows}
+    references = _references(system_rows, task_info, references_file, reference_keys)
+    for reference in references["chosen"]:
+        if reference["tasks_shown"]:
+            rows[reference["row"]] = {t: [reference["scores"][t]]
+                                      for t in reference["tasks_shown"]}
     metrics = {t: info["metric"] for t, info in task_info.items()}
     report = {
         "outputs_dir": str(root),
         "decimals": decimals,
         "n_runs": len(runs),
+        "source": source,
+        "runs_by_source": {name: sum(r.source == name for r in runs)
+                           for name in sorted({r.source for r in runs})},
         "tasks": task_info,
         "systems": system_rows,
+        "references": references,
         "table_markdown": glue_table_markdown(rows, tasks, metrics, decimals=decimals,
                                               scale=1.0),
         "table_csv": glue_table_csv(rows, tasks, scale=1.0),
@@ -122,6 +159,53 @@ def build_report(
     if compare:
         report["comparison"] = _compare(runs, root, compare[0], compare[1], task_info)
     return report
+
+
+def _references(system_rows: list[dict], task_info: dict, references_file,
+                reference_keys: Sequence[str] | None) -> dict:
+    """The chosen references, their table rows and every system's distance to them.
+
+    A reference is measured against every system when named with --reference, else against
+    the systems whose model it lists. Only tasks in the table count, and only where the
+    reference's metric is the runs' main metric (a run with another task.main_metric is not
+    comparable).
+    """
+    keys = list(reference_keys) if reference_keys is not None else None
+    if keys == ["none"]:
+        return {"file": None, "requested": keys, "chosen": [], "distances": [], "skipped": []}
+    path = Path(references_file) if references_file is not None else default_references_path()
+    chosen, named = choose_references(load_references(path), keys,
+                                      [s["model"] for s in system_rows])
+    entries, distances, skipped = [], [], []
+    for reference in chosen:
+        systems = [s for s in system_rows if named or matches_model(reference, s["model"])]
+        shown = []
+        for task, info in task_info.items():
+            if task not in reference.scores:
+                continue
+            if reference.metrics[task] != info["metric"]:
+                skipped.append({"reference": reference.key, "task": task,
+                                "reason": f"the reference is {reference.metrics[task]}, the "
+                                          f"runs' main metric is {info['metric']}"})
+                continue
+            shown.append(task)
+            value = reference.scores[task]
+            for system in systems:
+                best = system["tasks"].get(task)
+                if best is None:
+                    continue
+                mean = best["summary"]["mean"] * info["scale"]
+                distances.append({
+                    "system": system["system"], "reference": reference.key,
+                    "reference_label": reference.label, "task": task, "metric": info["metric"],
+                    "reference_split": reference.split, "run_split": "dev",
+                    "system_mean": mean, "n_seeds": best["summary"]["n"],
+                    "reference_value": value, "difference": mean - value,
+                    "reference_note": reference.notes.get(task, "")})
+        entries.append({**reference.as_dict(), "row": reference.label, "tasks_shown": shown,
+                        "systems": [s["system"] for s in systems]})
+    return {"file": str(path), "requested": keys, "chosen": entries, "distances": distances,
+            "skipped": skipped}
 
 
 def _compare(runs, root: Path, glob_a: str, glob_b: str, task_info: dict) -> dict:
@@ -167,14 +251,17 @@ def _one_line(text: str) -> str:
 def render_markdown(report: dict) -> str:
     d = report["decimals"]
     tasks = report["tasks"]
+    read_from = ", ".join(f"{n} from {'metrics.json' if name == METRICS_FILE else 'W&B logs'}"
+                          for name, n in report["runs_by_source"].items())
     out = ["# bertkit report", "",
-           f"{report['n_runs']} finished run(s) and {len(report['failed'])} failed job(s) "
-           f"under `{report['outputs_dir']}`.", "",
+           f"{report['n_runs']} finished run(s) ({read_from}) and {len(report['failed'])} "
+           f"failed job(s) under `{report['outputs_dir']}`.", "",
            "## Results", "",
            "Main metric on dev: mean ± std (median) over seeds at the grid point with the best "
            "mean on dev; fractions are shown ×100. Average: mean of the task means, only for "
-           "rows with every task.", "",
+           "rows with every task." + _reference_rows_note(report["references"]), "",
            report["table_markdown"].rstrip("\n"), "",
+           *_render_distances(report["references"], tasks, d),
            "## Best grid point per task", ""]
     body = []
     for system in report["systems"]:
@@ -223,6 +310,51 @@ def render_markdown(report: dict) -> str:
                    f"(expected_max_{safe_name(task)}.png), "
                    f"[seeds at the best grid point](seeds_{safe_name(task)}.png)")
     return "\n".join(out) + "\n"
+
+
+def _reference_rows_note(references: dict) -> str:
+    if not any(r["tasks_shown"] for r in references["chosen"]):
+        return ""
+    return (" Reference rows are published scores (one number each), labelled with their "
+            "split: a test score is on other examples than bertkit's dev scores.")
+
+
+def _render_distances(references: dict, tasks: dict, d: int) -> list[str]:
+    """The "Distance to reference" section, ending with a blank line."""
+    out = ["## Distance to reference", ""]
+    if not references["chosen"]:
+        out.append("No reference (`--reference none`)." if references["requested"] == ["none"]
+                   else f"No reference in `{references['file']}` lists a model of these runs; "
+                        "`--reference KEY` names one.")
+        return out + [""]
+    out += ["Per system and task: the system's mean on dev (at its best grid point, as in "
+            "Results) minus the published score, in points. Where the reference is a test-set "
+            "score, the difference also holds the gap between the dev and the test set.", ""]
+    body = []
+    for item in references["distances"]:
+        note = ("reference on test, run on dev" if item["reference_split"] == "test"
+                else "both on dev")
+        if item["reference_note"]:
+            note += f"; reference: {item['reference_note']}"
+        body.append([item["system"], item["reference_label"], tasks[item["task"]]["header"],
+                     f"{_fmt(item['system_mean'], d)} ({item['n_seeds']} seeds)",
+                     _fmt(item["reference_value"], d), f"{item['difference']:+.{d}f}", note])
+    if body:
+        out.append(_markdown_table(["System", "Reference", "Task", "System (dev)", "Reference",
+                                    "System − reference", "Note"], body).rstrip("\n"))
+    else:
+        out.append("No task of these runs has a reference score.")
+    for item in references["skipped"]:
+        out.append(f"\n- {item['reference']}, {item['task']}: not compared: {item['reason']}")
+    shown = [r for r in references["chosen"] if r["tasks_shown"]]
+    if shown:
+        out += ["", "References:", ""]
+        out += [f"- {r['label']} (`{r['key']}`, {r['split']} set): {r['source']}"
+                for r in shown]
+    if references["requested"] is not None:  # named ones without a task here are said so
+        out += [f"\n- `{r['key']}`: no score for the tasks of these runs"
+                for r in references["chosen"] if not r["tasks_shown"]]
+    return out + [""]
 
 
 def _json_safe(value):

@@ -5,6 +5,9 @@ that failed, see cli.py). The walk does not descend into a run directory, so the
 downstream/<task>/metrics.json and checkpoints/ of a run are never read as runs of their own.
 A malformed file stops the report with a BertkitError naming it: a table silently missing a
 run would be worse than no table.
+
+Where a run directory lost its metrics.json but kept its W&B run (wandb/offline-run-*/), the
+result is rebuilt from the W&B log (wandb_runs.py); `source` picks which files count.
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ from bertkit.errors import BertkitError
 METRICS_FILE = "metrics.json"
 FAILED_FILE = "failed.json"
 GRID_KEYS = ("learning_rate", "train_batch_size", "num_train_epochs")
+# auto: metrics.json / failed.json where a run directory has them, else its W&B run log;
+# files: metrics.json / failed.json only; wandb: the W&B run logs only.
+SOURCES = ("auto", "files", "wandb")
 
 GridPoint = tuple[float, int, float]
 
@@ -41,6 +47,7 @@ class RunResult:
     steps: int | None = None
     planned_steps: int | None = None
     complete: bool = True
+    source: str = METRICS_FILE  # or "wandb": rebuilt from the run's W&B log
 
 
 @dataclass(frozen=True)
@@ -51,29 +58,47 @@ class FailedRun:
     error: str
 
 
-def collect_runs(root: Path) -> tuple[list[RunResult], list[FailedRun]]:
+def collect_runs(root: Path, source: str = "files") -> tuple[list[RunResult], list[FailedRun]]:
     """All finetuning runs and failed jobs under root (itself a run directory or any parent).
 
     Both lists are sorted by run directory. A metrics.json without "main_metric" (a
     pretraining run) is not a finetuning result and is skipped. When a directory holds both
     files, metrics.json wins: the job was rerun and finished.
+
+    source (SOURCES): "files" reads metrics.json and failed.json only. "auto" also reads the
+    W&B run directories (wandb/offline-run-*/run-*.wandb, or run-*/ of a synced online run)
+    that are not inside a run directory with metrics.json or failed.json: those win, so no
+    run is counted twice. "wandb" reads the W&B run logs only, wherever they are. A W&B log
+    yields one result per job directory (see wandb_runs).
     """
+    if source not in SOURCES:
+        raise BertkitError(f"source {source!r}: expected one of {', '.join(SOURCES)}")
     root = Path(root)
     if not root.is_dir():
         raise BertkitError(f"{root}: no such directory")
+    from bertkit.wandb_runs import is_wandb_run_dir, runs_from_wandb
+
     runs: list[RunResult] = []
     failed: list[FailedRun] = []
+    wandb_dirs: list[Path] = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames.sort()
         here = Path(dirpath)
-        if METRICS_FILE in filenames:
+        if source != "wandb" and METRICS_FILE in filenames:
             dirnames.clear()  # downstream/, checkpoints/, model/ belong to this run
             run = read_run(here / METRICS_FILE)
             if run is not None:
                 runs.append(run)
-        elif FAILED_FILE in filenames:
+        elif source != "wandb" and FAILED_FILE in filenames:
             dirnames.clear()
             failed.append(read_failed(here / FAILED_FILE))
+        elif source != "files" and is_wandb_run_dir(here, filenames):
+            dirnames.clear()  # files/, logs/, tmp/
+            wandb_dirs.append(here)
+    if wandb_dirs:
+        from_wandb, failed_wandb = runs_from_wandb(wandb_dirs)
+        runs += from_wandb
+        failed += failed_wandb
     runs.sort(key=lambda r: str(r.run_dir))
     failed.sort(key=lambda r: str(r.run_dir))
     return runs, failed

@@ -73,8 +73,10 @@ def test_report_files_and_numbers(sweep, capsys):
                  if line.startswith("| glue")]
     assert [r.split("|")[3].strip() for r in best_rows] == ["2e-05", "3e-05"]
 
-    # results.csv parses and carries the same numbers in full
-    (csv_row,) = list(csv.DictReader(io.StringIO((out / "results.csv").read_text())))
+    # results.csv parses and carries the same numbers in full; the runs' model is
+    # bert-base-uncased, so the paper's BERT-base row follows (tests/test_report_references.py)
+    csv_row, reference_row = list(csv.DictReader(io.StringIO((out / "results.csv").read_text())))
+    assert reference_row["system"] == "BERT-base (Devlin et al. 2019, GLUE test)"
     assert float(csv_row["mrpc_mean"]) == pytest.approx(88.0)
     assert float(csv_row["mrpc_std"]) == pytest.approx(2.0)
     assert float(csv_row["rte_median"]) == pytest.approx(70.0)
@@ -159,4 +161,4 @@ def test_console_script_on_an_empty_directory(tmp_path):
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
         f"bertkit-report: error: {tmp_path}: no finetuning runs found "
-        "(no metrics.json with a main_metric)"]
+        "(no metrics.json with a main_metric, no finished W&B run log)"]
