@@ -251,11 +251,12 @@ def _one_line(text: str) -> str:
 def render_markdown(report: dict) -> str:
     d = report["decimals"]
     tasks = report["tasks"]
-    read_from = ", ".join(f"{n} from {'metrics.json' if name == METRICS_FILE else 'W&B logs'}"
+    read_from = ", ".join(f"{n} from {'metrics.json' if name == METRICS_FILE else 'W&B run logs'}"
                           for name, n in report["runs_by_source"].items())
     out = ["# bertkit report", "",
-           f"{report['n_runs']} finished run(s) ({read_from}) and {len(report['failed'])} "
-           f"failed job(s) under `{report['outputs_dir']}`.", "",
+           f"{report['n_runs']} finished run(s) and {len(report['failed'])} failed job(s) "
+           f"under `{report['outputs_dir']}`; runs read {read_from} (--source "
+           f"{report['source']}).", "",
            "## Results", "",
            "Main metric on dev: mean ± std (median) over seeds at the grid point with the best "
            "mean on dev; fractions are shown ×100. Average: mean of the task means, only for "

@@ -59,6 +59,8 @@ def test_report_files_and_numbers(sweep, capsys):
     assert "## Failed jobs" in md
     assert f"- `glue/mrpc/lr5e-05/seed1`: {FAILED_ERROR}" in md
     assert "1 failed job(s)" in printed
+    assert "12 finished run(s) and 1 failed job(s) under" in md
+    assert "runs read 12 from metrics.json (--source auto)." in md
 
     # Table 1: one row for glue / bert-base-uncased, best grid point per task, average 78.5
     row = next(line for line in md.splitlines() if line.startswith("| glue / bert-base"))

@@ -82,7 +82,8 @@ def test_finished_failed_and_unfinished_runs(tmp_path):
     # the report lists them as failed jobs
     assert main([str(root), "--reference", "none"]) == 0
     md = (root / "report" / "report.md").read_text(encoding="utf-8")
-    assert "3 finished run(s) (3 from W&B logs) and 3 failed job(s)" in md
+    assert "3 finished run(s) and 3 failed job(s) under" in md
+    assert "runs read 3 from W&B run logs (--source auto)." in md
     assert ("- `mnli-seed2/wandb/" + crashed.name
             + "`: failed (mnli seed 2): the W&B run exited with code 1") in md
 
