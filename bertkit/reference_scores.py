@@ -1,4 +1,5 @@
-"""Published scores to compare bertkit's runs with: recipes/reference_scores.yaml, read and checked.
+"""Published scores to compare bertkit's runs with: recipes/references/published_scores.yaml,
+read and checked.
 
 Each entry (a key such as bert_base_paper_test) has a label, its source (paper, table), the
 split its numbers were measured on (dev or test: the GLUE numbers of Devlin et al. are test
@@ -6,8 +7,9 @@ server numbers, bertkit's runs are scored on dev), the model names it applies to
 bertkit task the score in percent of that task's main metric (conf/task/<task>.yaml
 main_metric), so that a reference and a run always measure the same thing.
 
-The file is found as conf/ is (cli.config_dir): conf/recipe/ of a source checkout (a link to
-recipes/), else the copy packaged as bertkit/_conf/recipe/.
+The file is found as conf/ is (cli.config_dir): conf/recipe/references/ of a source checkout
+(conf/recipe links to recipes/), else the copy packaged as bertkit/_conf/recipe/references/. It
+sits in a subfolder so that Hydra does not offer it as a recipe (recipe=...).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import yaml
 
 from bertkit.errors import BertkitError
 
-FILE_NAME = "reference_scores.yaml"
+FILE_NAME = "references/published_scores.yaml"
 SPLITS = ("dev", "test")
 ENTRY_KEYS = {"label", "source", "split", "models", "scores"}
 SCORE_KEYS = {"metric", "value", "note"}

@@ -44,7 +44,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                              "models include a system's model; 'none': no reference")
     parser.add_argument("--references", type=Path, default=None, metavar="FILE",
                         help="the references file (default: bertkit's "
-                             "recipes/reference_scores.yaml)")
+                             "recipes/references/published_scores.yaml)")
     return parser.parse_args(argv)
 
 

@@ -10,10 +10,11 @@ Scores of a task whose main values are all within [-1, 1] (fractions, as GLUE wr
 are shown ×100; others (SQuAD, already in percent) as they are. report.json keeps the raw
 values next to the scale.
 
-Published scores (recipes/reference_scores.yaml, see reference_scores) are added as rows of
-the table and each system's mean is measured against them ("Distance to reference"), with the
-reference's split said: the GLUE numbers of the papers are test-server scores, bertkit's are
-dev scores.
+Published scores (recipes/references/published_scores.yaml, see reference_scores) are added
+as rows of the table and each system's mean is measured against them ("Distance to
+reference"), with the reference's split said: the GLUE numbers of the papers are test-server
+scores, bertkit's are dev scores. Runs that successive halving stopped part-way are listed,
+never ranked; each sweep's halving.json becomes a section of its own (report_halving).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from bertkit.reference_scores import (
     load_references,
     matches_model,
 )
+from bertkit.report_halving import collect_halving, render_halving
 from bertkit.report_plots import plot_expected_max, plot_seeds
 from bertkit.report_statistics import best_grid_point, compare_groups, expected_max_curve
 from bertkit.report_tables import column_header, glue_table_csv, glue_table_markdown
@@ -92,15 +94,21 @@ def build_report(
     """Everything the report shows, as plain data (the content of report.json).
 
     source: where runs are read from (run_results.SOURCES). references_file: the published
-    scores (default: the packaged recipes/reference_scores.yaml); reference_keys: the entries
-    to show (None: those whose models match a system's model; ["none"]: none).
+    scores (default: the packaged recipes/references/published_scores.yaml); reference_keys:
+    the entries to show (None: those whose models match a system's model; ["none"]: none).
     """
     root = Path(root)
     if decimals < 0:
         raise BertkitError(f"--decimals {decimals}: must be 0 or more")
     runs, failed = collect_runs(root, source=source)
+    # Runs that successive halving stopped part-way hold partial scores: they are counted and
+    # listed, never chosen as a task's best configuration.
+    stopped = [r for r in runs if not r.complete]
+    runs = [r for r in runs if r.complete]
     if not runs:
         message = f"{root}: no finetuning runs found ({NOT_FOUND.get(source, source)})"
+        if stopped:
+            message += f"; {len(stopped)} run(s) stopped part-way by successive halving"
         if failed:
             first = failed[0]
             message += (f"; {len(failed)} failed job(s), the first "
@@ -155,6 +163,8 @@ def build_report(
         "failed": [{"run_dir": relative_dir(f.run_dir, root), "error": f.error}
                    for f in failed],
         "comparison": None,
+        "stopped": [relative_dir(r.run_dir, root) for r in stopped],
+        "halving": collect_halving(root),
     }
     if compare:
         report["comparison"] = _compare(runs, root, compare[0], compare[1], task_info)
@@ -305,6 +315,10 @@ def render_markdown(report: dict) -> str:
             out.append("No task has runs in both groups.")
         for task, reason in comparison["skipped"].items():
             out.append(f"\n- {task}: not compared: {reason}")
+    out += render_halving(report["halving"])
+    if report["stopped"]:
+        out += ["", f"{len(report['stopped'])} run(s) stopped part-way by successive halving "
+                    "are not in the tables."]
     out += ["", "## Figures", ""]
     for task in tasks:
         out.append(f"- {tasks[task]['header']}: [expected best vs trials]"

@@ -78,14 +78,29 @@ class StopAtStepShare(TrainerCallback):
 
     def __init__(self, share: float):
         self.share = share
+        self.stopped = False
 
     def stop_step(self, max_steps: int) -> int:
         return max(1, math.ceil(self.share * max_steps))
 
     def on_step_end(self, args, state, control, **kwargs):
         if state.global_step >= self.stop_step(state.max_steps):
+            self.stopped = True
             control.should_training_stop = True
             control.should_save = True
+            # At an epoch's end the uninterrupted run evaluates before going on, and every
+            # evaluation draws from the RNG (a DataLoader iterator takes a seed): evaluate now,
+            # so that the checkpoint (saved after evaluating) holds the RNG state the
+            # uninterrupted run continues from.
+            at_epoch_end = abs(state.epoch - round(state.epoch)) < 1e-9
+            if str(getattr(args.eval_strategy, "value", args.eval_strategy)) == "epoch" \
+                    and at_epoch_end:
+                control.should_evaluate = True
+        return control
+
+    def on_epoch_end(self, args, state, control, **kwargs):
+        if self.stopped:
+            control.should_evaluate = False  # done in on_step_end, before the checkpoint
         return control
 
 

@@ -32,8 +32,8 @@ TABLE_1 = {  # Devlin et al. (2019), Table 1, GLUE test server
 
 def test_packaged_references_use_real_tasks_and_their_main_metrics():
     path = default_references_path()
-    assert path == Path(config_dir()) / "recipe" / "reference_scores.yaml"
-    assert path.resolve() == REPO / "recipes" / "reference_scores.yaml"
+    assert path == Path(config_dir()) / "recipe" / "references" / "published_scores.yaml"
+    assert path.resolve() == REPO / "recipes" / "references" / "published_scores.yaml"
     references = load_references()
     assert len(references) >= 9
     composed = {}

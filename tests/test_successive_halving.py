@@ -14,6 +14,7 @@ from safetensors.torch import load_file
 from bertkit import cli
 from bertkit.errors import BertkitError
 from bertkit.glue_finetune import finetune_glue
+from bertkit.report_cli import main as report_main
 from bertkit.successive_halving import (
     HalvingLedger,
     JobOutcome,
@@ -78,22 +79,30 @@ def test_ledger_compute_against_hand_numbers(tmp_path):
     assert [r["continued_configurations"] for r in ledger.rungs] == [1, 1]
 
 
-def test_stopped_run_continues_to_exactly_the_uninterrupted_run(glue_dir, vocab_dir, tmp_path):
+@pytest.mark.parametrize(("fraction", "eval_strategy", "stop_step"), [
+    (0.3, "no", 4),  # mid-epoch
+    (0.5, "epoch", 6),  # at the end of epoch 1, where the uninterrupted run evaluates
+])
+def test_stopped_run_continues_to_exactly_the_uninterrupted_run(
+        fraction, eval_strategy, stop_step, glue_dir, vocab_dir, tmp_path):
     """train_fraction stops at ceil(share x planned steps) with a checkpoint; resume=true with
-    the whole schedule ends where a run that never stopped ends, weights and scores."""
+    the whole schedule ends where a run that never stopped ends, weights and scores. At an
+    epoch's end the checkpoint must be taken after that epoch's evaluation, which draws from
+    the RNG (each DataLoader iterator takes a seed), as the uninterrupted run does."""
     data = glue_dir("mrpc", n_train=48)
     overrides = tiny_run_overrides("mrpc", data, vocab_dir, **{
-        "trainer.max_steps": -1, "trainer.num_train_epochs": 2})  # 48 / 8 x 2 = 12 steps
+        "trainer.max_steps": -1, "trainer.num_train_epochs": 2,  # 48 / 8 x 2 = 12 steps
+        "trainer.eval_strategy": eval_strategy})
     reference_dir = tmp_path / "reference"
     finetune_glue(compose_config(overrides), run_dir=reference_dir)
 
     run_dir = tmp_path / "run"
-    finetune_glue(compose_config(overrides + ["train_fraction=0.3"]), run_dir=run_dir)
+    finetune_glue(compose_config(overrides + [f"train_fraction={fraction}"]), run_dir=run_dir)
     stopped = json.loads((run_dir / "metrics.json").read_text())
-    assert stopped["train"]["steps"] == math.ceil(0.3 * 12) == 4
+    assert stopped["train"]["steps"] == math.ceil(fraction * 12) == stop_step
     assert stopped["train"]["planned_steps"] == 12
     assert stopped["train"]["complete"] is False
-    assert (run_dir / "checkpoints" / "checkpoint-4").is_dir()
+    assert (run_dir / "checkpoints" / f"checkpoint-{stop_step}").is_dir()
 
     finetune_glue(compose_config(overrides + ["train_fraction=1.0", "resume=true"]),
                   run_dir=run_dir)
@@ -175,3 +184,21 @@ def test_halving_sweep_end_to_end(glue_dir, vocab_dir, tmp_path, monkeypatch):
     assert ledger["compute"]["examples_full_grid"] == full
     assert ledger["compute"]["saved_fraction"] == pytest.approx(1 - used / full)
     assert 0.4 < ledger["compute"]["saved_fraction"] < 0.8
+
+    # The report ranks only the finished runs and shows the rungs and the compute saved.
+    assert report_main([str(sweep_dir)]) == 0
+    report = json.loads((sweep_dir / "report" / "report.json").read_text())
+    (system,) = report["systems"]
+    survivor = next(name for name, run in metrics.items() if run["train"]["complete"])
+    assert system["tasks"]["wnli"]["run_dirs"] == [
+        f"{survivor.rsplit('/', 1)[0]}/seed{s}" for s in (1, 2)]
+    assert system["tasks"]["wnli"]["runs_tried"] == 2
+    assert len(report["stopped"]) == 6
+    (halving,) = report["halving"]
+    assert halving["path"] == "halving.json"
+    md = (sweep_dir / "report" / "report.md").read_text()
+    assert "## Successive halving" in md
+    assert "| 0 | 25% | 4 | 8 | 2 |" in md and "| 2 | 100% | 1 | 2 | 1 |" in md
+    assert (f"Training examples: {used:,} of {full:,} for the full grid "
+            f"(**{1 - used / full:.0%} saved**)") in md
+    assert "6 run(s) stopped part-way by successive halving are not in the tables." in md
