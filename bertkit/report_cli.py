@@ -31,6 +31,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--compare", nargs=2, metavar=("GLOB_A", "GLOB_B"), default=None,
                         help="significance of B vs A; globs match run directories relative "
                              "to OUTPUTS_DIR (fnmatch, '*' also matches '/')")
+    parser.add_argument("--paired", action="store_true",
+                        help="with --compare: the paired t-test over the seeds both groups ran "
+                             "(e.g. two checkpoints finetuned with the same seeds) instead of "
+                             "Welch's test")
+    parser.add_argument("--confidence", type=float, default=0.95, metavar="LEVEL",
+                        help="with --compare: level of the confidence interval (default 0.95)")
     parser.add_argument("--decimals", type=int, default=1, metavar="N",
                         help="decimals shown in report.md (default 1)")
     parser.add_argument("--source", choices=SOURCES, default="auto",
@@ -54,7 +60,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         report = build_report(args.outputs_dir, compare=args.compare, decimals=args.decimals,
                               source=args.source, references_file=args.references,
-                              reference_keys=args.reference)
+                              reference_keys=args.reference, paired=args.paired,
+                              confidence=args.confidence)
         written = write_report(report, out_dir)
     except BertkitError as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)

@@ -90,6 +90,8 @@ def build_report(
     source: str = "auto",
     references_file: str | Path | None = None,
     reference_keys: Sequence[str] | None = None,
+    paired: bool = False,
+    confidence: float = 0.95,
 ) -> dict:
     """Everything the report shows, as plain data (the content of report.json).
 
@@ -167,7 +169,8 @@ def build_report(
         "halving": collect_halving(root),
     }
     if compare:
-        report["comparison"] = _compare(runs, root, compare[0], compare[1], task_info)
+        report["comparison"] = _compare(runs, root, compare[0], compare[1], task_info,
+                                        paired=paired, confidence=confidence)
     return report
 
 
@@ -218,8 +221,10 @@ def _references(system_rows: list[dict], task_info: dict, references_file,
             "skipped": skipped}
 
 
-def _compare(runs, root: Path, glob_a: str, glob_b: str, task_info: dict) -> dict:
-    """Welch's t-test per task between the runs under glob_a (A) and glob_b (B).
+def _compare(runs, root: Path, glob_a: str, glob_b: str, task_info: dict,
+             paired: bool = False, confidence: float = 0.95) -> dict:
+    """Welch's t-test (paired: the paired t-test over the seeds both groups ran) per task
+    between the runs under glob_a (A) and glob_b (B).
 
     Each group's values are the seeds at that group's best dev grid point for the task, so a
     glob that covers a whole grid compares the configurations one would report.
@@ -235,12 +240,17 @@ def _compare(runs, root: Path, glob_a: str, glob_b: str, task_info: dict) -> dic
         best_a = _best([r for r in groups["a"] if r.task == task], root)
         best_b = _best([r for r in groups["b"] if r.task == task], root)
         try:
-            stats = compare_groups(best_a["values"], best_b["values"])
+            values_a, values_b = best_a["values"], best_b["values"]
+            if paired:  # by seed: the same seed of A and of B form a pair
+                values_a = dict(zip(best_a["seeds"], values_a, strict=True))
+                values_b = dict(zip(best_b["seeds"], values_b, strict=True))
+            stats = compare_groups(values_a, values_b, confidence=confidence, paired=paired)
         except BertkitError as err:
             skipped[task] = str(err)
             continue
         results[task] = {"a": best_a, "b": best_b, "scale": task_info[task]["scale"], **stats}
-    return {"glob_a": glob_a, "glob_b": glob_b, "n_runs_a": len(groups["a"]),
+    return {"glob_a": glob_a, "glob_b": glob_b, "paired": paired, "confidence": confidence,
+            "n_runs_a": len(groups["a"]),
             "n_runs_b": len(groups["b"]), "tasks": results, "skipped": skipped}
 
 
@@ -309,7 +319,7 @@ def render_markdown(report: dict) -> str:
                          c["test"]])
         if body:
             out.append(_markdown_table(["Task", "n A", "n B", "mean A", "mean B", "B − A",
-                                        f"{round(100 * 0.95)}% CI", "p", "test"],
+                                        f"{100 * comparison['confidence']:g}% CI", "p", "test"],
                                        body).rstrip("\n"))
         else:
             out.append("No task has runs in both groups.")

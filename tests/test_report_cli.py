@@ -132,6 +132,26 @@ def test_compare_is_welch_on_the_two_groups(sweep, capsys):
     assert "| MRPC (F1) | 3 | 3 | 88.00 | 85.00 | -3.00 |" in md
 
 
+def test_compare_paired_by_seed_with_a_chosen_confidence(sweep, capsys):
+    out = run_report(sweep, "--compare", "glue/*/lr2e-05/*", "glue/*/lr3e-05/*", "--paired",
+                     "--confidence", "0.9", "--decimals", "2")
+    comparison = json.loads((out / "report.json").read_text())["comparison"]
+    assert comparison["paired"] is True and comparison["confidence"] == 0.9
+    md = (out / "report.md").read_text(encoding="utf-8")
+    assert "| 90% CI |" in md
+    for task in ("mrpc", "rte"):
+        a, b = SCORES[(task, 2e-5)], SCORES[(task, 3e-5)]  # seeds 1, 2, 3 in order
+        result = comparison["tasks"][task]
+        assert result["p_value"] == pytest.approx(stats.ttest_rel(b, a).pvalue, rel=1e-12)
+        assert result["test"] == "paired t-test"
+        differences = [y - x for x, y in zip(a, b, strict=True)]
+        mean = sum(differences) / 3
+        sd = (sum((d - mean) ** 2 for d in differences) / 2) ** 0.5
+        half = stats.t.ppf(0.95, df=2) * sd / 3 ** 0.5  # two-sided 90%: the 95th percentile
+        assert result["ci_low"] == pytest.approx(mean - half, rel=1e-9)
+        assert result["ci_high"] == pytest.approx(mean + half, rel=1e-9)
+
+
 def test_compare_glob_without_runs_is_an_error(sweep, capsys):
     assert main([str(sweep), "--compare", "nothing/*", "glue/*"]) == 2
     assert "'nothing/*' matches no run directory" in capsys.readouterr().err
