@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from bertkit.errors import BertkitError
@@ -62,7 +62,8 @@ def collect_runs(root: Path, source: str = "files") -> tuple[list[RunResult], li
     """All finetuning runs and failed jobs under root (itself a run directory or any parent).
 
     Both lists are sorted by run directory. A metrics.json without "main_metric" (a
-    pretraining run) is not a finetuning result and is skipped. When a directory holds both
+    pretraining run) is not a finetuning result; the finetunes it ran downstream are
+    (read_downstream_runs). When a directory holds both
     files, metrics.json wins: the job was rerun and finished.
 
     source (SOURCES): "files" reads metrics.json and failed.json only. "auto" also reads the
@@ -89,6 +90,8 @@ def collect_runs(root: Path, source: str = "files") -> tuple[list[RunResult], li
             run = read_run(here / METRICS_FILE)
             if run is not None:
                 runs.append(run)
+            else:
+                runs += read_downstream_runs(here)
         elif source != "wandb" and FAILED_FILE in filenames:
             dirnames.clear()
             failed.append(read_failed(here / FAILED_FILE))
@@ -102,6 +105,25 @@ def collect_runs(root: Path, source: str = "files") -> tuple[list[RunResult], li
     runs.sort(key=lambda r: str(r.run_dir))
     failed.sort(key=lambda r: str(r.run_dir))
     return runs, failed
+
+
+def read_downstream_runs(pretraining_dir: Path) -> list[RunResult]:
+    """The finetunes a pretraining job ran on its own checkpoint (downstream/<task>/), each
+    named after the pretraining arm, e.g. "pretrain_ablation (dynamic masking, mlm)", so
+    that an ablation's arms are the rows of the table and its seeds are pooled per arm."""
+    downstream = pretraining_dir / "downstream"
+    if not downstream.is_dir():
+        return []
+    pretraining = _read_json_object(pretraining_dir / METRICS_FILE)
+    arm = (f"{pretraining.get('recipe', 'pretraining')} ({pretraining.get('masking', '?')} "
+           f"masking, {pretraining.get('objective', '?')})")
+    model = f"pretrained on {pretraining.get('corpus', '?')}"
+    runs = []
+    for path in sorted(downstream.glob(f"*/{METRICS_FILE}")):
+        run = read_run(path)
+        if run is not None:
+            runs.append(replace(run, recipe=arm, model=model))
+    return runs
 
 
 def read_run(path: Path) -> RunResult | None:

@@ -45,10 +45,11 @@ def sweep(tmp_path):
           glue_metrics("mnli", 1, {"validation_matched": {"accuracy": 0.84},
                                    "validation_mismatched": {"accuracy": 0.83}},
                        lr=3e-5, batch=16, epochs=2))
-    # a pretraining run with its downstream finetune: neither is a run of its own here
+    # a pretraining run with its downstream finetune: the finetune is a run of its arm
     seed42 = tmp_path / "multirun" / "pretrain_ablation" / "s" / "dynamic-mlm_nsp" / "seed42"
     write(seed42 / "metrics.json",
-          {"recipe": "pretrain_ablation", "seed": 42, "train": {"loss": 7.7},
+          {"recipe": "pretrain_ablation", "corpus": "wikitext2", "objective": "mlm_nsp",
+           "masking": "dynamic", "seed": 42, "train": {"loss": 7.7},
            "hyperparameters": hyperparameters(1e-3, 32, 3.0, 42),
            "downstream": {"rte": {"main_metric": "accuracy", "main_value": 0.53,
                                   "validation": {"validation": {"accuracy": 0.53}}}}})
@@ -64,11 +65,17 @@ def sweep(tmp_path):
 def test_collect_runs_reads_finished_and_failed_jobs(sweep):
     runs, failed = collect_runs(sweep)
     stamp = sweep / "multirun" / "glue" / "2026-01-01_00-00-00"
+    seed42 = sweep / "multirun" / "pretrain_ablation" / "s" / "dynamic-mlm_nsp" / "seed42"
     assert [r.run_dir for r in runs] == [stamp / "mnli" / "0", stamp / "mrpc" / "0",
                                          stamp / "mrpc" / "1",
+                                         seed42 / "downstream" / "rte",
                                          sweep / "outputs" / "squad" / "squad_v1" / "t"]
     assert failed == [FailedRun(stamp / "mrpc" / "2", "task.data_dir: no such directory")]
-    mnli, mrpc0, mrpc1, squad = runs
+    mnli, mrpc0, mrpc1, rte, squad = runs
+    # named after its pretraining arm, so that the ablation's arms are rows of the table
+    assert (rte.recipe, rte.model, rte.task, rte.seed, rte.main_value) == (
+        "pretrain_ablation (dynamic masking, mlm_nsp)", "pretrained on wikitext2", "rte", 42,
+        0.53)
     assert (mrpc0.recipe, mrpc0.task, mrpc0.seed, mrpc0.main_metric, mrpc0.main_value) == (
         "glue", "mrpc", 1, "f1", 0.88)
     assert mrpc0.model == "bert-base-uncased"
@@ -79,7 +86,6 @@ def test_collect_runs_reads_finished_and_failed_jobs(sweep):
     assert mnli.metrics == {"validation_matched/accuracy": 0.84,
                             "validation_mismatched/accuracy": 0.83}
     assert squad.metrics == {"validation/exact_match": 81.0, "validation/f1": 88.5}
-    assert all(r.task != "rte" for r in runs)   # downstream/ was not read
 
 
 def test_collect_runs_on_one_run_directory(sweep):
