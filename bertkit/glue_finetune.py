@@ -23,7 +23,7 @@ from bertkit.glue_predictions import write_dev_predictions, write_leaderboard_fi
 from bertkit.length_grouped_trainer import LengthGroupedTrainer
 from bertkit.model_loading import load_sequence_classifier, load_tokenizer
 from bertkit.run_outputs import write_json_atomic
-from bertkit.training_run import finish_wandb, report_to, train
+from bertkit.training_run import finish_wandb, report_to, result_header, train
 from bertkit.training_setup import build_training_arguments
 
 logger = logging.getLogger(__name__)
@@ -76,7 +76,7 @@ def finetune_glue(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     )
     hyperparameters = paper_hyperparameters(args, model, task.max_seq_length)
     run = train(cfg, run_dir, trainer, hyperparameters)
-    main, train_output, train_seconds = run.main, run.output, run.seconds
+    main = run.main
 
     results: dict[str, dict] = {}
     for split in validation_splits:
@@ -99,19 +99,9 @@ def finetune_glue(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     if not main:
         return results
     summary = {
-        "recipe": cfg.recipe.name,
-        "task": task.name,
-        "model": cfg.model.name_or_path or "from_scratch",
-        "seed": args.seed,
-        "main_metric": task.main_metric,
-        "main_value": results[validation_splits[0]][task.main_metric],
+        **result_header(cfg, args.seed, results[validation_splits[0]][task.main_metric]),
         "validation": results,
-        "train": {
-            "loss": train_output.training_loss,
-            **run.progress(),
-            "seconds": round(train_seconds, 2),
-            "examples": len(features["train"]),
-        },
+        "train": run.train_record(examples=len(features["train"])),
         "hyperparameters": hyperparameters,
     }
     write_json_atomic(run_dir / "metrics.json", summary)

@@ -36,7 +36,7 @@ from bertkit.ner_features import DECODING_COLUMNS, feature_splits
 from bertkit.ner_metrics import entity_scores, write_conll_predictions
 from bertkit.ner_trainer import TokenClassificationTrainer
 from bertkit.run_outputs import write_json_atomic
-from bertkit.training_run import finish_wandb, report_to, train
+from bertkit.training_run import finish_wandb, report_to, result_header, train
 from bertkit.training_setup import build_training_arguments
 
 logger = logging.getLogger(__name__)
@@ -125,7 +125,7 @@ def finetune_ner(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     if feature_based:  # the frozen encoder runs in eval mode: its dropout never applies
         hyperparameters.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     run = train(cfg, run_dir, trainer, hyperparameters)
-    main, train_output, train_seconds = run.main, run.output, run.seconds
+    main = run.main
 
     # The final model (the best checkpoint's, with load_best_model_at_end) on every split.
     results: dict[str, dict] = {}
@@ -144,25 +144,15 @@ def finetune_ner(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     if not main:
         return results
     summary = {
-        "recipe": cfg.recipe.name,
-        "task": task.name,
-        "model": cfg.model.name_or_path or "from_scratch",
-        "seed": args.seed,
-        "main_metric": task.main_metric,
-        "main_value": results["validation"][task.main_metric],
+        **result_header(cfg, args.seed, results["validation"][task.main_metric]),
         "validation": {"validation": results["validation"]},
         "test": {split: results[split] for split in evaluated if split != "validation"},
         "best_checkpoint": trainer.state.best_model_checkpoint,
         "files": files,
         "data": {split: {**counts[split], "tag_scheme": splits[split].bertkit_tag_scheme}
                  for split in splits},
-        "train": {
-            "loss": train_output.training_loss,
-            **run.progress(),
-            "seconds": round(train_seconds, 2),
-            "sentences": len(splits["train"]),
-            "features": len(features["train"]),
-        },
+        "train": run.train_record(sentences=len(splits["train"]),
+                                  features=len(features["train"])),
         "hyperparameters": hyperparameters,
     }
     write_json_atomic(run_dir / "metrics.json", summary)

@@ -249,7 +249,7 @@ def pretrain(cfg: DictConfig, run_dir: Path | None = None) -> dict:
         sentence_task=cfg.objective.sentence_task)
     hyperparameters = pretraining_hyperparameters(cfg, args, model)
     run = train(cfg, run_dir, trainer, hyperparameters)
-    main, train_output, train_seconds = run.main, run.output, run.seconds
+    main, train_output = run.main, run.output
     model_dir = run_dir / "model"
     trainer.save_model(str(model_dir))
     if not main:
@@ -266,12 +266,7 @@ def pretrain(cfg: DictConfig, run_dir: Path | None = None) -> dict:
         "seed": args.seed,
         "first_log": lines[0] if lines else {},
         "last_log": lines[-1] if lines else {},
-        "train": {
-            "loss": train_output.training_loss,
-            **run.progress(),
-            "seconds": round(train_seconds, 2),
-            "tokens_seen": trainer.state.num_input_tokens_seen,
-        },
+        "train": run.train_record(tokens_seen=trainer.state.num_input_tokens_seen),
         "data": {
             "instances": None if phases is None else [
                 {"max_seq_length": length, "instances": len(phase.lengths),

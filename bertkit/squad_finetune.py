@@ -41,7 +41,7 @@ from bertkit.squad_metrics import (
     write_predictions_json,
 )
 from bertkit.squad_trainer import QuestionAnsweringTrainer
-from bertkit.training_run import finish_wandb, report_to, train
+from bertkit.training_run import finish_wandb, report_to, result_header, train
 from bertkit.training_setup import build_training_arguments
 
 logger = logging.getLogger(__name__)
@@ -127,7 +127,7 @@ def finetune_squad(cfg: DictConfig, run_dir: Path | None = None) -> dict:
                        "n_best_size": task.n_best_size,
                        "max_answer_length": task.max_answer_length}
     run = train(cfg, run_dir, trainer, hyperparameters)
-    main, train_output, train_seconds = run.main, run.output, run.seconds
+    main = run.main
 
     final = trainer.evaluate()  # the best checkpoint's, with load_best_model_at_end
     trainer.save_model(str(run_dir / "model"))
@@ -138,22 +138,15 @@ def finetune_squad(cfg: DictConfig, run_dir: Path | None = None) -> dict:
               and name != "epoch"}
     files = _write_answers(run_dir, trainer.last_answers)
     summary = {
-        "recipe": cfg.recipe.name,
-        "task": task.name,
+        **result_header(cfg, args.seed, scores[task.main_metric]),
         "version": task.version,
-        "model": cfg.model.name_or_path or "from_scratch",
-        "seed": args.seed,
-        "main_metric": task.main_metric,
-        "main_value": scores[task.main_metric],
         "validation": scores,
         "best_checkpoint": trainer.state.best_model_checkpoint,
         "evaluation": {"questions": len(examples), "windows": len(evaluation),
                        "decode_seconds": round(final["eval_decode_seconds"], 3),
                        "seconds": round(final["eval_runtime"], 2)},
         "files": files,
-        "train": {"loss": train_output.training_loss, **run.progress(),
-                  "seconds": round(train_seconds, 2), "questions": len(splits["train"]),
-                  "windows": len(train_windows)},
+        "train": run.train_record(questions=len(splits["train"]), windows=len(train_windows)),
         "hyperparameters": hyperparameters,
     }
     write_json_atomic(run_dir / "metrics.json", summary)

@@ -131,7 +131,7 @@ class HalvingLedger:
     fractions: list[float]
     eta: float
     rungs: list[dict] = field(default_factory=list)
-    jobs: dict[str, dict] = field(default_factory=dict)  # run_dir -> last outcome
+    jobs: dict[str, dict] = field(default_factory=dict)  # run_dir -> compute used so far
 
     def record_rung(self, rung: int, outcomes: dict[Overrides, JobOutcome],
                     configuration: dict[Overrides, Overrides],
@@ -151,7 +151,6 @@ class HalvingLedger:
                 "train_batch_size": (outcome.train_batch_size
                                      or previous.get("train_batch_size", 0)),
                 "train_seconds": previous.get("train_seconds", 0.0) + outcome.train_seconds,
-                "last_rung": rung, "failed": outcome.score is None,
             }
         self.rungs.append({"rung": rung, "fraction": self.fractions[rung],
                            "configurations": len(set(configuration[j] for j in outcomes)),

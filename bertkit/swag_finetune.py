@@ -30,7 +30,7 @@ from bertkit.swag_data import load_swag_splits
 from bertkit.swag_features import check_max_seq_length, encode_splits
 from bertkit.swag_files import NUM_CHOICES
 from bertkit.swag_metrics import accuracy, choice_logits, write_predictions
-from bertkit.training_run import finish_wandb, report_to, train
+from bertkit.training_run import finish_wandb, report_to, result_header, train
 from bertkit.training_setup import build_training_arguments
 
 logger = logging.getLogger(__name__)
@@ -77,7 +77,7 @@ def finetune_swag(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     hyperparameters = {**paper_hyperparameters(args, model, task.max_seq_length),
                        "num_choices": NUM_CHOICES}
     run = train(cfg, run_dir, trainer, hyperparameters)
-    main, train_output, train_seconds = run.main, run.output, run.seconds
+    main = run.main
 
     output = trainer.predict(features["validation"], metric_key_prefix="eval_validation")
     logits = choice_logits(output.predictions)
@@ -89,20 +89,10 @@ def finetune_swag(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     predictions = write_predictions(run_dir / "predictions" / "validation.tsv",
                                     splits["validation"], logits)
     summary = {
-        "recipe": cfg.recipe.name,
-        "task": task.name,
-        "model": cfg.model.name_or_path or "from_scratch",
-        "seed": args.seed,
-        "main_metric": task.main_metric,
-        "main_value": scores[task.main_metric],
+        **result_header(cfg, args.seed, scores[task.main_metric]),
         "validation": scores,
         "files": {"predictions": str(predictions)},
-        "train": {
-            "loss": train_output.training_loss,
-            **run.progress(),
-            "seconds": round(train_seconds, 2),
-            "examples": len(features["train"]),
-        },
+        "train": run.train_record(examples=len(features["train"])),
         "hyperparameters": hyperparameters,
     }
     write_json_atomic(run_dir / "metrics.json", summary)

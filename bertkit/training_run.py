@@ -39,10 +39,20 @@ class TrainingRun:
     planned_steps: int  # the whole schedule's optimizer steps
     complete: bool  # False when train_fraction stopped it before the end of its schedule
 
-    def progress(self) -> dict:
-        """How far training went, for metrics.json's "train" (successive halving's accounting)."""
-        return {"steps": self.output.global_step, "planned_steps": self.planned_steps,
-                "complete": self.complete}
+    def train_record(self, **sizes) -> dict:
+        """metrics.json's "train": the loss, how far training went of its schedule (successive
+        halving's accounting), its time, and the family's data sizes."""
+        return {"loss": self.output.training_loss, "steps": self.output.global_step,
+                "planned_steps": self.planned_steps, "complete": self.complete,
+                "seconds": round(self.seconds, 2), **sizes}
+
+
+def result_header(cfg: DictConfig, seed: int, main_value: float) -> dict:
+    """The keys every finetuning metrics.json starts with: what bertkit-report
+    (run_results.read_run) identifies and ranks a run by."""
+    return {"recipe": cfg.recipe.name, "task": cfg.task.name,
+            "model": cfg.model.name_or_path or "from_scratch", "seed": seed,
+            "main_metric": cfg.task.main_metric, "main_value": main_value}
 
 
 def add_early_stopping(cfg: DictConfig, trainer: Trainer) -> None:

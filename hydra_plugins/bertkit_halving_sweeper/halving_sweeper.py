@@ -125,10 +125,9 @@ class SuccessiveHalvingSweeper(Sweeper):
                         f"job {' '.join(job)} ran in {run_dir} in rung {rung} but in "
                         f"{run_dirs[job]} before: hydra.sweep.subdir must name each job by "
                         f"its overrides (as sweep=paper_grid_halving does), not by job number")
-                outcome = read_outcome(run_dir)
-                if result.status != JobStatus.COMPLETED:
-                    outcome = JobOutcome(run_dir, None, error=repr(result._return_value))
-                outcomes[job] = outcome
+                outcomes[job] = (read_outcome(run_dir) if result.status == JobStatus.COMPLETED
+                                 else JobOutcome(run_dir, None,
+                                                 error=repr(result._return_value)))
             if rung == 0:
                 self._check_distinct_dirs(run_dirs)
             kept = self._decide(alive, outcomes, configuration, bracket, last=(
