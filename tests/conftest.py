@@ -96,6 +96,30 @@ def tiny_run_overrides(task: str, data_dir: Path, vocab: Path, **extra) -> list[
     return [f"{key}={value}" for key, value in overrides.items()]
 
 
+def tiny_checkpointed_training(vocab: Path, cache_dir: Path) -> dict:
+    """A random-init 2-layer BERT for 6 steps, evaluated and checkpointed every 2 (for tests of
+    checkpoint selection and resuming), no W&B, tokenisation cached under cache_dir."""
+    return {
+        "model": "tiny",
+        "model.tokenizer": str(vocab),
+        "model.config.hidden_size": 32,
+        "model.config.intermediate_size": 64,
+        "logger": "none",
+        "cache_dir": str(cache_dir),
+        "trainer.max_steps": 6,
+        "trainer.per_device_train_batch_size": 8,
+        "trainer.per_device_eval_batch_size": 8,
+        "trainer.learning_rate": 5e-3,
+        "trainer.warmup_steps": 0,
+        "trainer.eval_strategy": "steps",
+        "trainer.eval_steps": 2,
+        "trainer.save_strategy": "steps",
+        "trainer.save_steps": 2,
+        "trainer.logging_steps": 1,
+        "trainer.disable_tqdm": True,
+    }
+
+
 def real_data_dir() -> Path:
     path = os.environ.get("BERTKIT_DATA")
     if not path:

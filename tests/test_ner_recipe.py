@@ -16,7 +16,7 @@ from bertkit.cli import run_recipe
 from bertkit.errors import BertkitError
 from bertkit.length_grouped_trainer import LengthGroupedTrainer
 from bertkit.ner_finetune import finetune_ner
-from tests.conftest import compose_config, real_data_dir
+from tests.conftest import compose_config, real_data_dir, tiny_checkpointed_training
 from tests.ner_fixtures import (
     LABELS,
     conll_text,
@@ -53,24 +53,8 @@ def ner_overrides(files, vocab, tmp_path, **extra) -> list[str]:
         "task.train_file": str(files["train"][0]),
         "task.validation_file": str(files["validation"][0]),
         "task.test_file": str(files["test"][0]),
-        "model": "tiny",
-        "model.tokenizer": str(vocab),
+        **tiny_checkpointed_training(vocab, tmp_path / "cache"),
         "model.do_lower_case": False,
-        "model.config.hidden_size": 32,
-        "model.config.intermediate_size": 64,
-        "logger": "none",
-        "cache_dir": str(tmp_path / "cache"),
-        "trainer.max_steps": 6,
-        "trainer.per_device_train_batch_size": 8,
-        "trainer.per_device_eval_batch_size": 8,
-        "trainer.learning_rate": 5e-3,
-        "trainer.warmup_steps": 0,
-        "trainer.eval_strategy": "steps",
-        "trainer.eval_steps": 2,
-        "trainer.save_strategy": "steps",
-        "trainer.save_steps": 2,
-        "trainer.logging_steps": 1,
-        "trainer.disable_tqdm": True,
         **extra,
     }
     return [f"{key}={value}" for key, value in overrides.items()]

@@ -16,7 +16,7 @@ from bertkit.errors import BertkitError
 from bertkit.squad_files import read_squad_json
 from bertkit.squad_finetune import finetune_squad
 from bertkit.squad_metrics import squad_v1_scores, squad_v2_scores
-from tests.conftest import compose_config
+from tests.conftest import compose_config, tiny_checkpointed_training
 from tests.test_squad_features import SETTINGS, make_examples, write_vocab
 
 
@@ -56,23 +56,7 @@ def squad_overrides(task: str, train, dev, vocab, tmp_path, **extra) -> list[str
         "task.train_file": str(train),
         "task.validation_file": str(dev),
         **{f"task.{key}": value for key, value in SETTINGS.items()},
-        "model": "tiny",
-        "model.tokenizer": str(vocab),
-        "model.config.hidden_size": 32,
-        "model.config.intermediate_size": 64,
-        "logger": "none",
-        "cache_dir": str(tmp_path / "cache"),
-        "trainer.max_steps": 6,
-        "trainer.per_device_train_batch_size": 8,
-        "trainer.per_device_eval_batch_size": 8,
-        "trainer.learning_rate": 5e-3,
-        "trainer.warmup_steps": 0,
-        "trainer.eval_strategy": "steps",
-        "trainer.eval_steps": 2,
-        "trainer.save_strategy": "steps",
-        "trainer.save_steps": 2,
-        "trainer.logging_steps": 1,
-        "trainer.disable_tqdm": True,
+        **tiny_checkpointed_training(vocab, tmp_path / "cache"),
         **extra,
     }
     return [f"{key}={value}" for key, value in overrides.items()]
