@@ -17,18 +17,12 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from bertkit.distributed import run_stamp
+from bertkit.config_tree import config_dir
+from bertkit.data.atomic_files import write_json_atomic
 from bertkit.errors import BertkitError
-from bertkit.run_outputs import write_json_atomic
+from bertkit.training.distributed import run_stamp
 
 logger = logging.getLogger("bertkit")
-
-
-def config_dir() -> str:
-    """conf/ of a source checkout (recipes/ is linked in as conf/recipe), else the packaged copy."""
-    here = Path(__file__).resolve().parent
-    source = here.parent / "conf"
-    return str(source if source.is_dir() else here / "_conf")
 
 
 def sweep_stamp() -> str:
@@ -66,31 +60,31 @@ def run_recipe(cfg: DictConfig) -> dict:
     family = cfg.recipe.family
     check_task_family(cfg)
     if family == "glue":
-        from bertkit.glue_finetune import finetune_glue
+        from bertkit.tasks.glue.family import finetune_glue
 
         return finetune_glue(cfg)
     if family == "squad":
-        from bertkit.squad_finetune import finetune_squad
+        from bertkit.tasks.squad.family import finetune_squad
 
         return finetune_squad(cfg)
     if family == "swag":
-        from bertkit.swag_finetune import finetune_swag
+        from bertkit.tasks.swag.family import finetune_swag
 
         return finetune_swag(cfg)
     if family == "ner":
-        from bertkit.ner_finetune import finetune_ner
+        from bertkit.tasks.ner.family import finetune_ner
 
         return finetune_ner(cfg)
     if family == "pretrain":
-        from bertkit.pretrain import pretrain
+        from bertkit.pretraining.run import pretrain
 
         return pretrain(cfg)
     if family == "bench_pretrain_data":
-        from bertkit.pretrain_data_benchmark import benchmark_pretrain_data
+        from bertkit.benchmarks.pretrain_data import benchmark_pretrain_data
 
         return benchmark_pretrain_data(cfg)
     if family == "bench_glue":
-        from bertkit.glue_padding_benchmark import benchmark_glue_padding
+        from bertkit.benchmarks.glue_padding import benchmark_glue_padding
 
         return benchmark_glue_padding(cfg)
     raise BertkitError(

@@ -11,7 +11,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
-from bertkit.cli import config_dir, register_resolvers
+from bertkit.cli import register_resolvers
+from bertkit.config_tree import config_dir
 from tests.glue_fixtures import WORDS, write_glue_task
 
 GLUE_TASKS = ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli"]

@@ -7,7 +7,7 @@ import pytest
 from hydra.errors import ConfigCompositionException, MissingConfigException
 from omegaconf import OmegaConf
 
-from bertkit.glue_metrics import METRICS
+from bertkit.tasks.glue.metrics import METRICS
 from tests.conftest import GLUE_TASKS, compose_config
 
 PAPER_FINETUNING = {

@@ -1,13 +1,13 @@
 """Read back what a W&B offline run stored in its `.wandb` file: bertkit's own reader
-(bertkit.wandb_offline_log), waiting for the exit record because the tests read a run right
+(bertkit.reporting.wandb_log), waiting for the exit record because the tests read a run right
 after wandb.finish(), which can return before the W&B service has flushed the log."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from bertkit.wandb_offline_log import complete_records, raw_records
-from bertkit.wandb_offline_log import read_offline_run as _read_offline_run
+from bertkit.reporting.wandb_log import complete_records, raw_records
+from bertkit.reporting.wandb_log import read_offline_run as _read_offline_run
 
 __all__ = ["complete_records", "raw_records", "read_offline_run"]
 

@@ -1,4 +1,4 @@
-"""A Hydra sweeper that runs a grid by successive halving (bertkit.successive_halving).
+"""A Hydra sweeper that runs a grid by successive halving (bertkit.sweeps.halving).
 
 It expands the grid exactly as Hydra's basic sweeper does (sweeper params, narrowed or widened
 by the command line), then launches rung after rung through whatever launcher is configured,
@@ -21,9 +21,9 @@ from hydra.core.utils import JobStatus
 from hydra.plugins.sweeper import Sweeper
 from omegaconf import DictConfig, OmegaConf
 
+from bertkit.data.atomic_files import write_json_atomic
 from bertkit.errors import BertkitError
-from bertkit.run_outputs import write_json_atomic
-from bertkit.successive_halving import (
+from bertkit.sweeps.halving import (
     HalvingLedger,
     JobOutcome,
     bracket_of,

@@ -1,0 +1,260 @@
+"""The bench_glue family: training throughput of one GLUE task padded two ways.
+
+  plain:   what run_glue.py does by default: every example padded to a fixed length when the
+           data is tokenised (padding="max_length"), batches drawn at random, plain Trainer with
+           default_data_collator;
+  bertkit: what `recipe=glue` does: each batch padded to its own longest example by
+           DataCollatorWithPadding (to a multiple of pad_to_multiple_of only under mixed
+           precision), batches of similar length (LengthGroupedTrainer, group_by_length).
+
+Both ways train the same model from the same initial weights (same seed and config), with the
+same batch size, learning rate and number of optimizer steps, on the same tokenised examples
+(the same truncation; the plain way only adds padding), each drawn in its own way's order.
+Each way first runs bench.warmup_steps steps on
+a throwaway copy (not timed), then bench.steps timed steps from the start, so that the timed
+run sees the first batches of an epoch just as a real run does. Only trainer.train() is timed.
+The padding share is counted from the batches the collator actually built for the timed steps.
+
+Writes bench.json in the run directory and prints a table.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import statistics
+import time
+from pathlib import Path
+
+import datasets
+import torch
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+from transformers import (
+    DataCollatorWithPadding,
+    PreTrainedTokenizerBase,
+    PrinterCallback,
+    Trainer,
+    default_data_collator,
+    set_seed,
+)
+from transformers.data.data_collator import pad_without_fast_tokenizer_warning
+
+from bertkit.data.atomic_files import write_json_atomic
+from bertkit.errors import BertkitError
+from bertkit.tasks.glue.data import load_glue_splits
+from bertkit.tasks.glue.features import tokenize_splits
+from bertkit.training.arguments import build_training_arguments
+from bertkit.training.length_grouped_trainer import LengthGroupedTrainer
+from bertkit.training.models import count_parameters, load_sequence_classifier, load_tokenizer
+
+logger = logging.getLogger(__name__)
+
+WAYS = ("plain", "bertkit")
+DESCRIPTIONS = {
+    "plain": "padding=max_length at tokenisation, random batches, Trainer + default_data_collator",
+    "bertkit": "dynamic padding (DataCollatorWithPadding), length-grouped batches "
+               "(LengthGroupedTrainer)",
+}
+SAMPLING = {"plain": "random", "bertkit": "group_by_length"}
+
+
+class PaddingCounter:
+    """Wraps a collator and records, for every batch it builds, (rows, real tokens, positions).
+
+    The training loop may build one batch ahead of the step it runs, so the batches fed to
+    the first n steps are the first n recorded here.
+    """
+
+    def __init__(self, collate):
+        self.collate = collate
+        self.batches: list[tuple[int, int, int]] = []
+
+    def __call__(self, features: list[dict]) -> dict:
+        batch = self.collate(features)
+        mask = batch["attention_mask"]
+        self.batches.append((int(mask.shape[0]), int(mask.sum()), int(mask.numel())))
+        return batch
+
+
+def pad_to_max_length(
+    train: datasets.Dataset, tokenizer: PreTrainedTokenizerBase, max_length: int
+) -> datasets.Dataset:
+    """The features of tokenize_splits padded as tokenizer(..., padding="max_length") pads them."""
+    columns = [name for name in tokenizer.model_input_names if name in train.column_names]
+
+    def pad(batch: dict) -> dict:
+        return dict(pad_without_fast_tokenizer_warning(
+            tokenizer, {name: batch[name] for name in columns},
+            padding="max_length", max_length=max_length))
+
+    cached = [entry["filename"] for entry in train.cache_files]
+    cache_file = None
+    if cached:  # next to the cached tokenisation, so a repeated run reuses it
+        source = Path(cached[0])
+        cache_file = str(source.with_name(f"{source.stem}.padded-{max_length}.arrow"))
+    return train.map(pad, batched=True, cache_file_name=cache_file,
+                     keep_in_memory=cache_file is None, desc=f"Padding to {max_length}")
+
+
+def _synchronize() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def _train(cfg: DictConfig, way: str, steps: int, run_dir: Path, model_kwargs: dict,
+           train: datasets.Dataset, collate) -> dict:
+    """One training run of `steps` optimizer steps from the seeded initial weights."""
+    way_cfg = OmegaConf.merge(cfg, {"trainer": {"max_steps": steps,
+                                                "train_sampling_strategy": SAMPLING[way]}})
+    args = build_training_arguments(way_cfg, run_dir, [])
+    set_seed(args.seed)
+    model = load_sequence_classifier(**model_kwargs)
+    counter = PaddingCounter(collate)
+    trainer_class = LengthGroupedTrainer if way == "bertkit" else Trainer
+    trainer = trainer_class(model=model, args=args, train_dataset=train,
+                            processing_class=model_kwargs["tokenizer"], data_collator=counter)
+    trainer.remove_callback(PrinterCallback)  # its end-of-train line would only repeat ours
+    _synchronize()
+    started = time.perf_counter()
+    output = trainer.train()
+    _synchronize()
+    seconds = time.perf_counter() - started
+    if output.global_step != steps:
+        raise BertkitError(f"bench: the {way} run made {output.global_step} steps, not {steps}")
+    fed = counter.batches[:steps]
+    result = {
+        "seconds": seconds,
+        "examples": sum(rows for rows, _, _ in fed),
+        "real_tokens": sum(real for _, real, _ in fed),
+        "positions": sum(positions for _, _, positions in fed),
+        "training_loss": output.training_loss,
+        "num_parameters": count_parameters(model),
+    }
+    del trainer, model
+    gc.collect()
+    return result
+
+
+def benchmark_glue_padding(cfg: DictConfig, run_dir: Path | None = None) -> dict:
+    run_dir = Path(run_dir or HydraConfig.get().runtime.output_dir)
+    bench, task = cfg.bench, cfg.task
+    steps, warmup_steps, repeats = int(bench.steps), int(bench.warmup_steps), int(bench.repeats)
+    if steps < 1 or warmup_steps < 0 or repeats < 1:
+        raise BertkitError(f"bench: steps ({steps}) and repeats ({repeats}) must be at least 1, "
+                           f"warmup_steps ({warmup_steps}) at least 0")
+    if bench.baseline_max_length < task.max_seq_length:
+        raise BertkitError(
+            f"bench.baseline_max_length={bench.baseline_max_length} is below "
+            f"task.max_seq_length={task.max_seq_length}: both ways truncate at "
+            f"task.max_seq_length, and the plain way pads every example to baseline_max_length")
+    if cfg.trainer.gradient_accumulation_steps != 1:
+        raise BertkitError("bench: trainer.gradient_accumulation_steps must be 1 (one batch a "
+                           "step, so that samples/s is steps x batch / seconds)")
+
+    if bench.num_threads is not None:
+        torch.set_num_threads(int(bench.num_threads))
+
+    raw = load_glue_splits(task, cfg.data_source)
+    tokenizer = load_tokenizer(cfg.model)
+    features = tokenize_splits(raw, tokenizer, max_seq_length=task.max_seq_length,
+                               cache_dir=cfg.cache_dir, num_proc=cfg.preprocessing_num_workers)
+    labels = list(task.labels) if task.labels is not None else None
+    model_kwargs = {"model": cfg.model, "tokenizer": tokenizer, "labels": labels}
+    train = {"plain": pad_to_max_length(features["train"], tokenizer,
+                                        int(bench.baseline_max_length)),
+             "bertkit": features["train"]}
+
+    def collator(way: str, precision: str):
+        if way == "plain":
+            return default_data_collator
+        pad_to = cfg.pad_to_multiple_of if precision != "fp32" else None
+        return DataCollatorWithPadding(tokenizer, pad_to_multiple_of=pad_to)
+
+    # The precision every run below resolves (it decides pad_to_multiple_of).
+    probe = build_training_arguments(cfg, run_dir, [])
+    precision = "bf16" if probe.bf16 else "fp16" if probe.fp16 else "fp32"
+    if probe.world_size > 1:
+        raise BertkitError("bench: run on one process (it compares single-process throughput)")
+    scratch = run_dir / "checkpoints"
+
+    if warmup_steps:
+        for way in WAYS:
+            logger.info("bench %s: warm-up, %d steps (not timed)", way, warmup_steps)
+            _train(cfg, way, warmup_steps, run_dir, model_kwargs, train[way],
+                   collator(way, precision))
+    runs: dict[str, list[dict]] = {way: [] for way in WAYS}
+    for repeat in range(repeats):  # alternating order: plain, bertkit, bertkit, plain, ...
+        for way in WAYS if repeat % 2 == 0 else WAYS[::-1]:
+            logger.info("bench %s: timed run %d of %d, %d steps", way, repeat + 1, repeats, steps)
+            runs[way].append(_train(cfg, way, steps, run_dir, model_kwargs, train[way],
+                                    collator(way, precision)))
+    if scratch.is_dir() and not any(scratch.iterdir()):
+        scratch.rmdir()
+
+    ways = {}
+    for way in WAYS:
+        first = runs[way][0]
+        seconds = statistics.median(run["seconds"] for run in runs[way])
+        ways[way] = {
+            "description": DESCRIPTIONS[way],
+            "train_sampling_strategy": SAMPLING[way],
+            "samples_per_second": first["examples"] / seconds,
+            "seconds": seconds,
+            "seconds_each_repeat": [run["seconds"] for run in runs[way]],
+            "examples": first["examples"],
+            "real_tokens": first["real_tokens"],
+            "positions": first["positions"],
+            "padding_share": 1 - first["real_tokens"] / first["positions"],
+            "mean_padded_length": first["positions"] / first["examples"],
+            "mean_length": first["real_tokens"] / first["examples"],
+            "training_loss": first["training_loss"],
+        }
+    ratio = ways["bertkit"]["samples_per_second"] / ways["plain"]["samples_per_second"]
+    model = cfg.model.config
+    result = {
+        "recipe": cfg.recipe.name,
+        "task": task.name,
+        "train_examples": len(features["train"]),
+        "model": {"name_or_path": cfg.model.name_or_path or "from_scratch",
+                  "num_hidden_layers": model.num_hidden_layers,
+                  "hidden_size": model.hidden_size,
+                  "num_parameters": runs["plain"][0]["num_parameters"]},
+        "device": "cuda" if torch.cuda.is_available() else "cpu",
+        "torch_threads": torch.get_num_threads(),
+        "precision": precision,
+        "steps": steps,
+        "warmup_steps": warmup_steps,
+        "repeats": repeats,
+        "batch_size": probe.per_device_train_batch_size,
+        "learning_rate": probe.learning_rate,
+        "seed": probe.seed,
+        "max_seq_length": task.max_seq_length,
+        "baseline_max_length": int(bench.baseline_max_length),
+        "pad_to_multiple_of": cfg.pad_to_multiple_of if precision != "fp32" else None,
+        "timing": "wall time of trainer.train() per timed run, median over repeats; each way "
+                  "first ran warmup_steps steps on a throwaway copy (not timed)",
+        "ways": ways,
+        "ratio": ratio,
+    }
+    path = write_json_atomic(run_dir / "bench.json", result)
+    print(_table(result, path))
+    return result
+
+
+def _table(result: dict, path: Path) -> str:
+    model = result["model"]
+    lines = [
+        f"\nbench_glue {result['task']}: {result['steps']} steps x batch {result['batch_size']} "
+        f"({result['warmup_steps']} warm-up steps not timed, {result['repeats']} repeat(s)), "
+        f"{model['num_hidden_layers']}x{model['hidden_size']} BERT, {result['device']} "
+        f"{result['precision']}, {result['torch_threads']} threads",
+        f"  {'way':<8} {'samples/s':>10} {'seconds':>9} {'padding':>8} {'positions/example':>18}",
+    ]
+    for way, values in result["ways"].items():
+        lines.append(f"  {way:<8} {values['samples_per_second']:>10.1f} "
+                     f"{values['seconds']:>9.2f} {values['padding_share']:>8.1%} "
+                     f"{values['mean_padded_length']:>18.1f}")
+    lines.append(f"  ratio bertkit/plain: {result['ratio']:.2f}x")
+    lines.append(f"  result: {path}")
+    return "\n".join(lines)

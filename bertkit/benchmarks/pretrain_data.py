@@ -1,0 +1,340 @@
+"""The bench_pretrain_data family: throughput of the pretraining preprocessing, stage by stage.
+
+The stages of recipe=pretrain's data pipeline (bertkit/pretraining/run.py), each timed on its own:
+
+  read:         corpus files -> documents of sentences (corpus_documents: reading, sentence
+                splitting, writing the Arrow dataset);
+  tokenize:     sentences -> WordPiece ids (tokenize_documents);
+  instances:    NSP/SOP pair instances at pretraining.max_seq_length, one copy
+                (pair_instances_dataset), or full-sentence packing under objective=mlm;
+  static_mask:  static masks for those instances, one copy (static_masked_copies,
+                dupe_factor=1; a run with dupe_factor d pays this d times);
+  dynamic_mask: DynamicMaskingCollator over every instance once, in batches of
+                bench.batch_size (what training pays per epoch);
+  hf_collator:  transformers' DataCollatorForLanguageModeling(mlm_probability) on the same
+                batches of the same instances (input_ids and token_type_ids), the plain Hugging
+                Face way to mask dynamically.
+
+Throughput is MB of raw corpus text per second: the summed size of the corpus files (10^6
+bytes a MB) over the stage's seconds; the collators also give instances per second, and their
+ratio (bertkit over Hugging Face) compares them in the same process, batch by batch, in
+alternating order. Nothing comes from a cache: each repeat reads the corpus into a fresh
+temporary cache directory, and every datasets.map output derived from it is written there, so
+every stage does its whole work each time; the median over bench.repeats is reported.
+
+Also reported, from the instance lengths: the share of real (non-padding) tokens in batches of
+bench.batch_size padded to their longest instance, when the batches are grouped by length as
+training draws them (PhasedLengthGroupedSampler, one phase) and when they are drawn in random
+order (torch.randperm seeded with cfg.seed).
+
+Writes bench.json in the run directory and prints a table.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import datasets
+import numpy as np
+import torch
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerBase
+
+from bertkit.data.atomic_files import write_json_atomic
+from bertkit.errors import BertkitError
+from bertkit.pretraining.corpora import corpus_documents, corpus_files
+from bertkit.pretraining.demo_corpus import ensure_demo_corpus
+from bertkit.pretraining.dynamic_masking import DynamicMaskingCollator
+from bertkit.pretraining.instances import (
+    packed_sequences_dataset,
+    pair_instances_dataset,
+    tokenize_documents,
+)
+from bertkit.pretraining.masking import Vocabulary, masking_rule_from_config
+from bertkit.pretraining.phases import Phase, PhasedLengthGroupedSampler
+from bertkit.pretraining.static_masking import static_masked_copies
+from bertkit.training.models import load_tokenizer
+
+logger = logging.getLogger(__name__)
+
+MB = 1_000_000
+STAGES = ("read", "tokenize", "instances", "static_mask", "dynamic_mask", "hf_collator")
+PREPROCESSING = STAGES[:4]  # what recipe=pretrain runs before training (static masks, 1 copy)
+COLLATORS = ("dynamic_mask", "hf_collator")
+HF_COLUMNS = ("input_ids", "token_type_ids")
+
+
+# Real-token shares
+
+
+def random_order(n: int, seed: int) -> list[int]:
+    """The random batch order the shares are computed for: torch.randperm seeded with seed."""
+    return torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+def grouped_order(lengths: Sequence[int], batch_size: int, seed: int) -> list[int]:
+    """One pass over the instances as training draws them (one phase, grouped by length)."""
+    sampler = PhasedLengthGroupedSampler([Phase(0, lengths, len(lengths))], batch_size, seed)
+    return list(sampler)
+
+
+def padding_counts(lengths: Sequence[int], order: Sequence[int], batch_size: int) -> dict:
+    """Real tokens and padded positions of consecutive batches of `order`, each padded to its
+    longest instance."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    order = np.asarray(order, dtype=np.int64)
+    real = positions = batches = 0
+    for start in range(0, len(order), batch_size):
+        batch = lengths[order[start:start + batch_size]]
+        real += int(batch.sum())
+        positions += int(batch.size * batch.max())
+        batches += 1
+    return {"batches": batches, "real_tokens": real, "positions": positions,
+            "real_token_share": real / positions if positions else 0.0,
+            "mean_padded_length": positions / len(order) if len(order) else 0.0}
+
+
+# The timed stages
+
+
+def _instances(cfg: DictConfig, tokenized: datasets.Dataset, tokenizer: PreTrainedTokenizerBase,
+               num_proc: int | None) -> datasets.Dataset:
+    """One copy of the training instances, as recipe=pretrain builds them for its first phase."""
+    length = int(cfg.pretraining.max_seq_length)
+    if cfg.objective.packing == "full_sentences":
+        return packed_sequences_dataset(tokenized, tokenizer, max_seq_length=length,
+                                        num_proc=num_proc)
+    return pair_instances_dataset(
+        tokenized, tokenizer, max_seq_length=length, short_seq_prob=cfg.pretraining.short_seq_prob,
+        seed=cfg.seed, copies=1, num_proc=num_proc, sentence_task=cfg.objective.sentence_task)
+
+
+def _rows(batch: dict) -> list[dict]:
+    keys = list(batch)
+    return [dict(zip(keys, values, strict=True)) for values in zip(*batch.values(), strict=True)]
+
+
+def time_collators(instances: datasets.Dataset,
+                   collators: dict[str, tuple[Callable, Sequence[str] | None]],
+                   batch_size: int) -> dict[str, float]:
+    """Seconds each collator spends on every instance once, in batches of batch_size.
+
+    collators: name -> (collator, the instance columns it gets; None: all but `length`, which
+    Trainer drops as no model input). Only the collator calls are timed (not reading the rows
+    from Arrow). Each batch goes to every collator, in alternating order, so that all see the
+    same data in the same state of the process."""
+    names = list(collators)
+    seconds = dict.fromkeys(names, 0.0)
+    every = [column for column in instances.column_names if column != "length"]
+    for number, start in enumerate(range(0, len(instances), batch_size)):
+        batch = instances[start:start + batch_size]
+        for name in names if number % 2 == 0 else names[::-1]:
+            collate, columns = collators[name]
+            features = _rows({column: batch[column] for column in columns or every})
+            started = time.perf_counter()
+            collate(features)
+            seconds[name] += time.perf_counter() - started
+    return seconds
+
+
+def _one_repeat(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase, collators: dict,
+                num_proc: int | None, batch_size: int, cache_dir: str) -> tuple[dict, dict]:
+    """Every stage once, from the files, with its outputs written under cache_dir."""
+    vocab = Vocabulary.from_tokenizer(tokenizer)
+    rule = masking_rule_from_config(cfg.masking)
+    seconds = {}
+
+    started = time.perf_counter()
+    documents = corpus_documents(cfg.corpus, cache_dir, num_proc=num_proc)
+    seconds["read"] = time.perf_counter() - started
+
+    started = time.perf_counter()
+    tokenized = tokenize_documents(documents, tokenizer, num_proc=num_proc)
+    seconds["tokenize"] = time.perf_counter() - started
+
+    started = time.perf_counter()
+    instances = _instances(cfg, tokenized, tokenizer, num_proc)
+    seconds["instances"] = time.perf_counter() - started
+    if len(instances) == 0:
+        raise BertkitError(f"corpus {cfg.corpus.name}: no training instance of up to "
+                           f"{cfg.pretraining.max_seq_length} tokens could be built")
+
+    started = time.perf_counter()
+    static_masked_copies(instances, vocab, rule, dupe_factor=1, seed=cfg.seed, num_proc=num_proc)
+    seconds["static_mask"] = time.perf_counter() - started
+
+    torch.manual_seed(cfg.seed)  # both collators draw from torch's RNG, as under Trainer
+    seconds.update(time_collators(instances, collators, batch_size))
+    outputs = {"documents": len(documents), "tokenized_documents": len(tokenized),
+               "lengths": [int(value) for value in instances["length"]]}
+    return seconds, outputs
+
+
+# The benchmark
+
+
+def _check(cfg: DictConfig) -> tuple[int, int | None, int]:
+    bench = cfg.bench
+    batch_size, repeats = int(bench.batch_size), int(bench.repeats)
+    num_proc = None if bench.num_proc is None else int(bench.num_proc)
+    if batch_size < 1 or (num_proc is not None and num_proc < 1) or repeats < 1:
+        raise BertkitError(f"bench: batch_size ({batch_size}), num_proc ({num_proc}) and repeats "
+                           f"({repeats}) must be at least 1 (num_proc may also be null)")
+    if cfg.corpus.source != "local":
+        raise BertkitError(f"bench_pretrain_data measures local corpus files (their size is the "
+                           f"MB of MB/s), not corpus.source={cfg.corpus.source}; use a local "
+                           f"corpus, e.g. corpus=wikitext2 or corpus=files corpus.files=[...]")
+    if OmegaConf.select(cfg, "tokenizer_training.enabled", default=False):
+        raise BertkitError("bench_pretrain_data measures a given vocabulary (model.tokenizer); "
+                           "set tokenizer_training.enabled=false")
+    return batch_size, num_proc, repeats
+
+
+def _stage(name: str, times: list[float], corpus_bytes: int, instances: int | None) -> dict:
+    seconds = statistics.median(times)
+    entry = {"description": DESCRIPTIONS[name], "seconds": seconds,
+             "seconds_each_repeat": times, "mb_per_second": corpus_bytes / MB / seconds}
+    if instances is not None:
+        entry["instances_per_second"] = instances / seconds
+    return entry
+
+
+DESCRIPTIONS = {
+    "read": "reading the corpus files, sentence splitting, writing the documents (Arrow)",
+    "tokenize": "WordPiece ids per sentence (tokenize_documents)",
+    "instances": "training instances at max_seq_length, one copy",
+    "static_mask": "static masks, one copy (static_masked_copies, dupe_factor=1)",
+    "dynamic_mask": "DynamicMaskingCollator over every instance once (one epoch)",
+    "hf_collator": "transformers DataCollatorForLanguageModeling over every instance once",
+    "preprocessing": "read + tokenize + instances + static_mask, per repeat",
+}
+
+
+def benchmark_pretrain_data(cfg: DictConfig, run_dir: Path | None = None) -> dict:
+    run_dir = Path(run_dir or HydraConfig.get().runtime.output_dir)
+    batch_size, num_proc, repeats = _check(cfg)
+    synthetic = OmegaConf.select(cfg.corpus, "synthetic")
+    if synthetic is not None:  # corpus=demo: generated on first use (not timed)
+        ensure_demo_corpus(Path(cfg.corpus.files[0]), OmegaConf.to_container(synthetic))
+    files = corpus_files(cfg.corpus)  # a missing file fails here, before any timing
+    corpus_bytes = sum(path.stat().st_size for path in files)
+    if corpus_bytes == 0:
+        raise BertkitError(f"corpus {cfg.corpus.name}: its files are empty")
+    tokenizer = load_tokenizer(cfg.model)
+    rule = masking_rule_from_config(cfg.masking)
+    length = int(cfg.pretraining.max_seq_length)
+    hf_collator = DataCollatorForLanguageModeling(
+        tokenizer, mlm_probability=cfg.masking.mlm_probability)
+    collators = {
+        # As in training: the phase's rule, every instance column but `length`. Neither pads
+        # to a multiple (training does so only under mixed precision).
+        "dynamic_mask": (DynamicMaskingCollator(tokenizer, [(length, rule)]), None),
+        "hf_collator": (hf_collator, list(HF_COLUMNS)),
+    }
+
+    times: dict[str, list[float]] = {name: [] for name in STAGES}
+    outputs: dict = {}
+    progress_bars = datasets.utils.logging.is_progress_bar_enabled()
+    datasets.disable_progress_bars()
+    try:
+        for repeat in range(repeats):
+            logger.info("bench: repeat %d of %d", repeat + 1, repeats)
+            with tempfile.TemporaryDirectory(prefix="bertkit-bench-") as cache_dir:
+                seconds, outputs = _one_repeat(cfg, tokenizer, collators, num_proc, batch_size,
+                                               cache_dir)
+            for name in STAGES:
+                times[name].append(seconds[name])
+    finally:
+        if progress_bars:
+            datasets.enable_progress_bars()
+
+    lengths = outputs["lengths"]
+    n = len(lengths)
+    stages = {name: _stage(name, times[name], corpus_bytes,
+                           n if name not in ("read", "tokenize") else None) for name in STAGES}
+    totals = [sum(times[name][repeat] for name in PREPROCESSING) for repeat in range(repeats)]
+    stages["preprocessing"] = _stage("preprocessing", totals, corpus_bytes, n)
+    ratio = (stages["dynamic_mask"]["instances_per_second"]
+             / stages["hf_collator"]["instances_per_second"])
+    grouped = padding_counts(lengths, grouped_order(lengths, batch_size, cfg.seed), batch_size)
+    shuffled = padding_counts(lengths, random_order(n, cfg.seed), batch_size)
+    result = {
+        "recipe": cfg.recipe.name,
+        "corpus": {"name": cfg.corpus.name, "format": cfg.corpus.format,
+                   "files": [str(path) for path in files], "bytes": corpus_bytes,
+                   "mb": corpus_bytes / MB},
+        "tokenizer": str(cfg.model.tokenizer),
+        "vocab_size": len(tokenizer),
+        "objective": cfg.objective.name,
+        "packing": cfg.objective.packing,
+        "max_seq_length": length,
+        "masking": {"mlm_probability": rule.mlm_probability,
+                    "max_predictions_per_seq": rule.max_predictions_per_seq, "unit": rule.unit},
+        "num_proc": num_proc,
+        "repeats": repeats,
+        "batch_size": batch_size,
+        "seed": int(cfg.seed),
+        "torch_threads": torch.get_num_threads(),
+        "documents": outputs["documents"],
+        "tokenized_documents": outputs["tokenized_documents"],
+        "instances": n,
+        "instance_tokens": int(sum(lengths)),
+        "mean_instance_length": float(np.mean(lengths)),
+        "timing": "wall time per stage, median over repeats; each repeat reads the corpus into "
+                  "a fresh temporary cache directory, so no stage is a cache hit; MB/s = corpus "
+                  "file bytes / 10^6 / seconds; the collators are timed on their calls only, "
+                  "batch by batch in alternating order, without padding to a multiple",
+        "stages": stages,
+        "dynamic_mask_vs_hf_collator": ratio,
+        "real_token_share": {"batch_size": batch_size, "grouped_by_length": grouped,
+                             "random": shuffled},
+    }
+    path = write_json_atomic(run_dir / "bench.json", result)
+    print(_table(result, path))
+    return result
+
+
+LABELS = {
+    "read": "read + sentence split",
+    "tokenize": "tokenize",
+    "instances": "instances",
+    "static_mask": "static masking, 1 copy",
+    "dynamic_mask": "dynamic masking (bertkit)",
+    "hf_collator": "DataCollatorForLanguageModeling",
+    "preprocessing": "read..static, 1 copy",
+}
+
+
+def _table(result: dict, path: Path) -> str:
+    corpus = result["corpus"]
+    share = result["real_token_share"]
+    instances = f"{result['packing']} instances" if result["packing"] != "pairs" \
+        else "pair instances"
+    lines = [
+        f"\nbench_pretrain_data {corpus['name']}: {corpus['mb']:.2f} MB in "
+        f"{len(corpus['files'])} file(s), {result['documents']:,} documents -> "
+        f"{result['instances']:,} {instances} of up to {result['max_seq_length']} tokens "
+        f"(mean {result['mean_instance_length']:.1f}); num_proc "
+        f"{'null (no pool)' if result['num_proc'] is None else result['num_proc']}, "
+        f"{result['repeats']} repeat(s), batch {result['batch_size']}, "
+        f"{result['torch_threads']} torch threads",
+        f"  {'stage':<33} {'seconds':>8} {'MB/s':>8} {'instances/s':>12}",
+    ]
+    for name, values in result["stages"].items():
+        per_second = values.get("instances_per_second")
+        rate = f"{per_second:>12,.0f}" if per_second is not None else f"{'':>12}"
+        lines.append(f"  {LABELS[name]:<33} {values['seconds']:>8.3f} "
+                     f"{values['mb_per_second']:>8.2f} {rate}".rstrip())
+    lines.append(f"  ratio dynamic masking bertkit / DataCollatorForLanguageModeling: "
+                 f"{result['dynamic_mask_vs_hf_collator']:.2f}x (instances/s)")
+    lines.append(f"  real tokens in batches of {share['batch_size']}: grouped by length "
+                 f"{share['grouped_by_length']['real_token_share']:.1%}, random order "
+                 f"{share['random']['real_token_share']:.1%}")
+    lines.append(f"  result: {path}")
+    return "\n".join(lines)

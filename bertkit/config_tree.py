@@ -1,0 +1,29 @@
+"""Where bertkit's Hydra config tree lives, and composing a config from it outside `bertkit`.
+
+Below the CLI on purpose: pretraining's downstream finetunes compose GLUE configs from the
+same tree, and must not import the entry point to find it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import DictConfig
+
+
+def config_dir() -> str:
+    """conf/ of a source checkout (recipes/ is linked in as conf/recipe), else the packaged copy."""
+    here = Path(__file__).resolve().parent
+    source = here.parent / "conf"
+    return str(source if source.is_dir() else here / "_conf")
+
+
+def compose_config(overrides: list[str]) -> DictConfig:
+    """The config `bertkit <overrides>` would run. Inside a `bertkit` job Hydra is initialised
+    already; a library caller (a test, a notebook) gets its own initialisation."""
+    if GlobalHydra.instance().is_initialized():
+        return compose(config_name="config", overrides=overrides)
+    with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
+        return compose(config_name="config", overrides=overrides)

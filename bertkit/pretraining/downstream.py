@@ -1,0 +1,46 @@
+"""GLUE finetunes of a checkpoint right after pretraining, in the same job.
+
+An ablation of pretraining (static vs dynamic masking, NSP or not) is judged downstream; run
+as one job, each sweep point carries its own downstream scores into metrics.json. The
+finetunes are composed from the same config tree as `bertkit recipe=glue`, so they use that
+recipe's defaults plus the overrides given here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from bertkit.config_tree import compose_config
+from bertkit.errors import BertkitError
+
+
+def downstream_configs(cfg: DictConfig, model_dir: Path) -> dict[str, DictConfig]:
+    """One GLUE config per task of cfg.downstream.tasks ({task: [overrides]})."""
+    configs = {}
+    shared = [str(o) for o in cfg.downstream.overrides]
+    logger = "wandb" if cfg.logger.backend == "wandb" else "none"
+    for task, overrides in cfg.downstream.tasks.items():
+        try:
+            configs[task] = compose_config([
+                "recipe=glue", f"task={task}", f"model.name_or_path={model_dir}",
+                f"seed={cfg.seed}", f"logger={logger}",
+                f"cache_dir={cfg.cache_dir}", *shared, *[str(o) for o in overrides or []]])
+        except Exception as err:  # Hydra's composition errors: name the key they came from
+            raise BertkitError(f"downstream.tasks.{task}: {err}") from None
+    return configs
+
+
+def finetune_downstream(cfg: DictConfig, model_dir: Path, run_dir: Path) -> dict[str, dict]:
+    """{task: {main_metric, main_value, validation}} for every downstream task."""
+    from bertkit.tasks.glue.family import finetune_glue
+
+    results = {}
+    for task, glue_cfg in downstream_configs(cfg, model_dir).items():
+        scores = finetune_glue(glue_cfg, run_dir / "downstream" / task)
+        first = next(iter(scores.values()))
+        results[task] = {"main_metric": glue_cfg.task.main_metric,
+                         "main_value": first[glue_cfg.task.main_metric],
+                         "validation": OmegaConf.to_container(OmegaConf.create(scores))}
+    return results

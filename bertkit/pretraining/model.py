@@ -1,0 +1,76 @@
+"""BertForPreTraining whose masked-LM head runs on the masked positions only.
+
+transformers' BertForPreTraining projects every position onto the vocabulary (batch x length
+x 30,522 logits) and then ignores 85% of them. Google's and NVIDIA's BERT gather the masked
+positions first; so does this subclass. Same parameters and state-dict keys as
+BertForPreTraining, so its checkpoints load into any BERT class (and it saves itself under
+that name). The loss is the paper's: mean MLM loss + mean NSP (or SOP) loss.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch.nn import functional
+from transformers import BertForPreTraining
+from transformers.utils import ModelOutput
+
+from bertkit.pretraining.masking import IGNORE_INDEX
+
+
+@dataclass
+class PreTrainingStepOutput(ModelOutput):
+    """The loss, and detached per-batch statistics the trainer logs."""
+
+    loss: torch.Tensor | None = None
+    mlm_loss_sum: torch.Tensor | None = None
+    mlm_correct: torch.Tensor | None = None
+    mlm_count: torch.Tensor | None = None
+    sentence_loss_sum: torch.Tensor | None = None
+    sentence_correct: torch.Tensor | None = None
+    sentence_count: torch.Tensor | None = None
+
+
+class MaskedOnlyBertForPreTraining(BertForPreTraining):
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor,
+                attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None,
+                next_sentence_label: torch.Tensor | None = None) -> PreTrainingStepOutput:
+        sequence_output, pooled_output = self.bert(
+            input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+            return_dict=False)[:2]
+        masked = labels != IGNORE_INDEX
+        targets = labels[masked]
+        logits = self.cls.predictions(sequence_output[masked]).float()
+        token_losses = functional.cross_entropy(logits, targets, reduction="none")
+        mlm_count = targets.numel()
+        # A batch with nothing masked contributes a zero loss rather than NaN.
+        loss = token_losses.sum() / max(mlm_count, 1)
+        output = PreTrainingStepOutput(
+            mlm_loss_sum=token_losses.detach().sum(),
+            mlm_correct=(logits.detach().argmax(-1) == targets).sum(),
+            mlm_count=torch.tensor(mlm_count, device=labels.device))
+
+        sentence_logits = self.cls.seq_relationship(pooled_output).float()
+        if next_sentence_label is None:
+            # MLM only: the sentence head gets no loss, but stays in the graph so that DDP
+            # (find_unused_parameters=false) sees a gradient for every parameter.
+            loss = loss + 0.0 * sentence_logits.sum()
+        else:
+            sentence_losses = functional.cross_entropy(sentence_logits, next_sentence_label,
+                                                       reduction="none")
+            loss = loss + sentence_losses.mean()
+            output.sentence_loss_sum = sentence_losses.detach().sum()
+            output.sentence_correct = (sentence_logits.detach().argmax(-1)
+                                       == next_sentence_label).sum()
+            output.sentence_count = torch.tensor(next_sentence_label.numel(),
+                                                 device=labels.device)
+        output.loss = loss
+        return output
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """Saved as BertForPreTraining: the weights are exactly that class's."""
+        super().save_pretrained(save_directory, *args, **kwargs)
+        self.config.architectures = [BertForPreTraining.__name__]
+        self.config.save_pretrained(save_directory)

@@ -1,0 +1,300 @@
+"""The pretraining family: BertForPreTraining from raw documents with Trainer.
+
+Corpus -> documents of sentences -> WordPiece ids -> instances (sentence pairs for NSP/SOP,
+packed full sentences for MLM alone) at each phase's sequence length -> static masks stored
+on disk, or dynamic masks drawn in the collator -> PretrainingTrainer. Every step runs
+through datasets.map and is cached by fingerprint, so a rerun or a sweep job reuses it.
+
+Leaves in the run directory: config.yaml, metrics.json, and model/ (weights and tokenizer),
+which the GLUE recipe finetunes with model.name_or_path=<run dir>/model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from pathlib import Path
+
+import datasets
+import numpy as np
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+from transformers import PreTrainedTokenizerBase, TrainingArguments, set_seed
+
+from bertkit.data.atomic_files import write_json_atomic
+from bertkit.errors import BertkitError
+from bertkit.pretraining.corpora import corpus_documents
+from bertkit.pretraining.demo_corpus import ensure_demo_corpus
+from bertkit.pretraining.downstream import finetune_downstream
+from bertkit.pretraining.dynamic_masking import DynamicMaskingCollator, padding_collator
+from bertkit.pretraining.instances import (
+    packed_sequences_dataset,
+    pair_instances_dataset,
+    streaming_instances,
+    tokenize_documents,
+)
+from bertkit.pretraining.masking import Vocabulary, masking_rule_from_config
+from bertkit.pretraining.phases import Phase, phase_steps
+from bertkit.pretraining.static_masking import static_masked_copies
+from bertkit.pretraining.trainer import PretrainingTrainer
+from bertkit.pretraining.wordpiece import ensure_trained_tokenizer, trained_tokenizer_dir
+from bertkit.training.arguments import build_training_arguments
+from bertkit.training.lifecycle import finish_wandb, report_to, train
+from bertkit.training.models import load_pretraining_model, load_tokenizer
+from bertkit.training.wandb_logging import paper_hyperparameters
+
+logger = logging.getLogger(__name__)
+
+PACKINGS = ("pairs", "full_sentences")
+SENTENCE_TASKS = ("nsp", "sop", None)
+MASKING_KINDS = ("static", "dynamic")
+
+
+def check_pretraining_config(cfg: DictConfig) -> None:
+    """Contradictory settings fail here, before any data is read."""
+    objective, masking = cfg.objective, cfg.masking
+    if objective.packing not in PACKINGS:
+        raise BertkitError(f"objective.packing={objective.packing!r}: expected one of "
+                           f"{', '.join(PACKINGS)}")
+    if objective.sentence_task not in SENTENCE_TASKS:
+        raise BertkitError(f"objective.sentence_task={objective.sentence_task!r}: expected "
+                           f"nsp, sop or null")
+    if (objective.packing == "pairs") != (objective.sentence_task is not None):
+        raise BertkitError(f"objective={objective.name}: sentence pairs go with a sentence task "
+                           f"(nsp or sop), full-sentence packing with none")
+    if masking.kind not in MASKING_KINDS:
+        raise BertkitError(f"masking.kind={masking.kind!r}: expected static or dynamic")
+    if cfg.trainer.max_steps is None or cfg.trainer.max_steps <= 0:
+        raise BertkitError("trainer.max_steps: pretraining is measured in optimizer steps "
+                           "(the paper: 1,000,000); give a positive number")
+    long_phase = cfg.pretraining.long_phase
+    if not 0 <= long_phase.share < 1:
+        raise BertkitError(f"pretraining.long_phase.share={long_phase.share}: expected a share "
+                           f"of the steps in [0, 1)")
+    if long_phase.share > 0 and long_phase.max_seq_length <= cfg.pretraining.max_seq_length:
+        raise BertkitError("pretraining.long_phase.max_seq_length must exceed "
+                           "pretraining.max_seq_length")
+    longest = max(cfg.pretraining.max_seq_length,
+                  long_phase.max_seq_length if long_phase.share > 0 else 0)
+    positions = OmegaConf.select(cfg.model, "config.max_position_embeddings", default=512)
+    if longest > positions:
+        raise BertkitError(f"sequences of {longest} tokens do not fit "
+                           f"model.config.max_position_embeddings={positions}")
+    if is_streaming(cfg.corpus):
+        if masking.kind == "static":
+            raise BertkitError("masking=static with corpus.hub.streaming=true: static masks are "
+                               "computed once and stored, which a stream cannot do; use "
+                               "masking=dynamic, or corpus.hub.streaming=false")
+        if long_phase.share > 0:
+            raise BertkitError("pretraining.long_phase.share>0 with corpus.hub.streaming=true: "
+                               "the 512-token phase needs its own stored instances; set "
+                               "pretraining.long_phase.share=0 or corpus.hub.streaming=false")
+
+
+def is_streaming(corpus: DictConfig) -> bool:
+    return corpus.source == "hub" and bool(OmegaConf.select(corpus, "hub.streaming"))
+
+
+def _corpus_fingerprint(corpus: DictConfig, documents) -> str:
+    """The dataset's own fingerprint; a stream has none, so its settings stand in for it."""
+    if isinstance(documents, datasets.Dataset):
+        return documents._fingerprint
+    return hashlib.sha256(OmegaConf.to_yaml(corpus, resolve=True).encode()).hexdigest()[:16]
+
+
+def pretraining_tokenizer(cfg: DictConfig, documents) -> PreTrainedTokenizerBase:
+    """The configured WordPiece vocabulary, or one trained on this corpus (and cached)."""
+    training = cfg.tokenizer_training
+    if not training.enabled:
+        return load_tokenizer(cfg.model)
+    settings = {"vocab_size": training.vocab_size, "min_frequency": training.min_frequency,
+                "lowercase": training.lowercase}
+    directory = trained_tokenizer_dir(cfg.cache_dir, _corpus_fingerprint(cfg.corpus, documents),
+                                      **settings)
+
+    def sentences():
+        for batch in documents.iter(batch_size=1000):
+            for document in batch["sentences"]:
+                yield from document
+
+    return ensure_trained_tokenizer(sentences, directory, **settings)
+
+
+def _instances(cfg: DictConfig, tokenized, tokenizer, max_seq_length: int, copies: int):
+    if cfg.objective.packing == "full_sentences":
+        return packed_sequences_dataset(tokenized, tokenizer, max_seq_length=max_seq_length,
+                                        num_proc=cfg.preprocessing_num_workers)
+    return pair_instances_dataset(
+        tokenized, tokenizer, max_seq_length=max_seq_length,
+        short_seq_prob=cfg.pretraining.short_seq_prob, seed=cfg.seed, copies=copies,
+        num_proc=cfg.preprocessing_num_workers, sentence_task=cfg.objective.sentence_task)
+
+
+def _phase_settings(cfg: DictConfig) -> list[tuple[int, int, float]]:
+    """(max_seq_length, max_predictions_per_seq, share of steps) per phase."""
+    long_phase = cfg.pretraining.long_phase
+    phases = [(cfg.pretraining.max_seq_length, cfg.masking.max_predictions_per_seq,
+               1.0 - long_phase.share)]
+    if long_phase.share > 0:
+        phases.append((long_phase.max_seq_length, long_phase.max_predictions_per_seq,
+                       long_phase.share))
+    return phases
+
+
+def _rule(cfg: DictConfig, max_predictions: int):
+    masking = OmegaConf.merge(cfg.masking, {"max_predictions_per_seq": max_predictions})
+    return masking_rule_from_config(masking)
+
+
+def build_training_data(cfg: DictConfig, documents, tokenizer: PreTrainedTokenizerBase,
+                        args: TrainingArguments):
+    """(train dataset, phases for the sampler or None when streaming, collator)."""
+    num_proc = cfg.preprocessing_num_workers
+    pad_to = cfg.pad_to_multiple_of if (args.bf16 or args.fp16) else None
+    settings = _phase_settings(cfg)
+    static = cfg.masking.kind == "static"
+    if static:
+        collator = padding_collator(tokenizer, pad_to)
+    else:
+        collator = DynamicMaskingCollator(
+            tokenizer, [(length, _rule(cfg, predictions)) for length, predictions, _ in settings],
+            pad_to_multiple_of=pad_to)
+    if is_streaming(cfg.corpus):
+        tokenized = tokenize_documents(documents, tokenizer)
+        stream = streaming_instances(
+            tokenized, tokenizer, objective=cfg.objective.name,
+            max_seq_length=cfg.pretraining.max_seq_length,
+            short_seq_prob=cfg.pretraining.short_seq_prob, seed=cfg.seed,
+            buffer_documents=cfg.pretraining.streaming_buffer_documents)
+        return stream.remove_columns(["length"]), None, collator
+
+    tokenized = tokenize_documents(documents, tokenizer, num_proc=num_proc)
+    vocab = Vocabulary.from_tokenizer(tokenizer)
+    pairs = cfg.objective.packing == "pairs"
+    dupe_factor = cfg.masking.dupe_factor if static else 1
+    samples_per_step = (args.per_device_train_batch_size * args.gradient_accumulation_steps
+                        * args.world_size)
+    steps = phase_steps(args.max_steps, cfg.pretraining.long_phase.share)
+    parts, phases, offset = [], [], 0
+    for (length, predictions, _), phase_step_count in zip(settings, steps, strict=False):
+        # Pairs: each duplicate cuts the documents anew (as Google's dupe_factor does);
+        # packed sequences are cut one way, and the duplicates differ by their masks only.
+        instances = _instances(cfg, tokenized, tokenizer, length,
+                               copies=dupe_factor if pairs else 1)
+        if static:
+            instances = static_masked_copies(
+                instances, vocab, _rule(cfg, predictions), seed=cfg.seed, num_proc=num_proc,
+                dupe_factor=1 if pairs else dupe_factor)
+        if len(instances) == 0:
+            raise BertkitError(f"corpus {cfg.corpus.name}: no training instance of up to "
+                               f"{length} tokens could be built (is the corpus empty?)")
+        lengths = np.asarray(instances.with_format("numpy")["length"])
+        phases.append(Phase(offset, lengths, phase_step_count * samples_per_step))
+        parts.append(instances)
+        offset += len(instances)
+    return datasets.concatenate_datasets(parts), phases, collator
+
+
+def pretraining_hyperparameters(cfg: DictConfig, args: TrainingArguments, model) -> dict:
+    """The paper's names plus what defines a pretraining run, for W&B and metrics.json."""
+    masking, long_phase = cfg.masking, cfg.pretraining.long_phase
+    return {
+        **paper_hyperparameters(args, model, cfg.pretraining.max_seq_length),
+        "objective": cfg.objective.name,
+        "masking": masking.kind,
+        "dupe_factor": masking.dupe_factor if masking.kind == "static" else None,
+        "mlm_probability": masking.mlm_probability,
+        "mask_token_share": masking.mask_token_share,
+        "random_token_share": masking.random_token_share,
+        "max_predictions_per_seq": masking.max_predictions_per_seq,
+        "masking_unit": masking.unit,
+        "short_seq_prob": cfg.pretraining.short_seq_prob,
+        "long_phase_share": long_phase.share,
+        "long_phase_max_seq_length": long_phase.max_seq_length if long_phase.share else None,
+        "corpus": cfg.corpus.name,
+        "vocab_size": model.config.vocab_size,
+    }
+
+
+def _training_lines(history: list[dict]) -> list[dict]:
+    return [dict(line) for line in history if "mlm_loss" in line]
+
+
+def _run_dir() -> Path:
+    return Path(HydraConfig.get().runtime.output_dir)
+
+
+def pretrain(cfg: DictConfig, run_dir: Path | None = None) -> dict:
+    run_dir = run_dir or _run_dir()
+    check_pretraining_config(cfg)
+    args = build_training_arguments(cfg, run_dir, report_to(cfg))
+    set_seed(args.seed)
+
+    started = time.perf_counter()
+    with args.main_process_first(desc="preparing the pretraining data"):
+        synthetic = OmegaConf.select(cfg.corpus, "synthetic")
+        if synthetic is not None:
+            ensure_demo_corpus(Path(cfg.corpus.files[0]), OmegaConf.to_container(synthetic))
+        documents = corpus_documents(cfg.corpus, cfg.cache_dir,
+                                     num_proc=cfg.preprocessing_num_workers)
+        tokenizer = pretraining_tokenizer(cfg, documents)
+        train_dataset, phases, collator = build_training_data(cfg, documents, tokenizer, args)
+    preprocessing_seconds = time.perf_counter() - started
+
+    model = load_pretraining_model(cfg.model, tokenizer)
+    trainer = PretrainingTrainer(
+        model=model, args=args, train_dataset=train_dataset, data_collator=collator,
+        processing_class=tokenizer, phases=phases,
+        sentence_task=cfg.objective.sentence_task)
+    hyperparameters = pretraining_hyperparameters(cfg, args, model)
+    run = train(cfg, run_dir, trainer, hyperparameters)
+    main, train_output = run.main, run.output
+    model_dir = run_dir / "model"
+    trainer.save_model(str(model_dir))
+    if not main:
+        if cfg.downstream.tasks:
+            finetune_downstream(cfg, model_dir, run_dir)
+        return {}
+
+    lines = _training_lines(trainer.state.log_history)
+    summary = {
+        "recipe": cfg.recipe.name,
+        "corpus": cfg.corpus.name,
+        "objective": cfg.objective.name,
+        "masking": cfg.masking.kind,
+        "seed": args.seed,
+        "first_log": lines[0] if lines else {},
+        "last_log": lines[-1] if lines else {},
+        "train": run.train_record(tokens_seen=trainer.state.num_input_tokens_seen),
+        "data": {
+            "instances": None if phases is None else [
+                {"max_seq_length": length, "instances": len(phase.lengths),
+                 "mean_length": float(np.mean(phase.lengths)) if len(phase.lengths) else 0.0,
+                 "samples": phase.num_samples}
+                for (length, _, _), phase in zip(_phase_settings(cfg), phases, strict=False)],
+            "preprocessing_seconds": round(preprocessing_seconds, 2),
+        },
+        "hyperparameters": hyperparameters,
+        "log": lines,  # every training log line, for curves without W&B
+    }
+    write_json_atomic(run_dir / "metrics.json", summary)
+    last = summary["last_log"]
+    # Closed before the finetunes, which open W&B runs of their own.
+    finish_wandb(run, last, hyperparameters["num_parameters"])
+    if cfg.downstream.tasks:
+        summary["downstream"] = finetune_downstream(cfg, model_dir, run_dir)
+        write_json_atomic(run_dir / "metrics.json", summary)
+    sentence = cfg.objective.sentence_task
+    scores = f"MLM loss {last.get('mlm_loss', float('nan')):.4f}, MLM accuracy " \
+             f"{last.get('mlm_accuracy', float('nan')):.4f}"
+    if sentence:
+        scores += f", {sentence.upper()} accuracy {last.get(f'{sentence}_accuracy', 0.0):.4f}"
+    print(f"\npretraining on {cfg.corpus.name}: {scores} after {train_output.global_step} "
+          f"steps\n"
+          f"  metrics:  {run_dir / 'metrics.json'}\n"
+          f"  model:    {model_dir}\n"
+          f"  finetune: bertkit recipe=glue task=mrpc model.name_or_path={model_dir}")
+    for task, result in summary.get("downstream", {}).items():
+        print(f"  {task}: {result['main_metric']} = {result['main_value']:.4f}")
+    return summary

@@ -1,0 +1,80 @@
+"""Trainer for MLM + NSP/SOP pretraining: logs each objective's loss and accuracy separately,
+the share of real (non-padding) tokens, the current sequence length, and samples in the
+paper's sequence-length phases.
+
+Statistics are summed over the steps between two log lines and over all processes, so the
+logged MLM loss is the mean over every masked token of the window, not a mean of means.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import Trainer
+
+from bertkit.pretraining.phases import Phase, PhasedLengthGroupedSampler
+
+STATISTICS = ("mlm_loss_sum", "mlm_correct", "mlm_count", "sentence_loss_sum",
+              "sentence_correct", "sentence_count", "real_tokens", "batch_tokens")
+
+
+class PretrainingTrainer(Trainer):
+    def __init__(self, *args, phases: list[Phase] | None = None,
+                 sentence_task: str | None = "nsp", **kwargs):
+        super().__init__(*args, **kwargs)
+        self.phases = phases
+        self.sentence_task = sentence_task
+        self._window: dict[str, torch.Tensor] = {}
+        self._longest_in_window = 0
+
+    def _get_train_sampler(self, train_dataset=None):
+        if self.phases is None:
+            return super()._get_train_sampler(train_dataset)
+        return PhasedLengthGroupedSampler(self.phases, self.args.per_device_train_batch_size,
+                                          seed=self.args.data_seed or self.args.seed)
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        outputs = model(**inputs)
+        if model.training:
+            mask = inputs.get("attention_mask")
+            batch = {name: outputs[name] for name in STATISTICS[:6]
+                     if outputs.get(name) is not None}
+            ids = inputs["input_ids"]
+            batch["real_tokens"] = mask.sum() if mask is not None else torch.tensor(ids.numel())
+            batch["batch_tokens"] = torch.tensor(ids.numel(), device=ids.device)
+            for name, value in batch.items():
+                value = value.detach().to(torch.float64)
+                self._window[name] = self._window[name] + value if name in self._window \
+                    else value
+            self._longest_in_window = max(self._longest_in_window, ids.shape[1])
+        return (outputs.loss, outputs) if return_outputs else outputs.loss
+
+    def _window_statistics(self) -> dict[str, float]:
+        """The window's sums over all processes, as the values W&B shows."""
+        if not self._window:
+            return {}
+        names = [name for name in STATISTICS if name in self._window]
+        sums = torch.stack([self._window[name] for name in names])
+        longest = torch.tensor([float(self._longest_in_window)], dtype=torch.float64,
+                               device=sums.device)
+        if self.accelerator.num_processes > 1:
+            sums = self.accelerator.reduce(sums, reduction="sum")
+            longest = self.accelerator.reduce(longest, reduction="max")
+        total = dict(zip(names, sums.tolist(), strict=True))
+        self._window = {}
+        self._longest_in_window = 0
+        logs = {
+            "mlm_loss": total["mlm_loss_sum"] / max(total["mlm_count"], 1),
+            "mlm_accuracy": total["mlm_correct"] / max(total["mlm_count"], 1),
+            "real_token_share": total["real_tokens"] / max(total["batch_tokens"], 1),
+            "longest_sequence": longest.item(),
+        }
+        if "sentence_count" in total and self.sentence_task:
+            count = max(total["sentence_count"], 1)
+            logs[f"{self.sentence_task}_loss"] = total["sentence_loss_sum"] / count
+            logs[f"{self.sentence_task}_accuracy"] = total["sentence_correct"] / count
+        return logs
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if "loss" in logs:  # a training log line (evaluation lines carry eval_loss)
+            logs = {**logs, **self._window_statistics()}
+        super().log(logs, start_time)

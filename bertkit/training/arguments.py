@@ -1,0 +1,65 @@
+"""TrainingArguments from the `trainer` config group, plus what bertkit decides for the user:
+mixed precision on a GPU, where checkpoints go, and which tracker Trainer reports to."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+from transformers import TrainingArguments
+
+from bertkit.errors import BertkitError
+from bertkit.training.distributed import world_size
+
+logger = logging.getLogger(__name__)
+
+PRECISIONS = ("auto", "bf16", "fp16", "no")
+
+
+def resolve_mixed_precision(setting: str) -> str:
+    """auto: bf16 where the GPU has it, else fp16 on a GPU, else full precision on the CPU."""
+    if setting not in PRECISIONS:
+        raise BertkitError(f"mixed_precision={setting!r}: expected one of {', '.join(PRECISIONS)}")
+    if setting != "auto":
+        if setting != "no" and not torch.cuda.is_available():
+            raise BertkitError(f"mixed_precision={setting}: needs a GPU, and none is visible")
+        return setting
+    if not torch.cuda.is_available():
+        return "no"
+    return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+
+
+def build_training_arguments(
+    cfg: DictConfig, run_dir: Path, report_to: list[str]
+) -> TrainingArguments:
+    options = OmegaConf.to_container(cfg.trainer, resolve=True)
+    precision = resolve_mixed_precision(cfg.mixed_precision)
+    if not torch.cuda.is_available():
+        options["dataloader_pin_memory"] = False  # pinning needs a GPU; it only warns on a CPU
+        if world_size() > 1:
+            # Without use_cpu, accelerate opens the gloo group but reports no distributed
+            # type, and each torchrun process trains alone on all the data.
+            options.setdefault("use_cpu", True)
+    try:
+        return TrainingArguments(
+            output_dir=str(run_dir / "checkpoints"),
+            bf16=precision == "bf16",
+            fp16=precision == "fp16",
+            report_to=report_to,
+            run_name=run_dir.name,
+            **options,
+        )
+    except TypeError as err:  # an option Trainer does not know: name it as a config key
+        raise BertkitError(f"trainer: {err} (the trainer group takes TrainingArguments' "
+                           f"argument names)") from None
+    except ValueError as err:
+        raise BertkitError(f"trainer: {err}") from None
+
+
+def last_checkpoint(args: TrainingArguments) -> str | None:
+    from transformers.trainer_utils import get_last_checkpoint
+
+    directory = Path(args.output_dir)
+    return get_last_checkpoint(str(directory)) if directory.is_dir() else None

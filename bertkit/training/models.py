@@ -1,0 +1,127 @@
+"""Tokenizer and BERT model from a Hub id, a local checkpoint, or a config trained from scratch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+from transformers import (
+    AutoConfig,
+    AutoModelForQuestionAnswering,
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+    BertConfig,
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertTokenizerFast,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
+
+from bertkit.errors import BertkitError
+
+
+def _hub_error(what: str, name: str, key: str, err: Exception) -> BertkitError:
+    first_line = str(err).splitlines()[0] if str(err) else type(err).__name__
+    return BertkitError(
+        f"{key}={name}: could not load the {what} ({first_line}). Without network, give a "
+        f"local directory (a saved checkpoint, or one holding a WordPiece vocab.txt)"
+    )
+
+
+def load_tokenizer(model: DictConfig) -> PreTrainedTokenizerBase:
+    """A directory holding only vocab.txt (Google's layout) is read as a BERT WordPiece vocab."""
+    if OmegaConf.is_missing(model, "tokenizer") or model.tokenizer is None:
+        raise BertkitError("model.tokenizer is not set: give a Hub id or a directory holding "
+                           "a WordPiece vocab.txt")
+    name = str(model.tokenizer)
+    path = Path(name)
+    if path.is_dir() and not (path / "tokenizer.json").is_file() \
+            and not (path / "tokenizer_config.json").is_file():
+        if not (path / "vocab.txt").is_file():
+            raise BertkitError(f"model.tokenizer={name}: the directory has no vocab.txt")
+        tokenizer = BertTokenizerFast.from_pretrained(str(path), do_lower_case=model.do_lower_case)
+    elif path.is_file():
+        raise BertkitError(f"model.tokenizer={name}: expected a directory or a Hub id, got a file")
+    else:
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(name, do_lower_case=model.do_lower_case)
+        except (OSError, ValueError) as err:
+            raise _hub_error("tokenizer", name, "model.tokenizer", err) from None
+    # Old checkpoints (e.g. Google's bert-base-uncased tokenizer_config.json) carry no
+    # model_max_length, which would leave truncation unbounded.
+    limit = OmegaConf.select(model, "config.max_position_embeddings", default=512)
+    if tokenizer.model_max_length > limit:
+        tokenizer.model_max_length = limit
+    return tokenizer
+
+
+def _dropout(model: DictConfig) -> dict:
+    return {"hidden_dropout_prob": model.hidden_dropout_prob,
+            "attention_probs_dropout_prob": model.attention_probs_dropout_prob}
+
+
+def count_parameters(model: PreTrainedModel) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def load_with_head(model: DictConfig, tokenizer: PreTrainedTokenizerBase, auto_class,
+                    bert_class, head: dict) -> PreTrainedModel:
+    """A checkpoint (Hub id or directory) with a new task head, or BERT from model.config."""
+    dropout = _dropout(model)
+    if model.name_or_path:
+        name = str(model.name_or_path)
+        try:
+            config = AutoConfig.from_pretrained(name, **head, **dropout)
+            return auto_class.from_pretrained(name, config=config)
+        except (OSError, ValueError) as err:
+            raise _hub_error("model", name, "model.name_or_path", err) from None
+    config = BertConfig(
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        **OmegaConf.to_container(model.config),
+        **head,
+        **dropout,
+    )
+    return bert_class(config)
+
+
+def load_sequence_classifier(
+    model: DictConfig, tokenizer: PreTrainedTokenizerBase, labels: list[str] | None
+) -> PreTrainedModel:
+    """BERT with a classification head (labels given) or a one-output regression head."""
+    head = {"num_labels": 1, "problem_type": "regression"} if labels is None else {
+        "num_labels": len(labels),
+        "problem_type": "single_label_classification",
+        "id2label": dict(enumerate(labels)),
+        "label2id": {label: i for i, label in enumerate(labels)},
+    }
+    return load_with_head(model, tokenizer, AutoModelForSequenceClassification,
+                           BertForSequenceClassification, head)
+
+
+def load_question_answerer(model: DictConfig,
+                           tokenizer: PreTrainedTokenizerBase) -> PreTrainedModel:
+    """BERT with a span head: a start and an end logit per token (SQuAD)."""
+    return load_with_head(model, tokenizer, AutoModelForQuestionAnswering,
+                           BertForQuestionAnswering, {})
+
+
+def load_pretraining_model(model: DictConfig, tokenizer: PreTrainedTokenizerBase):
+    """From random init by model.config (pretraining), or a checkpoint to pretrain further."""
+    from bertkit.pretraining.model import MaskedOnlyBertForPreTraining
+
+    dropout = _dropout(model)
+    if model.name_or_path:
+        name = str(model.name_or_path)
+        try:
+            loaded = MaskedOnlyBertForPreTraining.from_pretrained(name, **dropout)
+        except (OSError, ValueError) as err:
+            raise _hub_error("model", name, "model.name_or_path", err) from None
+        if loaded.config.vocab_size < len(tokenizer):
+            raise BertkitError(f"model.name_or_path={name} has {loaded.config.vocab_size} "
+                               f"embeddings but model.tokenizer has {len(tokenizer)} tokens")
+        return loaded
+    config = BertConfig(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
+                        **OmegaConf.to_container(model.config), **dropout)
+    return MaskedOnlyBertForPreTraining(config)

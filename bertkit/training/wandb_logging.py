@@ -1,0 +1,104 @@
+"""Weights & Biases runs: the resolved config, the paper's hyperparameters under plain names,
+grouping and tags for dashboards, offline when there are no credentials.
+
+Trainer's own WandbCallback logs the training curves into the run opened here.
+"""
+
+from __future__ import annotations
+
+import logging
+import netrc
+import os
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+from transformers import PreTrainedModel, TrainingArguments
+
+from bertkit.errors import BertkitError
+from bertkit.training.models import count_parameters
+
+logger = logging.getLogger(__name__)
+
+MODES = ("auto", "online", "offline", "disabled")
+
+
+def has_wandb_credentials() -> bool:
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    try:
+        return netrc.netrc().authenticators("api.wandb.ai") is not None
+    except (FileNotFoundError, netrc.NetrcParseError):
+        return False
+
+
+def resolve_wandb_mode(setting: str) -> str:
+    """WANDB_MODE in the environment wins, as W&B users expect; auto goes offline without a key."""
+    if setting not in MODES:
+        raise BertkitError(f"logger.mode={setting!r}: expected one of {', '.join(MODES)}")
+    if os.environ.get("WANDB_MODE"):
+        return os.environ["WANDB_MODE"]
+    if setting == "auto":
+        return "online" if has_wandb_credentials() else "offline"
+    return setting
+
+
+def paper_hyperparameters(
+    args: TrainingArguments, model: PreTrainedModel, max_seq_length: int
+) -> dict:
+    """The knobs of Devlin et al. (2019) by plain names, so every run shows them side by side."""
+    return {
+        "learning_rate": args.learning_rate,
+        "lr_scheduler_type": str(args.lr_scheduler_type.value
+                                 if hasattr(args.lr_scheduler_type, "value")
+                                 else args.lr_scheduler_type),
+        # Trainer reads a warmup_steps below 1 as a share of all steps.
+        "warmup_ratio": args.warmup_steps if args.warmup_steps < 1 else None,
+        "warmup_steps": args.warmup_steps,
+        "weight_decay": args.weight_decay,
+        "adam_beta1": args.adam_beta1,
+        "adam_beta2": args.adam_beta2,
+        "adam_epsilon": args.adam_epsilon,
+        "max_grad_norm": args.max_grad_norm,
+        "hidden_dropout_prob": model.config.hidden_dropout_prob,
+        "attention_probs_dropout_prob": model.config.attention_probs_dropout_prob,
+        "hidden_act": model.config.hidden_act,
+        "train_batch_size": args.per_device_train_batch_size * args.gradient_accumulation_steps
+        * args.world_size,
+        "per_device_train_batch_size": args.per_device_train_batch_size,
+        "num_train_epochs": args.num_train_epochs,
+        "max_steps": args.max_steps,
+        "max_seq_length": max_seq_length,
+        "seed": args.seed,
+        "num_parameters": count_parameters(model),
+        "num_hidden_layers": model.config.num_hidden_layers,
+        "hidden_size": model.config.hidden_size,
+        "num_attention_heads": model.config.num_attention_heads,
+    }
+
+
+def start_wandb_run(cfg: DictConfig, run_dir: Path, hyperparameters: dict):
+    """Open the run (main process only); returns it, or None when logging is off."""
+    mode = resolve_wandb_mode(cfg.logger.mode)
+    if cfg.logger.backend != "wandb" or mode == "disabled":
+        return None
+    import wandb
+
+    if mode == "offline":
+        logger.warning("W&B: no credentials found (WANDB_API_KEY or `wandb login`): logging "
+                       "offline under %s/wandb; upload later with `wandb sync`", run_dir)
+    log = cfg.logger
+    tags = [str(tag) for tag in log.tags]
+    if log.sweep:
+        tags.append(f"sweep:{log.sweep}")
+    return wandb.init(
+        project=log.project,
+        entity=log.entity,
+        group=log.group,
+        job_type=cfg.recipe.name,
+        tags=tags,
+        name=log.name if not log.sweep else f"{log.sweep}-{log.name}",
+        dir=str(run_dir),
+        mode=mode,
+        config={**hyperparameters, "bertkit": OmegaConf.to_container(cfg, resolve=True)},
+        reinit="finish_previous",
+    )
