@@ -27,9 +27,9 @@ SQUAD_DIR ?=
 SWAG_DIR ?=
 CONLL_DIR ?=
 
-# make pretrain: the pretraining preset it runs (pretrain_small: offline, minutes on a CPU;
-# pretrain: the paper's BERT-base run, Hub Wikipedia by default).
-PRETRAIN_RECIPE ?= pretrain_small
+# make pretrain: the Hydra selection it runs (experiment=pretrain_small: offline, minutes on a
+# CPU; recipe=pretrain: the paper's BERT-base run, Hub Wikipedia by default).
+PRETRAIN ?= experiment=pretrain_small
 
 GLUE_TASKS := cola sst2 mrpc stsb qqp mnli qnli rte wnli
 glue_dir_cola := CoLA
@@ -48,8 +48,8 @@ else
 LAUNCH := $(BIN)/torchrun --standalone --nproc_per_node=$(NPROC) -m bertkit
 endif
 
-.PHONY: install demo test lint glue glue-grid $(addprefix glue-,$(GLUE_TASKS)) bench-glue squad squad2 swag ner \
-	pretrain pretrain-ablation bench-pretrain-data clean
+.PHONY: install demo test lint glue glue-grid $(addprefix glue-,$(GLUE_TASKS)) bench-glue squad \
+	squad2 swag ner pretrain pretrain-ablation bench-pretrain-data clean
 
 install: $(VENV)/.installed
 
@@ -69,10 +69,13 @@ test: install
 lint: install
 	$(BIN)/ruff check bertkit hydra_plugins tests
 
-glue-%: install
+# A static pattern rule: make skips implicit (glue-%) rules for .PHONY targets, so a plain
+# pattern rule would leave `make glue-mrpc` doing nothing.
+GLUE_TARGETS := $(addprefix glue-,$(GLUE_TASKS))
+$(GLUE_TARGETS): glue-%: install
 	$(LAUNCH) recipe=glue task=$* $(if $(GLUE_DIR),task.data_dir=$(GLUE_DIR)/$(glue_dir_$*)) $(O)
 
-glue: $(addprefix glue-,$(GLUE_TASKS))
+glue: $(GLUE_TARGETS)
 
 # The paper's grid over seeds for several tasks, one multirun per task (GLUE_GRID_SWEEP=
 # paper_grid_halving stops the weaker configurations early), then bertkit-report over all of
@@ -88,14 +91,14 @@ glue-grid: install
 	  hydra.sweep.dir=$(GLUE_GRID_DIR)/$(task) $(O) && ) true
 	$(BIN)/bertkit-report $(GLUE_GRID_DIR)
 
-# SQuAD v1.1 and v2.0 with the paper's settings (recipes/squad.yaml, recipes/squad.md).
+# SQuAD v1.1 and v2.0 with the paper's settings (recipes/family/squad.yaml, recipes/cards/squad.md).
 squad: install
 	$(LAUNCH) recipe=squad task=squad_v1 $(if $(SQUAD_DIR),task.data_dir=$(SQUAD_DIR)) $(O)
 
 squad2: install
 	$(LAUNCH) recipe=squad task=squad_v2 $(if $(SQUAD_DIR),task.data_dir=$(SQUAD_DIR)) $(O)
 
-# SWAG (multiple choice) and CoNLL-2003 NER (recipes/swag.yaml, recipes/ner.yaml).
+# SWAG (multiple choice) and CoNLL-2003 NER (recipes/family/swag.yaml, recipes/family/ner.yaml).
 swag: install
 	$(LAUNCH) recipe=swag $(if $(SWAG_DIR),task.data_dir=$(SWAG_DIR)) $(O)
 
@@ -103,11 +106,12 @@ ner: install
 	$(LAUNCH) recipe=ner task=conll2003 $(if $(CONLL_DIR),task.data_dir=$(CONLL_DIR)) $(O)
 
 pretrain: install
-	$(LAUNCH) recipe=$(PRETRAIN_RECIPE) $(O)
+	$(LAUNCH) $(PRETRAIN) $(O)
 
-# Static vs dynamic masking x NSP vs MLM alone, same budget, each finetuned on RTE (multirun).
+# Static vs dynamic masking x NSP vs MLM alone, same budget, each finetuned on RTE (multirun;
+# the preset brings its grid, conf/sweep/pretrain_ablation.yaml).
 pretrain-ablation: install
-	$(BIN)/bertkit -m recipe=pretrain_ablation $(O)
+	$(BIN)/bertkit -m experiment=pretrain_ablation $(O)
 
 # MB/s of each pretraining preprocessing stage, and masking vs DataCollatorForLanguageModeling.
 bench-pretrain-data: install

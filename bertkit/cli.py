@@ -1,4 +1,5 @@
-"""The `bertkit` command: Hydra composes the config, the recipe's family runs it.
+"""The `bertkit` command: Hydra composes the config, bertkit.jobs runs it, and the job's main
+metric goes back to Hydra (for sweepers: successive halving, Optuna).
 
 Bad input surfaces as a BertkitError and is printed as one line, not a traceback. In a
 multirun (sweep) a failed job, whatever the error (bad input, out of memory, a diverging
@@ -20,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from bertkit.config_tree import config_dir
 from bertkit.data.atomic_files import write_json_atomic
 from bertkit.errors import BertkitError
+from bertkit.jobs import run_job
 from bertkit.training.distributed import run_stamp
 
 logger = logging.getLogger("bertkit")
@@ -39,57 +41,6 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("bertkit_run_stamp", run_stamp, use_cache=True)
     if not OmegaConf.has_resolver("bertkit_sweep_stamp"):
         OmegaConf.register_new_resolver("bertkit_sweep_stamp", sweep_stamp)
-
-
-# The task family (task.family, "glue" when absent) each recipe family runs.
-TASK_FAMILY_OF_RECIPE = {"glue": "glue", "bench_glue": "glue", "squad": "squad",
-                         "swag": "swag", "ner": "ner"}
-
-
-def check_task_family(cfg: DictConfig) -> None:
-    wanted = TASK_FAMILY_OF_RECIPE.get(cfg.recipe.family)
-    task_family = OmegaConf.select(cfg, "task.family", default="glue")
-    if wanted is not None and task_family != wanted:
-        raise BertkitError(
-            f"task={cfg.task.name} is a {task_family} task, but recipe={cfg.recipe.name} runs "
-            f"{wanted} tasks: pick a task of conf/task/ with family {wanted}, or "
-            f"recipe={task_family}")
-
-
-def run_recipe(cfg: DictConfig) -> dict:
-    family = cfg.recipe.family
-    check_task_family(cfg)
-    if family == "glue":
-        from bertkit.tasks.glue.family import finetune_glue
-
-        return finetune_glue(cfg)
-    if family == "squad":
-        from bertkit.tasks.squad.family import finetune_squad
-
-        return finetune_squad(cfg)
-    if family == "swag":
-        from bertkit.tasks.swag.family import finetune_swag
-
-        return finetune_swag(cfg)
-    if family == "ner":
-        from bertkit.tasks.ner.family import finetune_ner
-
-        return finetune_ner(cfg)
-    if family == "pretrain":
-        from bertkit.pretraining.run import pretrain
-
-        return pretrain(cfg)
-    if family == "bench_pretrain_data":
-        from bertkit.benchmarks.pretrain_data import benchmark_pretrain_data
-
-        return benchmark_pretrain_data(cfg)
-    if family == "bench_glue":
-        from bertkit.benchmarks.glue_padding import benchmark_glue_padding
-
-        return benchmark_glue_padding(cfg)
-    raise BertkitError(
-        f"recipe.family={family!r}: no such task family (expected: glue, squad, "
-        f"swag, ner, pretrain, bench_glue, bench_pretrain_data)")
 
 
 def describe_failure(err: BaseException) -> str:
@@ -123,20 +74,32 @@ def record_failed_job(err: BaseException) -> None:
             torch.cuda.empty_cache()
 
 
-def _hydra_task(cfg: DictConfig) -> None:
+def main_value(result: dict | None) -> float | None:
+    """What Hydra's sweepers read from a job (its JobReturn.return_value): the main dev metric
+    of a finetune, or of a pretraining job's first downstream finetune; None otherwise."""
+    result = result or {}
+    if "main_value" in result:
+        return float(result["main_value"])
+    downstream = result.get("downstream") or {}
+    first = next(iter(downstream.values()), None)
+    return float(first["main_value"]) if first else None
+
+
+def _hydra_task(cfg: DictConfig) -> float | None:
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     try:
-        run_recipe(cfg)
+        return main_value(run_job(cfg))
     except BertkitError as err:
         if multirun:
             record_failed_job(err)
-            return
+            return None
         print(f"bertkit: error: {err}", file=sys.stderr)
         sys.exit(2)
     except Exception as err:  # noqa: BLE001 - a sweep outlives any one job's failure
         if not multirun:
             raise
         record_failed_job(err)
+        return None
 
 
 def main() -> None:

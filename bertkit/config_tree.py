@@ -14,7 +14,8 @@ from omegaconf import DictConfig
 
 
 def config_dir() -> str:
-    """conf/ of a source checkout (recipes/ is linked in as conf/recipe), else the packaged copy."""
+    """conf/ of a source checkout (recipes/family and recipes/experiment are linked in as
+    conf/recipe and conf/experiment), else the packaged copy."""
     here = Path(__file__).resolve().parent
     source = here.parent / "conf"
     return str(source if source.is_dir() else here / "_conf")

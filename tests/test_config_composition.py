@@ -3,10 +3,13 @@ defaults, and rejects a typo with a message that names the key."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hydra.errors import ConfigCompositionException, MissingConfigException
 from omegaconf import OmegaConf
 
+from bertkit.config_tree import config_dir
 from bertkit.tasks.glue.metrics import METRICS
 from tests.conftest import GLUE_TASKS, compose_config
 
@@ -21,7 +24,7 @@ PAPER_FINETUNING = {
 def test_glue_task_composes_with_paper_defaults(task):
     cfg = compose_config(["recipe=glue", f"task={task}"])
     assert cfg.task.name == task
-    assert cfg.recipe.family == "glue"
+    assert cfg.recipe.task_family == cfg.task.family == "glue"
     assert cfg.model.name_or_path == "bert-base-uncased"
     for key, value in PAPER_FINETUNING.items():
         assert cfg.trainer[key] == value, key
@@ -96,16 +99,18 @@ def test_objectives_compose(objective, task, packing):
 
 
 def test_small_and_ablation_presets_run_offline():
-    small = compose_config(["recipe=pretrain_small"])
+    small = compose_config(["experiment=pretrain_small"])
+    assert small.recipe.job == "pretrain" and small.recipe.name == "pretrain_small"
     assert small.corpus.name == "wikitext2" and small.corpus.source == "local"
     assert small.model.tokenizer.endswith("vocab/bert-base-uncased")
     assert small.pretraining.long_phase.share == 0.0
-    ablation = compose_config(["recipe=pretrain_ablation"], with_hydra=True)
+    ablation = compose_config(["experiment=pretrain_ablation"], with_hydra=True)
+    assert ablation.hydra.runtime.choices.sweep == "pretrain_ablation"  # chosen by the preset
     assert ablation.trainer.max_steps == small.trainer.max_steps
     assert ablation.hydra.sweeper.params == {"masking": "static,dynamic",
                                              "objective": "mlm_nsp,mlm"}
     assert list(ablation.downstream.tasks) == ["rte"]
-    # The recipe's own job directories win over the primary config's.
+    # The preset's sweep names the job directories, not the primary config.
     hydra = OmegaConf.to_container(ablation.hydra.sweep, resolve=False)
     assert hydra["subdir"] == "${masking.kind}-${objective.name}/seed${seed}"
 
@@ -129,3 +134,45 @@ def test_squad_recipe_carries_the_paper_defaults(task, version, epochs, hub):
     # An override of the schedule still wins over the task's paper value.
     assert compose_config(["recipe=squad", f"task={task}",
                            "trainer.num_train_epochs=1"]).trainer.num_train_epochs == 1
+
+
+# A GLUE-like task is a short YAML: the keys every GLUE task shares are in conf/task/glue/.
+GLUE_TASK_MAX_LINES = 16
+GLUE_TASK_KEYS = {
+    "name", "family", "hub", "data_dir", "train_file", "validation_file", "test_file", "files",
+    "columns", "headerless_splits", "headerless_columns", "labels", "label_range", "metrics",
+    "main_metric", "max_seq_length", "leaderboard_files", "skip_malformed_rows"}
+
+
+@pytest.mark.parametrize("task", GLUE_TASKS)
+def test_glue_task_is_a_short_yaml_on_the_shared_base(task):
+    text = (Path(config_dir()) / "task" / f"{task}.yaml").read_text(encoding="utf-8")
+    composed = compose_config(["recipe=glue", f"task={task}"]).task
+    if "glue/standard@_here_" in text:
+        assert len(text.splitlines()) <= GLUE_TASK_MAX_LINES
+    else:  # MNLI: glue/base and its own file layout, a line per split
+        assert "glue/base@_here_" in text
+        assert len(text.splitlines()) <= GLUE_TASK_MAX_LINES + len(composed.files) + 1
+    assert set(composed) == GLUE_TASK_KEYS
+    assert not OmegaConf.missing_keys(composed)  # the task gives every ??? of the base
+    assert composed.hub.name == task and composed.family == "glue"
+
+
+@pytest.mark.parametrize("base", ["glue/base", "glue/standard"])
+def test_the_glue_base_is_not_a_task(base):
+    task = compose_config(["recipe=glue", f"task={base}"]).task
+    missing = {key.removeprefix("task.") for key in OmegaConf.missing_keys(task)}
+    assert {"name", "metrics", "main_metric", "labels", "leaderboard_files"} <= missing
+
+
+def test_presets_are_their_own_group_and_pick_their_recipe():
+    feature_based = compose_config(["experiment=ner_feature_based"], with_hydra=True)
+    assert feature_based.hydra.runtime.choices.recipe == "ner"
+    assert feature_based.recipe.name == "ner_feature_based"
+    assert feature_based.model.feature_based.enabled is True
+    # the preset's keys win over its recipe's, a command-line key over both
+    assert feature_based.trainer.learning_rate == 1e-3
+    assert compose_config(["experiment=ner_feature_based", "trainer.learning_rate=2e-3"]
+                          ).trainer.learning_rate == 2e-3
+    with pytest.raises(MissingConfigException):
+        compose_config(["recipe=pretrain_small"])  # a preset, not a recipe

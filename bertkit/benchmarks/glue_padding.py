@@ -42,11 +42,10 @@ from transformers.data.data_collator import pad_without_fast_tokenizer_warning
 
 from bertkit.data.atomic_files import write_json_atomic
 from bertkit.errors import BertkitError
-from bertkit.tasks.glue.data import load_glue_splits
-from bertkit.tasks.glue.features import tokenize_splits
+from bertkit.tasks.glue.family import FAMILY as GLUE
 from bertkit.training.arguments import build_training_arguments
 from bertkit.training.length_grouped_trainer import LengthGroupedTrainer
-from bertkit.training.models import count_parameters, load_sequence_classifier, load_tokenizer
+from bertkit.training.models import count_parameters, load_tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -102,18 +101,18 @@ def _synchronize() -> None:
         torch.cuda.synchronize()
 
 
-def _train(cfg: DictConfig, way: str, steps: int, run_dir: Path, model_kwargs: dict,
-           train: datasets.Dataset, collate) -> dict:
+def _train(cfg: DictConfig, way: str, steps: int, run_dir: Path, build_model,
+           train: datasets.Dataset, collate, tokenizer: PreTrainedTokenizerBase) -> dict:
     """One training run of `steps` optimizer steps from the seeded initial weights."""
     way_cfg = OmegaConf.merge(cfg, {"trainer": {"max_steps": steps,
                                                 "train_sampling_strategy": SAMPLING[way]}})
     args = build_training_arguments(way_cfg, run_dir, [])
     set_seed(args.seed)
-    model = load_sequence_classifier(**model_kwargs)
+    model = build_model()
     counter = PaddingCounter(collate)
     trainer_class = LengthGroupedTrainer if way == "bertkit" else Trainer
     trainer = trainer_class(model=model, args=args, train_dataset=train,
-                            processing_class=model_kwargs["tokenizer"], data_collator=counter)
+                            processing_class=tokenizer, data_collator=counter)
     trainer.remove_callback(PrinterCallback)  # its end-of-train line would only repeat ours
     _synchronize()
     started = time.perf_counter()
@@ -136,8 +135,8 @@ def _train(cfg: DictConfig, way: str, steps: int, run_dir: Path, model_kwargs: d
     return result
 
 
-def benchmark_glue_padding(cfg: DictConfig, run_dir: Path | None = None) -> dict:
-    run_dir = Path(run_dir or HydraConfig.get().runtime.output_dir)
+def _check(cfg: DictConfig) -> tuple[int, int, int]:
+    """(steps, warmup_steps, repeats), or one message for a setting the comparison cannot use."""
     bench, task = cfg.bench, cfg.task
     steps, warmup_steps, repeats = int(bench.steps), int(bench.warmup_steps), int(bench.repeats)
     if steps < 1 or warmup_steps < 0 or repeats < 1:
@@ -151,19 +150,29 @@ def benchmark_glue_padding(cfg: DictConfig, run_dir: Path | None = None) -> dict
     if cfg.trainer.gradient_accumulation_steps != 1:
         raise BertkitError("bench: trainer.gradient_accumulation_steps must be 1 (one batch a "
                            "step, so that samples/s is steps x batch / seconds)")
+    return steps, warmup_steps, repeats
 
+
+def _prepare(cfg: DictConfig):
+    """The GLUE family's own data and model steps, exactly as `recipe=glue` runs them:
+    (tokenizer, tokenised train split, a function building the seeded model)."""
+    GLUE.generate_data(cfg)
+    splits = GLUE.read(cfg)
+    tokenizer = load_tokenizer(cfg.model)
+    data = GLUE.featurize(cfg, splits, tokenizer)
+    return tokenizer, data.features["train"], lambda: GLUE.build_model(cfg, tokenizer, data)
+
+
+def benchmark_glue_padding(cfg: DictConfig, run_dir: Path | None = None) -> dict:
+    run_dir = Path(run_dir or HydraConfig.get().runtime.output_dir)
+    bench, task = cfg.bench, cfg.task
+    steps, warmup_steps, repeats = _check(cfg)
     if bench.num_threads is not None:
         torch.set_num_threads(int(bench.num_threads))
 
-    raw = load_glue_splits(task, cfg.data_source)
-    tokenizer = load_tokenizer(cfg.model)
-    features = tokenize_splits(raw, tokenizer, max_seq_length=task.max_seq_length,
-                               cache_dir=cfg.cache_dir, num_proc=cfg.preprocessing_num_workers)
-    labels = list(task.labels) if task.labels is not None else None
-    model_kwargs = {"model": cfg.model, "tokenizer": tokenizer, "labels": labels}
-    train = {"plain": pad_to_max_length(features["train"], tokenizer,
-                                        int(bench.baseline_max_length)),
-             "bertkit": features["train"]}
+    tokenizer, train_split, build_model = _prepare(cfg)
+    train = {"plain": pad_to_max_length(train_split, tokenizer, int(bench.baseline_max_length)),
+             "bertkit": train_split}
 
     def collator(way: str, precision: str):
         if way == "plain":
@@ -181,14 +190,14 @@ def benchmark_glue_padding(cfg: DictConfig, run_dir: Path | None = None) -> dict
     if warmup_steps:
         for way in WAYS:
             logger.info("bench %s: warm-up, %d steps (not timed)", way, warmup_steps)
-            _train(cfg, way, warmup_steps, run_dir, model_kwargs, train[way],
-                   collator(way, precision))
+            _train(cfg, way, warmup_steps, run_dir, build_model, train[way],
+                   collator(way, precision), tokenizer)
     runs: dict[str, list[dict]] = {way: [] for way in WAYS}
     for repeat in range(repeats):  # alternating order: plain, bertkit, bertkit, plain, ...
         for way in WAYS if repeat % 2 == 0 else WAYS[::-1]:
             logger.info("bench %s: timed run %d of %d, %d steps", way, repeat + 1, repeats, steps)
-            runs[way].append(_train(cfg, way, steps, run_dir, model_kwargs, train[way],
-                                    collator(way, precision)))
+            runs[way].append(_train(cfg, way, steps, run_dir, build_model, train[way],
+                                    collator(way, precision), tokenizer))
     if scratch.is_dir() and not any(scratch.iterdir()):
         scratch.rmdir()
 
@@ -215,7 +224,7 @@ def benchmark_glue_padding(cfg: DictConfig, run_dir: Path | None = None) -> dict
     result = {
         "recipe": cfg.recipe.name,
         "task": task.name,
-        "train_examples": len(features["train"]),
+        "train_examples": len(train_split),
         "model": {"name_or_path": cfg.model.name_or_path or "from_scratch",
                   "num_hidden_layers": model.num_hidden_layers,
                   "hidden_size": model.hidden_size,

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from bertkit.config_tree import compose_config
 from bertkit.errors import BertkitError
+from bertkit.tasks import finetuning_family
+from bertkit.training.finetune import finetune
 
 
 def downstream_configs(cfg: DictConfig, model_dir: Path) -> dict[str, DictConfig]:
@@ -33,14 +35,12 @@ def downstream_configs(cfg: DictConfig, model_dir: Path) -> dict[str, DictConfig
 
 
 def finetune_downstream(cfg: DictConfig, model_dir: Path, run_dir: Path) -> dict[str, dict]:
-    """{task: {main_metric, main_value, validation}} for every downstream task."""
-    from bertkit.tasks.glue.family import finetune_glue
-
+    """{task: {main_metric, main_value, validation}} for every downstream task, each run
+    through the finetuning template like any `bertkit recipe=glue` run."""
     results = {}
-    for task, glue_cfg in downstream_configs(cfg, model_dir).items():
-        scores = finetune_glue(glue_cfg, run_dir / "downstream" / task)
-        first = next(iter(scores.values()))
-        results[task] = {"main_metric": glue_cfg.task.main_metric,
-                         "main_value": first[glue_cfg.task.main_metric],
-                         "validation": OmegaConf.to_container(OmegaConf.create(scores))}
+    for task, task_cfg in downstream_configs(cfg, model_dir).items():
+        summary = finetune(task_cfg, finetuning_family(task_cfg.task.family),
+                           run_dir / "downstream" / task)
+        results[task] = {key: summary[key] for key in ("main_metric", "main_value",
+                                                       "validation")}
     return results

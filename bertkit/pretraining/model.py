@@ -12,11 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from omegaconf import DictConfig, OmegaConf
 from torch.nn import functional
-from transformers import BertForPreTraining
+from transformers import BertConfig, BertForPreTraining, PreTrainedTokenizerBase
 from transformers.utils import ModelOutput
 
+from bertkit.errors import BertkitError
 from bertkit.pretraining.masking import IGNORE_INDEX
+from bertkit.training.models import dropout_settings, hub_error
 
 
 @dataclass
@@ -74,3 +77,21 @@ class MaskedOnlyBertForPreTraining(BertForPreTraining):
         super().save_pretrained(save_directory, *args, **kwargs)
         self.config.architectures = [BertForPreTraining.__name__]
         self.config.save_pretrained(save_directory)
+
+
+def load_pretraining_model(model: DictConfig, tokenizer: PreTrainedTokenizerBase):
+    """From random init by model.config (pretraining), or a checkpoint to pretrain further."""
+    dropout = dropout_settings(model)
+    if model.name_or_path:
+        name = str(model.name_or_path)
+        try:
+            loaded = MaskedOnlyBertForPreTraining.from_pretrained(name, **dropout)
+        except (OSError, ValueError) as err:
+            raise hub_error("model", name, "model.name_or_path", err) from None
+        if loaded.config.vocab_size < len(tokenizer):
+            raise BertkitError(f"model.name_or_path={name} has {loaded.config.vocab_size} "
+                               f"embeddings but model.tokenizer has {len(tokenizer)} tokens")
+        return loaded
+    config = BertConfig(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
+                        **OmegaConf.to_container(model.config), **dropout)
+    return MaskedOnlyBertForPreTraining(config)

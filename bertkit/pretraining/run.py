@@ -14,15 +14,16 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import datasets
 import numpy as np
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
-from transformers import PreTrainedTokenizerBase, TrainingArguments, set_seed
+from transformers import PreTrainedTokenizerBase, TrainingArguments
 
 from bertkit.data.atomic_files import write_json_atomic
+from bertkit.data.metrics_file import METRICS_FILE
 from bertkit.errors import BertkitError
 from bertkit.pretraining.corpora import corpus_documents
 from bertkit.pretraining.demo_corpus import ensure_demo_corpus
@@ -35,13 +36,13 @@ from bertkit.pretraining.instances import (
     tokenize_documents,
 )
 from bertkit.pretraining.masking import Vocabulary, masking_rule_from_config
+from bertkit.pretraining.model import load_pretraining_model
 from bertkit.pretraining.phases import Phase, phase_steps
 from bertkit.pretraining.static_masking import static_masked_copies
 from bertkit.pretraining.trainer import PretrainingTrainer
 from bertkit.pretraining.wordpiece import ensure_trained_tokenizer, trained_tokenizer_dir
-from bertkit.training.arguments import build_training_arguments
-from bertkit.training.lifecycle import finish_wandb, report_to, train
-from bertkit.training.models import load_pretraining_model, load_tokenizer
+from bertkit.training.models import load_tokenizer
+from bertkit.training.run import Outcome, TrainingJob, run_training
 from bertkit.training.wandb_logging import paper_hyperparameters
 
 logger = logging.getLogger(__name__)
@@ -221,18 +222,23 @@ def _training_lines(history: list[dict]) -> list[dict]:
     return [dict(line) for line in history if "mlm_loss" in line]
 
 
-def _run_dir() -> Path:
-    return Path(HydraConfig.get().runtime.output_dir)
+@dataclass
+class _Prepared:
+    tokenizer: PreTrainedTokenizerBase
+    train_dataset: object
+    phases: list[Phase] | None
+    collator: object
+    seconds: float
 
 
-def pretrain(cfg: DictConfig, run_dir: Path | None = None) -> dict:
-    run_dir = run_dir or _run_dir()
-    check_pretraining_config(cfg)
-    args = build_training_arguments(cfg, run_dir, report_to(cfg))
-    set_seed(args.seed)
+class PretrainingJob(TrainingJob):
+    preparing = "preparing the pretraining data"
 
-    started = time.perf_counter()
-    with args.main_process_first(desc="preparing the pretraining data"):
+    def check(self, cfg):
+        check_pretraining_config(cfg)
+
+    def prepare(self, cfg, args) -> _Prepared:
+        started = time.perf_counter()
         synthetic = OmegaConf.select(cfg.corpus, "synthetic")
         if synthetic is not None:
             ensure_demo_corpus(Path(cfg.corpus.files[0]), OmegaConf.to_container(synthetic))
@@ -240,61 +246,76 @@ def pretrain(cfg: DictConfig, run_dir: Path | None = None) -> dict:
                                      num_proc=cfg.preprocessing_num_workers)
         tokenizer = pretraining_tokenizer(cfg, documents)
         train_dataset, phases, collator = build_training_data(cfg, documents, tokenizer, args)
-    preprocessing_seconds = time.perf_counter() - started
+        return _Prepared(tokenizer, train_dataset, phases, collator,
+                         time.perf_counter() - started)
 
-    model = load_pretraining_model(cfg.model, tokenizer)
-    trainer = PretrainingTrainer(
-        model=model, args=args, train_dataset=train_dataset, data_collator=collator,
-        processing_class=tokenizer, phases=phases,
-        sentence_task=cfg.objective.sentence_task)
-    hyperparameters = pretraining_hyperparameters(cfg, args, model)
-    run = train(cfg, run_dir, trainer, hyperparameters)
-    main, train_output = run.main, run.output
-    model_dir = run_dir / "model"
-    trainer.save_model(str(model_dir))
-    if not main:
-        if cfg.downstream.tasks:
-            finetune_downstream(cfg, model_dir, run_dir)
-        return {}
+    def build_trainer(self, cfg, args, prepared, pad_to_multiple_of):
+        model = load_pretraining_model(cfg.model, prepared.tokenizer)
+        trainer = PretrainingTrainer(
+            model=model, args=args, train_dataset=prepared.train_dataset,
+            data_collator=prepared.collator, processing_class=prepared.tokenizer,
+            phases=prepared.phases, sentence_task=cfg.objective.sentence_task)
+        return trainer, pretraining_hyperparameters(cfg, args, model)
 
-    lines = _training_lines(trainer.state.log_history)
-    summary = {
-        "recipe": cfg.recipe.name,
-        "corpus": cfg.corpus.name,
-        "objective": cfg.objective.name,
-        "masking": cfg.masking.kind,
-        "seed": args.seed,
-        "first_log": lines[0] if lines else {},
-        "last_log": lines[-1] if lines else {},
-        "train": run.train_record(tokens_seen=trainer.state.num_input_tokens_seen),
-        "data": {
-            "instances": None if phases is None else [
-                {"max_seq_length": length, "instances": len(phase.lengths),
-                 "mean_length": float(np.mean(phase.lengths)) if len(phase.lengths) else 0.0,
-                 "samples": phase.num_samples}
-                for (length, _, _), phase in zip(_phase_settings(cfg), phases, strict=False)],
-            "preprocessing_seconds": round(preprocessing_seconds, 2),
-        },
-        "hyperparameters": hyperparameters,
-        "log": lines,  # every training log line, for curves without W&B
-    }
-    write_json_atomic(run_dir / "metrics.json", summary)
-    last = summary["last_log"]
-    # Closed before the finetunes, which open W&B runs of their own.
-    finish_wandb(run, last, hyperparameters["num_parameters"])
-    if cfg.downstream.tasks:
-        summary["downstream"] = finetune_downstream(cfg, model_dir, run_dir)
-        write_json_atomic(run_dir / "metrics.json", summary)
-    sentence = cfg.objective.sentence_task
-    scores = f"MLM loss {last.get('mlm_loss', float('nan')):.4f}, MLM accuracy " \
-             f"{last.get('mlm_accuracy', float('nan')):.4f}"
-    if sentence:
-        scores += f", {sentence.upper()} accuracy {last.get(f'{sentence}_accuracy', 0.0):.4f}"
-    print(f"\npretraining on {cfg.corpus.name}: {scores} after {train_output.global_step} "
-          f"steps\n"
-          f"  metrics:  {run_dir / 'metrics.json'}\n"
-          f"  model:    {model_dir}\n"
-          f"  finetune: bertkit recipe=glue task=mrpc model.name_or_path={model_dir}")
-    for task, result in summary.get("downstream", {}).items():
-        print(f"  {task}: {result['main_metric']} = {result['main_value']:.4f}")
-    return summary
+    def outcome(self, cfg, trainer, prepared, run, run_dir: Path, hyperparameters) -> Outcome:
+        trainer.save_model(str(run_dir / "model"))
+        lines = _training_lines(trainer.state.log_history)
+        phases = prepared.phases
+        record = {
+            "recipe": cfg.recipe.name,
+            "family": "pretraining",
+            "corpus": cfg.corpus.name,
+            "objective": cfg.objective.name,
+            "masking": cfg.masking.kind,
+            "seed": trainer.args.seed,
+            "first_log": lines[0] if lines else {},
+            "last_log": lines[-1] if lines else {},
+            "train": run.train_record(tokens_seen=trainer.state.num_input_tokens_seen),
+            "data": {
+                "instances": None if phases is None else [
+                    {"max_seq_length": length, "instances": len(phase.lengths),
+                     "mean_length": float(np.mean(phase.lengths)) if len(phase.lengths)
+                     else 0.0,
+                     "samples": phase.num_samples}
+                    for (length, _, _), phase in zip(_phase_settings(cfg), phases,
+                                                     strict=False)],
+                "preprocessing_seconds": round(prepared.seconds, 2),
+            },
+            "hyperparameters": hyperparameters,
+            "log": lines,  # every training log line, for curves without W&B
+        }
+        last = record["last_log"]
+
+        def printout(where: str) -> str:
+            sentence = cfg.objective.sentence_task
+            scores = f"MLM loss {last.get('mlm_loss', float('nan')):.4f}, MLM accuracy " \
+                     f"{last.get('mlm_accuracy', float('nan')):.4f}"
+            if sentence:
+                scores += (f", {sentence.upper()} accuracy "
+                           f"{last.get(f'{sentence}_accuracy', 0.0):.4f}")
+            model_dir = run_dir / "model"
+            return (f"\npretraining on {cfg.corpus.name}: {scores} after "
+                    f"{run.output.global_step} steps\n"
+                    f"  metrics:  {run_dir / METRICS_FILE}\n"
+                    f"  model:    {model_dir}\n"
+                    f"  finetune: bertkit recipe=glue task=mrpc model.name_or_path={model_dir}")
+
+        return Outcome(record, last, None, printout)
+
+    def after(self, cfg, record, run_dir: Path, main: bool) -> dict:
+        """The downstream finetunes, once the pretraining W&B run is closed (they open their
+        own), on every process (a finetune under torchrun needs all of them)."""
+        if not cfg.downstream.tasks:
+            return record
+        downstream = finetune_downstream(cfg, run_dir / "model", run_dir)
+        if not main:
+            return record
+        record = {**record, "downstream": downstream}
+        write_json_atomic(run_dir / METRICS_FILE, record)
+        for task, result in downstream.items():
+            print(f"  {task}: {result['main_metric']} = {result['main_value']:.4f}")
+        return record
+
+
+def pretrain(cfg: DictConfig, run_dir: Path | None = None) -> dict:
+    return run_training(cfg, PretrainingJob(), run_dir)

@@ -1,4 +1,4 @@
-"""Published scores to compare bertkit's runs with: recipes/references/published_scores.yaml,
+"""Published scores to compare bertkit's runs with: published_scores.yaml beside this module,
 read and checked.
 
 Each entry (a key such as bert_base_paper_test) has a label, its source (paper, table), the
@@ -7,9 +7,8 @@ server numbers, bertkit's runs are scored on dev), the model names it applies to
 bertkit task the score in percent of that task's main metric (conf/task/<task>.yaml
 main_metric), so that a reference and a run always measure the same thing.
 
-The file is found as conf/ is (cli.config_dir): conf/recipe/references/ of a source checkout
-(conf/recipe links to recipes/), else the copy packaged as bertkit/_conf/recipe/references/. It
-sits in a subfolder so that Hydra does not offer it as a recipe (recipe=...).
+The file is report data, not configuration: it lives in the package (found from this module's
+own path, shipped in the wheel), outside Hydra's search path.
 """
 
 from __future__ import annotations
@@ -24,10 +23,13 @@ import yaml
 
 from bertkit.errors import BertkitError
 
-FILE_NAME = "references/published_scores.yaml"
+FILE_NAME = "published_scores.yaml"
 SPLITS = ("dev", "test")
 ENTRY_KEYS = {"label", "source", "split", "models", "scores"}
 SCORE_KEYS = {"metric", "value", "note"}
+TASK_GROUP = "task"  # conf/task: one YAML per task, bases in subfolders
+MISSING = "???"  # Hydra's mandatory value: a base's placeholder, not a value
+SELF = "_self_"
 
 
 @dataclass(frozen=True)
@@ -48,36 +50,56 @@ class Reference:
 
 
 def default_references_path() -> Path:
-    from bertkit.config_tree import config_dir
-
-    return Path(config_dir()) / "recipe" / FILE_NAME
+    return Path(__file__).resolve().with_name(FILE_NAME)
 
 
 def task_main_metrics(conf_dir: str | Path | None = None) -> dict[str, str]:
-    """{task name: main_metric} of conf/task/*.yaml; a task file without main_metric inherits
-    it through its defaults list (squad_v2 from squad_v1), as Hydra composes it."""
+    """{task name: main_metric} of conf/task/*.yaml; a key a task file does not give is
+    inherited through its defaults list, as Hydra composes it: squad_v2 from squad_v1, a GLUE
+    task from glue/standard and glue/base (conf/task/glue/, bases, not tasks)."""
     if conf_dir is None:
         from bertkit.config_tree import config_dir
 
         conf_dir = config_dir()
-    raw = {}
-    for path in sorted((Path(conf_dir) / "task").glob("*.yaml")):
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        raw[path.stem] = data if isinstance(data, dict) else {}
+    task_dir = Path(conf_dir) / TASK_GROUP
+    files: dict[str, dict] = {}
 
-    def lookup(stem: str, key: str, seen: tuple = ()):
-        data = raw.get(stem, {})
-        if key in data:
-            return data[key]
+    def load(key: str) -> dict:
+        if key not in files:
+            path = task_dir / f"{key}.yaml"
+            data = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else None
+            files[key] = data if isinstance(data, dict) else {}
+        return files[key]
+
+    def lookup(key: str, name: str, seen: tuple = ()):
+        data = load(key)
+        if name in data and data[name] != MISSING:
+            return data[name]
         for parent in data.get("defaults") or []:
-            if isinstance(parent, str) and parent in raw and parent not in seen + (stem,):
-                value = lookup(parent, key, seen + (stem,))
+            parent_key = _task_default(key, parent)
+            if parent_key is not None and parent_key not in seen + (key,):
+                value = lookup(parent_key, name, seen + (key,))
                 if value is not None:
                     return value
         return None
 
+    tasks = [path.stem for path in sorted(task_dir.glob("*.yaml"))]
     return {str(lookup(stem, "name") or stem): str(lookup(stem, "main_metric"))
-            for stem in raw if lookup(stem, "main_metric") is not None}
+            for stem in tasks if lookup(stem, "main_metric") is not None}
+
+
+def _task_default(key: str, entry: object) -> str | None:
+    """The task-group file (relative to conf/task, no suffix) that a defaults entry of task
+    file `key` names: `squad_v1`, `glue/standard@_here_` (relative to the file's folder) or
+    `/task/glue/base@_here_` (absolute); None for _self_, overrides and other groups."""
+    if not isinstance(entry, str) or entry == SELF:
+        return None
+    path = entry.split("@", 1)[0]
+    if path.startswith("/"):
+        group, _, rest = path.lstrip("/").partition("/")
+        return rest if group == TASK_GROUP and rest else None
+    folder = key.rpartition("/")[0]
+    return f"{folder}/{path}" if folder else path
 
 
 def load_references(path: str | Path | None = None,

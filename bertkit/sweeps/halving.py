@@ -22,6 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bertkit.data.metrics_file import FAILED_FILE, METRICS_FILE
 from bertkit.errors import BertkitError
 
 Overrides = tuple[str, ...]
@@ -89,22 +90,24 @@ class JobOutcome:
     error: str | None = None
 
 
-def read_outcome(run_dir: Path) -> JobOutcome:
-    """The job's metrics.json (written by its recipe), or its failed.json."""
+def read_outcome(run_dir: Path, returned: float | None) -> JobOutcome:
+    """A finished job's score is what it returned to Hydra (its main dev metric, what any
+    Hydra sweeper reads); its metrics.json adds the compute accounting (steps, batch, time).
+    A failed job (it returns None) is read from its failed.json."""
     run_dir = Path(run_dir)
-    metrics_path, failed_path = run_dir / "metrics.json", run_dir / "failed.json"
+    metrics_path, failed_path = run_dir / METRICS_FILE, run_dir / FAILED_FILE
     if metrics_path.is_file():
         data = json.loads(metrics_path.read_text(encoding="utf-8"))
         train = data.get("train", {})
-        if "main_value" not in data or "planned_steps" not in train:
+        if returned is None or "planned_steps" not in train:
             raise BertkitError(f"{metrics_path}: not a finetuning result (no main_value or "
                                f"train.planned_steps): successive halving ranks finetuning "
                                f"recipes by their main dev metric")
-        return JobOutcome(run_dir, float(data["main_value"]), int(train["steps"]),
+        return JobOutcome(run_dir, float(returned), int(train["steps"]),
                           int(train["planned_steps"]),
                           int(data["hyperparameters"]["train_batch_size"]),
                           float(train.get("seconds", 0.0)))
-    if failed_path.is_file():
+    if failed_path.is_file() and returned is None:
         error = json.loads(failed_path.read_text(encoding="utf-8")).get("error", "failed")
         return JobOutcome(run_dir, None, error=str(error))
     return JobOutcome(run_dir, None, error="the job left neither metrics.json nor failed.json")

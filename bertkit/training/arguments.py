@@ -31,10 +31,18 @@ def resolve_mixed_precision(setting: str) -> str:
     return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
 
 
+def check_learning_rate(value) -> None:
+    """Trainer takes a negative or zero rate and fails deep in torch (or trains nothing)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise BertkitError(f"trainer.learning_rate={value!r}: expected a positive number "
+                           f"(the paper's finetuning grid: 5e-5, 4e-5, 3e-5, 2e-5)")
+
+
 def build_training_arguments(
     cfg: DictConfig, run_dir: Path, report_to: list[str]
 ) -> TrainingArguments:
     options = OmegaConf.to_container(cfg.trainer, resolve=True)
+    check_learning_rate(options.get("learning_rate"))
     precision = resolve_mixed_precision(cfg.mixed_precision)
     if not torch.cuda.is_available():
         options["dataloader_pin_memory"] = False  # pinning needs a GPU; it only warns on a CPU

@@ -7,18 +7,18 @@ asked, the training time, and closing the W&B run with the final scores.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
-from transformers import EarlyStoppingCallback, Trainer, TrainerCallback
+from transformers import Trainer
 
 from bertkit.data.atomic_files import write_text_atomic
 from bertkit.errors import BertkitError
 from bertkit.training.arguments import last_checkpoint
+from bertkit.training.callbacks import add_early_stopping, add_train_fraction
 from bertkit.training.wandb_logging import resolve_wandb_mode, start_wandb_run
 
 logger = logging.getLogger(__name__)
@@ -47,85 +47,34 @@ class TrainingRun:
                 "seconds": round(self.seconds, 2), **sizes}
 
 
-def result_header(cfg: DictConfig, seed: int, main_value: float) -> dict:
-    """The keys every finetuning metrics.json starts with: what bertkit-report
-    (run_results.read_run) identifies and ranks a run by."""
-    return {"recipe": cfg.recipe.name, "task": cfg.task.name,
+def result_header(cfg: DictConfig, family: str, seed: int, main_value: float) -> dict:
+    """The keys every finetuning metrics.json starts with: what bertkit-report identifies and
+    ranks a run by (bertkit.data.metrics_file)."""
+    return {"recipe": cfg.recipe.name, "family": family, "task": cfg.task.name,
             "model": cfg.model.name_or_path or "from_scratch", "seed": seed,
             "main_metric": cfg.task.main_metric, "main_value": main_value}
 
 
-def add_early_stopping(cfg: DictConfig, trainer: Trainer) -> None:
-    """early_stopping.patience: Trainer's EarlyStoppingCallback on the checkpoint-selecting
-    metric; checked here so that a missing setting is one message, not Trainer's assertion."""
-    settings = OmegaConf.select(cfg, "early_stopping")
-    if settings is None or settings.patience is None:
-        return
-    if int(settings.patience) < 1:
-        raise BertkitError(f"early_stopping.patience={settings.patience}: expected a positive "
-                           f"integer (or null to turn early stopping off)")
-    args = trainer.args
-    # The config's value: TrainingArguments fills in "loss" by itself, which GLUE's evaluation
-    # names eval_validation_loss, and Trainer would then turn early stopping off with a warning.
-    watched = OmegaConf.select(cfg, "trainer.metric_for_best_model")
-    if not watched or not args.load_best_model_at_end:
-        raise BertkitError("early_stopping.patience needs trainer.metric_for_best_model (the dev "
-                           "metric to watch, e.g. validation_accuracy for GLUE) and "
-                           "trainer.load_best_model_at_end=true")
-    if args.eval_strategy == "no":
-        raise BertkitError("early_stopping.patience needs evaluations: set trainer.eval_strategy "
-                           "to epoch or steps")
-    trainer.add_callback(EarlyStoppingCallback(early_stopping_patience=int(settings.patience),
-                                               early_stopping_threshold=settings.threshold))
+RESUME = (False, True, "auto")
 
 
-class StopAtStepShare(TrainerCallback):
-    """Stop (and save a checkpoint) once `share` of the planned optimizer steps are done.
-
-    The schedule stays the whole run's (learning-rate decay over all planned steps), so a run
-    continued with resume=true goes on exactly as if it had never stopped.
-    """
-
-    def __init__(self, share: float):
-        self.share = share
-        self.stopped = False
-
-    def stop_step(self, max_steps: int) -> int:
-        return max(1, math.ceil(self.share * max_steps))
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step >= self.stop_step(state.max_steps):
-            self.stopped = True
-            control.should_training_stop = True
-            control.should_save = True
-            # At an epoch's end the uninterrupted run evaluates before going on, and every
-            # evaluation draws from the RNG (a DataLoader iterator takes a seed): evaluate now,
-            # so that the checkpoint (saved after evaluating) holds the RNG state the
-            # uninterrupted run continues from.
-            at_epoch_end = abs(state.epoch - round(state.epoch)) < 1e-9
-            if str(getattr(args.eval_strategy, "value", args.eval_strategy)) == "epoch" \
-                    and at_epoch_end:
-                control.should_evaluate = True
-        return control
-
-    def on_epoch_end(self, args, state, control, **kwargs):
-        if self.stopped:
-            control.should_evaluate = False  # done in on_step_end, before the checkpoint
-        return control
-
-
-def add_train_fraction(cfg: DictConfig, trainer: Trainer) -> StopAtStepShare | None:
-    share = OmegaConf.select(cfg, "train_fraction")
-    if share is None:
+def resume_checkpoint(resume, args) -> str | None:
+    """resume=true: the run directory's last checkpoint, and an error when there is none (a
+    mistyped hydra.run.dir must not silently train from the start); resume=auto (preemptible
+    cluster jobs): the last checkpoint if there is one, else from the start."""
+    if resume not in RESUME:
+        raise BertkitError(f"resume={resume!r}: expected false, true or auto")
+    if resume is False:
         return None
-    if not 0.0 < float(share) <= 1.0:
-        raise BertkitError(f"train_fraction={share}: expected a number in (0, 1], or null for "
-                           f"the whole schedule")
-    if float(share) == 1.0:
-        return None
-    callback = StopAtStepShare(float(share))
-    trainer.add_callback(callback)
-    return callback
+    checkpoint = last_checkpoint(args)
+    if checkpoint is None and resume is True:
+        raise BertkitError(f"resume=true but {args.output_dir} holds no checkpoint: give "
+                           f"hydra.run.dir=<the run to continue>, or resume=auto to start "
+                           f"from the beginning when there is none")
+    if checkpoint is None:
+        logger.info("resume=auto: no checkpoint in %s, training from the start",
+                    args.output_dir)
+    return checkpoint
 
 
 def train(cfg: DictConfig, run_dir: Path, trainer: Trainer, hyperparameters: dict) -> TrainingRun:
@@ -136,10 +85,7 @@ def train(cfg: DictConfig, run_dir: Path, trainer: Trainer, hyperparameters: dic
     wandb_run = start_wandb_run(cfg, run_dir, hyperparameters) if main and uses_wandb else None
     if main:
         write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-    checkpoint = last_checkpoint(trainer.args) if cfg.resume else None
-    if cfg.resume and checkpoint is None:
-        logger.warning("resume=true but %s holds no checkpoint: training from the start",
-                       trainer.args.output_dir)
+    checkpoint = resume_checkpoint(cfg.resume, trainer.args)
     started = time.perf_counter()
     output = trainer.train(resume_from_checkpoint=checkpoint)
     seconds = time.perf_counter() - started

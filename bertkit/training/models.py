@@ -1,4 +1,5 @@
-"""Tokenizer and BERT model from a Hub id, a local checkpoint, or a config trained from scratch."""
+"""Tokenizer and BERT model from a Hub id, a local checkpoint, or a config trained from scratch.
+Each family adds its own head through load_with_head (bertkit/tasks/<family>/models.py)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,8 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 from transformers import (
     AutoConfig,
-    AutoModelForQuestionAnswering,
-    AutoModelForSequenceClassification,
     AutoTokenizer,
     BertConfig,
-    BertForQuestionAnswering,
-    BertForSequenceClassification,
     BertTokenizerFast,
     PreTrainedModel,
     PreTrainedTokenizerBase,
@@ -21,7 +18,7 @@ from transformers import (
 from bertkit.errors import BertkitError
 
 
-def _hub_error(what: str, name: str, key: str, err: Exception) -> BertkitError:
+def hub_error(what: str, name: str, key: str, err: Exception) -> BertkitError:
     first_line = str(err).splitlines()[0] if str(err) else type(err).__name__
     return BertkitError(
         f"{key}={name}: could not load the {what} ({first_line}). Without network, give a "
@@ -47,7 +44,7 @@ def load_tokenizer(model: DictConfig) -> PreTrainedTokenizerBase:
         try:
             tokenizer = AutoTokenizer.from_pretrained(name, do_lower_case=model.do_lower_case)
         except (OSError, ValueError) as err:
-            raise _hub_error("tokenizer", name, "model.tokenizer", err) from None
+            raise hub_error("tokenizer", name, "model.tokenizer", err) from None
     # Old checkpoints (e.g. Google's bert-base-uncased tokenizer_config.json) carry no
     # model_max_length, which would leave truncation unbounded.
     limit = OmegaConf.select(model, "config.max_position_embeddings", default=512)
@@ -56,7 +53,7 @@ def load_tokenizer(model: DictConfig) -> PreTrainedTokenizerBase:
     return tokenizer
 
 
-def _dropout(model: DictConfig) -> dict:
+def dropout_settings(model: DictConfig) -> dict:
     return {"hidden_dropout_prob": model.hidden_dropout_prob,
             "attention_probs_dropout_prob": model.attention_probs_dropout_prob}
 
@@ -68,14 +65,14 @@ def count_parameters(model: PreTrainedModel) -> int:
 def load_with_head(model: DictConfig, tokenizer: PreTrainedTokenizerBase, auto_class,
                     bert_class, head: dict) -> PreTrainedModel:
     """A checkpoint (Hub id or directory) with a new task head, or BERT from model.config."""
-    dropout = _dropout(model)
+    dropout = dropout_settings(model)
     if model.name_or_path:
         name = str(model.name_or_path)
         try:
             config = AutoConfig.from_pretrained(name, **head, **dropout)
             return auto_class.from_pretrained(name, config=config)
         except (OSError, ValueError) as err:
-            raise _hub_error("model", name, "model.name_or_path", err) from None
+            raise hub_error("model", name, "model.name_or_path", err) from None
     config = BertConfig(
         vocab_size=len(tokenizer),
         pad_token_id=tokenizer.pad_token_id,
@@ -86,42 +83,20 @@ def load_with_head(model: DictConfig, tokenizer: PreTrainedTokenizerBase, auto_c
     return bert_class(config)
 
 
-def load_sequence_classifier(
-    model: DictConfig, tokenizer: PreTrainedTokenizerBase, labels: list[str] | None
-) -> PreTrainedModel:
-    """BERT with a classification head (labels given) or a one-output regression head."""
-    head = {"num_labels": 1, "problem_type": "regression"} if labels is None else {
-        "num_labels": len(labels),
-        "problem_type": "single_label_classification",
-        "id2label": dict(enumerate(labels)),
-        "label2id": {label: i for i, label in enumerate(labels)},
-    }
-    return load_with_head(model, tokenizer, AutoModelForSequenceClassification,
-                           BertForSequenceClassification, head)
-
-
-def load_question_answerer(model: DictConfig,
-                           tokenizer: PreTrainedTokenizerBase) -> PreTrainedModel:
-    """BERT with a span head: a start and an end logit per token (SQuAD)."""
-    return load_with_head(model, tokenizer, AutoModelForQuestionAnswering,
-                           BertForQuestionAnswering, {})
-
-
-def load_pretraining_model(model: DictConfig, tokenizer: PreTrainedTokenizerBase):
-    """From random init by model.config (pretraining), or a checkpoint to pretrain further."""
-    from bertkit.pretraining.model import MaskedOnlyBertForPreTraining
-
-    dropout = _dropout(model)
+def check_sequence_length(model: DictConfig, max_seq_length: int, key: str) -> None:
+    """A task longer than the model's position embeddings would fail inside the model (or,
+    with the tokenizer's cap, be cut silently): one message instead, before features are
+    built. The limit is the checkpoint's own, or model.config's for a model from scratch."""
     if model.name_or_path:
-        name = str(model.name_or_path)
         try:
-            loaded = MaskedOnlyBertForPreTraining.from_pretrained(name, **dropout)
+            limit = AutoConfig.from_pretrained(str(model.name_or_path)).max_position_embeddings
         except (OSError, ValueError) as err:
-            raise _hub_error("model", name, "model.name_or_path", err) from None
-        if loaded.config.vocab_size < len(tokenizer):
-            raise BertkitError(f"model.name_or_path={name} has {loaded.config.vocab_size} "
-                               f"embeddings but model.tokenizer has {len(tokenizer)} tokens")
-        return loaded
-    config = BertConfig(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
-                        **OmegaConf.to_container(model.config), **dropout)
-    return MaskedOnlyBertForPreTraining(config)
+            raise hub_error("model", str(model.name_or_path), "model.name_or_path",
+                            err) from None
+        where = f"model.name_or_path={model.name_or_path}"
+    else:
+        limit = OmegaConf.select(model, "config.max_position_embeddings", default=512)
+        where = "model.config.max_position_embeddings"
+    if max_seq_length > limit:
+        raise BertkitError(f"{key}={max_seq_length} exceeds the {limit} positions of {where}: "
+                           f"lower {key} to at most {limit}")

@@ -4,7 +4,8 @@ It expands the grid exactly as Hydra's basic sweeper does (sweeper params, narro
 by the command line), then launches rung after rung through whatever launcher is configured,
 so it works with Hydra's basic launcher and with parallel ones alike. Each job is told its
 share of the schedule (train_fraction=...) and, from the second rung on, to continue from its
-checkpoint (resume=true); it reads the jobs' metrics.json to decide who goes on.
+checkpoint (resume=true); it ranks jobs by the main dev metric they return to Hydra, and reads
+their metrics.json for the compute accounting.
 """
 
 # No `from __future__ import annotations`: Hydra loads plugin modules outside sys.modules,
@@ -125,7 +126,8 @@ class SuccessiveHalvingSweeper(Sweeper):
                         f"job {' '.join(job)} ran in {run_dir} in rung {rung} but in "
                         f"{run_dirs[job]} before: hydra.sweep.subdir must name each job by "
                         f"its overrides (as sweep=paper_grid_halving does), not by job number")
-                outcomes[job] = (read_outcome(run_dir) if result.status == JobStatus.COMPLETED
+                outcomes[job] = (read_outcome(run_dir, result.return_value)
+                                 if result.status == JobStatus.COMPLETED
                                  else JobOutcome(run_dir, None,
                                                  error=repr(result._return_value)))
             if rung == 0:

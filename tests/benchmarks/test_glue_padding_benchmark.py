@@ -9,8 +9,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from bertkit.benchmarks.glue_padding import benchmark_glue_padding, pad_to_max_length
-from bertkit.cli import run_recipe
 from bertkit.errors import BertkitError
+from bertkit.jobs import run_job
 from bertkit.tasks.glue.data import load_glue_splits
 from bertkit.tasks.glue.features import tokenize_splits
 from bertkit.training.models import load_tokenizer
@@ -109,7 +109,7 @@ def test_baseline_shorter_than_truncation_is_refused(glue_dir, vocab_dir, tmp_pa
         benchmark_glue_padding(cfg, run_dir=tmp_path / "run")
 
 
-def test_unknown_family_names_bench_glue():
-    cfg = OmegaConf.create({"recipe": {"family": "nope"}})
-    with pytest.raises(BertkitError, match="bench_glue"):
-        run_recipe(cfg)
+def test_unknown_job_names_bench_glue():
+    cfg = OmegaConf.create({"recipe": {"job": "nope"}, "task": {"family": "glue"}})
+    with pytest.raises(BertkitError, match="recipe.job='nope'.*bench_glue"):
+        run_job(cfg)

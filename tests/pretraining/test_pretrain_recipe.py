@@ -15,7 +15,8 @@ from bertkit.errors import BertkitError
 from bertkit.pretraining.corpus_formats import read_documents
 from bertkit.pretraining.demo_corpus import ensure_demo_corpus
 from bertkit.pretraining.run import pretrain
-from bertkit.training.models import load_sequence_classifier, load_tokenizer
+from bertkit.tasks.glue.models import load_sequence_classifier
+from bertkit.training.models import load_tokenizer
 from tests.conftest import compose_config, real_data_dir
 from tests.wandb_records import read_offline_run
 

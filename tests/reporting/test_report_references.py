@@ -32,8 +32,8 @@ TABLE_1 = {  # Devlin et al. (2019), Table 1, GLUE test server
 
 def test_packaged_references_use_real_tasks_and_their_main_metrics():
     path = default_references_path()
-    assert path == Path(config_dir()) / "recipe" / "references" / "published_scores.yaml"
-    assert path.resolve() == REPO / "recipes" / "references" / "published_scores.yaml"
+    assert path == REPO / "bertkit" / "reporting" / "published_scores.yaml"
+    assert not list(Path(config_dir()).rglob("published_scores.yaml"))  # not in Hydra's path
     references = load_references()
     assert len(references) >= 9
     composed = {}
@@ -57,10 +57,19 @@ def test_packaged_references_use_real_tasks_and_their_main_metrics():
     assert "mrpc" not in references["bert_tiny_turc_test"].scores  # unlabelled pair: left out
 
 
-def test_task_main_metrics_follow_defaults():
+def test_task_main_metrics_follow_defaults(tmp_path):
     metrics = task_main_metrics()
     assert metrics["squad_v2"] == "f1"  # inherited from squad_v1 through defaults
     assert metrics["mnli"] == "accuracy" and metrics["cola"] == "matthews_correlation"
+    assert "base" not in metrics and "standard" not in metrics  # conf/task/glue/: bases
+    # through a GLUE base, relative and absolute (@_here_ as the task files write it)
+    (tmp_path / "task" / "glue").mkdir(parents=True)
+    (tmp_path / "task" / "glue" / "base.yaml").write_text("name: ???\nmain_metric: f1\n")
+    (tmp_path / "task" / "glue" / "standard.yaml").write_text(
+        "defaults: [/task/glue/base@_here_, _self_]\nmain_metric: ???\n")
+    (tmp_path / "task" / "new.yaml").write_text(
+        "defaults: [glue/standard@_here_, _self_]\nname: new\n")
+    assert task_main_metrics(tmp_path) == {"new": "f1"}
 
 
 def test_model_matching():

@@ -13,6 +13,7 @@ from safetensors.torch import load_file
 
 from bertkit import cli
 from bertkit.errors import BertkitError
+from bertkit.jobs import run_job
 from bertkit.reporting.cli import main as report_main
 from bertkit.sweeps.halving import (
     HalvingLedger,
@@ -22,7 +23,6 @@ from bertkit.sweeps.halving import (
     rung_fractions,
     survivors,
 )
-from bertkit.tasks.glue.family import finetune_glue
 from tests.conftest import compose_config, tiny_run_overrides
 
 
@@ -94,17 +94,17 @@ def test_stopped_run_continues_to_exactly_the_uninterrupted_run(
         "trainer.max_steps": -1, "trainer.num_train_epochs": 2,  # 48 / 8 x 2 = 12 steps
         "trainer.eval_strategy": eval_strategy})
     reference_dir = tmp_path / "reference"
-    finetune_glue(compose_config(overrides), run_dir=reference_dir)
+    run_job(compose_config(overrides), run_dir=reference_dir)
 
     run_dir = tmp_path / "run"
-    finetune_glue(compose_config(overrides + [f"train_fraction={fraction}"]), run_dir=run_dir)
+    run_job(compose_config(overrides + [f"train_fraction={fraction}"]), run_dir=run_dir)
     stopped = json.loads((run_dir / "metrics.json").read_text())
     assert stopped["train"]["steps"] == math.ceil(fraction * 12) == stop_step
     assert stopped["train"]["planned_steps"] == 12
     assert stopped["train"]["complete"] is False
     assert (run_dir / "checkpoints" / f"checkpoint-{stop_step}").is_dir()
 
-    finetune_glue(compose_config(overrides + ["train_fraction=1.0", "resume=true"]),
+    run_job(compose_config(overrides + ["train_fraction=1.0", "resume=true"]),
                   run_dir=run_dir)
     continued = json.loads((run_dir / "metrics.json").read_text())
     reference = json.loads((reference_dir / "metrics.json").read_text())
@@ -119,7 +119,7 @@ def test_train_fraction_out_of_range(glue_dir, vocab_dir, tmp_path):
     data = glue_dir("mrpc", n_train=16)
     cfg = compose_config(tiny_run_overrides("mrpc", data, vocab_dir) + ["train_fraction=1.5"])
     with pytest.raises(BertkitError, match=r"train_fraction=1.5: expected a number in \(0, 1\]"):
-        finetune_glue(cfg, run_dir=tmp_path / "run")
+        run_job(cfg, run_dir=tmp_path / "run")
 
 
 def run_bertkit_in_process(monkeypatch, *overrides: str, wandb_mode: str = "disabled") -> None:

@@ -19,15 +19,15 @@ def test_paper_grid_sweep_with_a_failed_job_and_its_report(glue_dir, vocab_dir, 
                                                            monkeypatch, capsys):
     data = glue_dir("wnli", n_train=64)
     sweep_dir, cache = tmp_path / "sweep", tmp_path / "cache"
-    real_run_recipe = cli.run_recipe
+    real_run_job = cli.run_job
 
     def run_or_run_out_of_memory(cfg):
         job = (cfg.trainer.per_device_train_batch_size, cfg.trainer.learning_rate, cfg.seed)
         if job == (16, 3e-4, 2):
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-        return real_run_recipe(cfg)
+        return real_run_job(cfg)
 
-    monkeypatch.setattr(cli, "run_recipe", run_or_run_out_of_memory)
+    monkeypatch.setattr(cli, "run_job", run_or_run_out_of_memory)
     run_bertkit_in_process(monkeypatch, "-m", "sweep=paper_grid", f"cache_dir={cache}",
                            *tiny_sweep_overrides(data, vocab_dir, sweep_dir))
 
@@ -43,7 +43,7 @@ def test_paper_grid_sweep_with_a_failed_job_and_its_report(glue_dir, vocab_dir, 
     assert "seed=2" in failure["overrides"]
 
     # Tokenised once: one cache entry, written before the first job wrote its config.
-    (entry,) = (cache / "tokenized").iterdir()
+    (entry,) = (cache / "glue").iterdir()
     first_config = min((sweep_dir / job / "config.yaml").stat().st_mtime for job in finished)
     assert (entry / "train.arrow").stat().st_mtime <= first_config
 

@@ -8,11 +8,12 @@ import json
 import pytest
 
 from bertkit.errors import BertkitError
-from bertkit.tasks.glue.family import finetune_glue
+from bertkit.jobs import run_job
 from tests.conftest import compose_config, tiny_run_overrides
 
 WATCHED = {
-    "trainer.learning_rate": 0.0,  # the dev accuracy never changes: nothing ever improves
+    # Too small to flip any prediction (a rate of 0 is refused): nothing ever improves.
+    "trainer.learning_rate": 1e-12,
     "trainer.warmup_steps": 0,
     "trainer.max_steps": 10,
     "trainer.eval_strategy": "steps",
@@ -30,7 +31,7 @@ def test_training_stops_after_patience_evaluations_without_improvement(
     overrides = tiny_run_overrides("rte", glue_dir("rte"), vocab_dir,
                                    **WATCHED, **{"early_stopping.patience": patience
                                                  if patience is not None else "null"})
-    finetune_glue(compose_config(overrides), run_dir=tmp_path / "run")
+    run_job(compose_config(overrides), run_dir=tmp_path / "run")
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     # The first evaluation sets the best value; each later one fails to improve on it.
     assert metrics["train"]["steps"] == steps
@@ -47,5 +48,5 @@ def test_unusable_settings_are_refused_before_training(change, message, glue_dir
     settings = {**WATCHED, "early_stopping.patience": 2, **change}
     cfg = compose_config(tiny_run_overrides("rte", glue_dir("rte"), vocab_dir, **settings))
     with pytest.raises(BertkitError, match=message):
-        finetune_glue(cfg, run_dir=tmp_path / "run")
+        run_job(cfg, run_dir=tmp_path / "run")
     assert not (tmp_path / "run" / "metrics.json").exists()

@@ -8,7 +8,7 @@ import json
 import pytest
 from safetensors.torch import load_file
 
-from bertkit.tasks.glue.family import finetune_glue
+from bertkit.jobs import run_job
 from bertkit.training.length_grouped_trainer import LengthGroupedTrainer
 from tests.conftest import compose_config, tiny_run_overrides
 
@@ -24,7 +24,7 @@ def test_resume_continues_an_interrupted_run(glue_dir, vocab_dir, tmp_path, monk
         "trainer.save_total_limit": 2})
 
     reference_dir = tmp_path / "reference"
-    finetune_glue(compose_config(overrides), run_dir=reference_dir)
+    run_job(compose_config(overrides), run_dir=reference_dir)
 
     original_step = LengthGroupedTrainer.training_step
     calls = {"n": 0}
@@ -38,12 +38,12 @@ def test_resume_continues_an_interrupted_run(glue_dir, vocab_dir, tmp_path, monk
     monkeypatch.setattr(LengthGroupedTrainer, "training_step", interrupt_after_five_steps)
     run_dir = tmp_path / "run"
     with pytest.raises(Interrupted):
-        finetune_glue(compose_config(overrides), run_dir=run_dir)
+        run_job(compose_config(overrides), run_dir=run_dir)
     assert not (run_dir / "metrics.json").exists()
     assert (run_dir / "checkpoints" / "checkpoint-4").is_dir()
 
     calls["n"] = -100  # no more interruptions; count the steps the resumed run takes
-    finetune_glue(compose_config(overrides + ["resume=true"]), run_dir=run_dir)
+    run_job(compose_config(overrides + ["resume=true"]), run_dir=run_dir)
     assert calls["n"] == -100 + 4  # steps 5..8 only
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["train"]["steps"] == 8

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from bertkit.tasks.glue.family import finetune_glue
+from bertkit.jobs import run_job
 from bertkit.training.wandb_logging import resolve_wandb_mode
 from tests.conftest import compose_config, tiny_run_overrides
 from tests.wandb_records import read_offline_run
@@ -21,7 +21,7 @@ def test_offline_run_logs_paper_hyperparameters(glue_dir, vocab_dir, tmp_path, c
                                       "trainer.eval_steps": 2})
     cfg = compose_config(overrides)
     run_dir = tmp_path / "run"
-    finetune_glue(cfg, run_dir=run_dir)
+    run_job(cfg, run_dir=run_dir)
 
     (offline,) = (run_dir / "wandb").glob("offline-run-*")
     logged = read_offline_run(offline)
@@ -62,6 +62,6 @@ def test_mode_resolution(monkeypatch, tmp_path):
 
 def test_logger_none_writes_no_wandb_files(glue_dir, vocab_dir, tmp_path):
     cfg = compose_config(tiny_run_overrides("wnli", glue_dir("wnli"), vocab_dir))
-    finetune_glue(cfg, run_dir=tmp_path / "run")
+    run_job(cfg, run_dir=tmp_path / "run")
     assert not (tmp_path / "run" / "wandb").exists()
     assert (tmp_path / "run" / "metrics.json").is_file()

@@ -1,5 +1,5 @@
-"""GLUE-style splits from the Hub or from local files, as one DatasetDict with columns
-text_a, text_b (pair tasks), label (class id or float; absent on unlabelled test splits), idx."""
+"""GLUE-style splits from the Hub or from local files, as TaskSplits with columns text_a,
+text_b (pair tasks), label (class id or float; absent on unlabelled test splits), idx."""
 
 from __future__ import annotations
 
@@ -11,11 +11,10 @@ import datasets
 from omegaconf import DictConfig, OmegaConf
 
 from bertkit.data.hub import load_hub_dataset
+from bertkit.data.sources import SINGLE_FILE_KEYS, uses_local_files
+from bertkit.data.task_data import TaskSplits
 from bertkit.errors import BertkitError
-from bertkit.tasks.glue.demo_data import ensure_demo_data
 from bertkit.tasks.glue.files import read_glue_file
-
-SINGLE_FILE_KEYS = {"train": "train_file", "validation": "validation_file", "test": "test_file"}
 
 
 def is_test_split(split: str) -> bool:
@@ -24,17 +23,6 @@ def is_test_split(split: str) -> bool:
 
 def is_validation_split(split: str) -> bool:
     return split.startswith("validation")
-
-
-def uses_local_files(task: DictConfig, data_source: str) -> bool:
-    if data_source not in ("auto", "hub", "local"):
-        raise BertkitError(f"data_source={data_source!r}: expected auto, hub or local")
-    # A task family without a test file (SQuAD) has no test_file key: select, not index.
-    local = bool(task.data_dir) or any(OmegaConf.select(task, key)
-                                       for key in SINGLE_FILE_KEYS.values())
-    if data_source == "hub" and task.hub is None:
-        raise BertkitError(f"task {task.name} has no Hub dataset (task.hub is null)")
-    return data_source == "local" or (data_source == "auto" and (local or task.hub is None))
 
 
 def local_split_files(task: DictConfig) -> dict[str, Path]:
@@ -90,10 +78,7 @@ def _fingerprint(task: DictConfig, files: dict[str, Path]) -> str:
     return digest.hexdigest()[:16]
 
 
-def load_local_splits(task: DictConfig) -> datasets.DatasetDict:
-    synthetic = OmegaConf.select(task, "synthetic")
-    if synthetic is not None and task.data_dir:
-        ensure_demo_data(task.data_dir, OmegaConf.to_container(synthetic))
+def load_local_splits(task: DictConfig) -> TaskSplits:
     files = local_split_files(task)
     labels = list(task.labels) if task.labels is not None else None
     label_range = list(task.label_range) if task.label_range is not None else None
@@ -114,12 +99,11 @@ def load_local_splits(task: DictConfig) -> datasets.DatasetDict:
             skip_malformed_rows=task.skip_malformed_rows,
         )
         splits[split] = datasets.Dataset.from_dict(table)
-    result = datasets.DatasetDict(splits)
-    result.bertkit_fingerprint = _fingerprint(task, files)
-    return result
+    fingerprint = _fingerprint(task, files)
+    return TaskSplits(splits, {split: fingerprint for split in splits})
 
 
-def load_hub_splits(task: DictConfig) -> datasets.DatasetDict:
+def load_hub_splits(task: DictConfig) -> TaskSplits:
     hub = task.hub
     raw = load_hub_dataset(
         f"the Hub dataset {hub.path}/{hub.name} for task {task.name}",
@@ -141,14 +125,13 @@ def load_hub_splits(task: DictConfig) -> datasets.DatasetDict:
                 [to_task_label[label] for label in hub_labels] if to_task_label else hub_labels
             )
         splits[split] = datasets.Dataset.from_dict(columns)
-    result = datasets.DatasetDict(splits)
-    result.bertkit_fingerprint = hashlib.sha256(
+    fingerprint = hashlib.sha256(
         "".join(raw[s]._fingerprint for s in sorted(raw)).encode()
     ).hexdigest()[:16]
-    return result
+    return TaskSplits(splits, {split: fingerprint for split in splits})
 
 
-def load_glue_splits(task: DictConfig, data_source: str = "auto") -> datasets.DatasetDict:
+def load_glue_splits(task: DictConfig, data_source: str = "auto") -> TaskSplits:
     if uses_local_files(task, data_source):
         return load_local_splits(task)
     return load_hub_splits(task)

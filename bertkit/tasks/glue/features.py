@@ -1,4 +1,4 @@
-"""Tokenise GLUE splits once per (data, tokenizer, max length), cached on disk for every run.
+"""Tokenise GLUE splits once per (data, tokenizer, max length), cached for every run.
 
 No padding here: the collator pads each batch to its longest sequence (dynamic padding).
 """
@@ -10,17 +10,18 @@ from pathlib import Path
 import datasets
 from transformers import PreTrainedTokenizerBase
 
-from bertkit.data.fingerprints import tokenizer_fingerprint
+from bertkit.data.cache import cache_entry, cached_map
+from bertkit.data.task_data import TaskSplits
 
 
 def tokenize_splits(
-    splits: datasets.DatasetDict,
+    splits: TaskSplits,
     tokenizer: PreTrainedTokenizerBase,
     *,
     max_seq_length: int,
     cache_dir: str | Path,
     num_proc: int = 1,
-) -> datasets.DatasetDict:
+) -> dict[str, datasets.Dataset]:
     """Adds input_ids, token_type_ids, attention_mask and `length` (for length grouping)."""
     pair = "text_b" in splits[next(iter(splits))].column_names
 
@@ -34,13 +35,8 @@ def tokenize_splits(
         encoded["length"] = [len(ids) for ids in encoded["input_ids"]]
         return encoded
 
-    key = f"{splits.bertkit_fingerprint}-{tokenizer_fingerprint(tokenizer)}-{max_seq_length}"
-    cache = Path(cache_dir) / "tokenized" / key
-    cache.mkdir(parents=True, exist_ok=True)
-    return splits.map(
-        encode,
-        batched=True,
-        num_proc=num_proc if num_proc > 1 else None,
-        cache_file_names={split: str(cache / f"{split}.arrow") for split in splits},
-        desc="Tokenizing",
-    )
+    entry = cache_entry(cache_dir, "glue", data=splits.fingerprint(), tokenizer=tokenizer,
+                        settings={"max_seq_length": max_seq_length})
+    return {split: cached_map(table, encode, entry, split, num_proc=num_proc,
+                              desc=f"Tokenizing {split}")
+            for split, table in splits.items()}

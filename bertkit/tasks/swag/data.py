@@ -1,18 +1,18 @@
 """The SWAG splits of a run (train, validation) from the task config: the release's CSV files
 (task.data_dir with task.files, or task.train_file / task.validation_file), or the Hub.
 
-The DatasetDict carries a fingerprint of the content, so that its encodings are computed
-once and shared by every run and sweep job that reads the same data.
+Each split has a fingerprint of its content, so that its encodings are computed once and
+shared by every run and sweep job that reads the same data.
 """
 
 from __future__ import annotations
 
-import datasets
 from omegaconf import DictConfig
 
 from bertkit.data.fingerprints import content_fingerprint
+from bertkit.data.sources import uses_local_files
 from bertkit.data.split_files import split_files
-from bertkit.tasks.glue.data import uses_local_files
+from bertkit.data.task_data import TaskSplits
 from bertkit.tasks.swag.files import read_swag_csv, swag_from_hub
 
 SPLITS = ("train", "validation")
@@ -20,22 +20,18 @@ SPLITS = ("train", "validation")
 READER_VERSION = "swag-reader-1"
 
 
-def load_swag_splits(task: DictConfig, data_source: str = "auto") -> datasets.DatasetDict:
+def load_swag_splits(task: DictConfig, data_source: str = "auto") -> TaskSplits:
     """{"train", "validation"} -> examples in the schema of bertkit.tasks.swag.files, with a
-    `bertkit_fingerprint` attribute."""
+    fingerprint of each split's content."""
     if uses_local_files(task, data_source):
         files = split_files(task, SPLITS, "the SWAG release")
-        splits = datasets.DatasetDict({split: read_swag_csv(path)
-                                       for split, path in files.items()})
-        splits.bertkit_fingerprint = content_fingerprint(
-            READER_VERSION,
-            *(part for split, path in files.items() for part in (split, path.read_bytes())))
-        return splits
+        return TaskSplits({split: read_swag_csv(path) for split, path in files.items()},
+                          {split: content_fingerprint(READER_VERSION, split, path.read_bytes())
+                           for split, path in files.items()})
     hub = task.hub
     files = {split: task.files[split] for split in SPLITS}
-    splits = datasets.DatasetDict({
-        split: swag_from_hub(hub.path, hub.name, hub.splits[split], files) for split in SPLITS})
-    splits.bertkit_fingerprint = content_fingerprint(
-            READER_VERSION,
-        *(part for split in SPLITS for part in (split, splits[split]._fingerprint)))
-    return splits
+    tables = {split: swag_from_hub(hub.path, hub.name, hub.splits[split], files)
+              for split in SPLITS}
+    return TaskSplits(tables, {split: content_fingerprint(READER_VERSION, split,
+                                                          table._fingerprint)
+                               for split, table in tables.items()})

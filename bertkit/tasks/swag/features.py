@@ -15,7 +15,8 @@ from pathlib import Path
 import datasets
 from transformers import PreTrainedTokenizerBase
 
-from bertkit.data.fingerprints import tokenizer_fingerprint
+from bertkit.data.cache import cache_entry, cached_map
+from bertkit.data.task_data import TaskSplits
 from bertkit.errors import BertkitError
 from bertkit.tasks.swag.files import ENDINGS, NUM_CHOICES
 
@@ -68,30 +69,22 @@ def encode_batch(batch: dict, tokenizer: PreTrainedTokenizerBase, max_seq_length
 
 
 def encode_splits(
-    splits: datasets.DatasetDict,
+    splits: TaskSplits,
     tokenizer: PreTrainedTokenizerBase,
     *,
     max_seq_length: int,
     cache_dir: str | Path,
     num_proc: int = 1,
-) -> datasets.DatasetDict:
+) -> dict[str, datasets.Dataset]:
     """Columns idx, label, input_ids / token_type_ids / attention_mask ([example][choice]
-    [token]) and length; cached under cache_dir/swag by data, tokenizer and max length."""
+    [token]) and length; cached by data, tokenizer and max length (bertkit.data.cache)."""
     check_max_seq_length(max_seq_length)
-    key = f"{splits.bertkit_fingerprint}-{tokenizer_fingerprint(tokenizer)}-{max_seq_length}"
-    cache = Path(cache_dir) / "swag" / key
-    cache.mkdir(parents=True, exist_ok=True)
-    encoded = {}
-    for split, table in splits.items():
-        encoded[split] = table.map(
-            encode_batch,
-            batched=True,
-            fn_kwargs={"tokenizer": tokenizer, "max_seq_length": max_seq_length,
-                       "split": split},
-            remove_columns=[c for c in table.column_names if c not in ("idx", "label")],
-            features=FEATURES,
-            num_proc=num_proc if num_proc > 1 else None,
-            cache_file_name=str(cache / f"{split}.arrow"),
-            desc=f"Encoding the {split} choices",
-        )
-    return datasets.DatasetDict(encoded)
+    entry = cache_entry(cache_dir, "swag", data=splits.fingerprint(), tokenizer=tokenizer,
+                        settings={"max_seq_length": max_seq_length})
+    return {split: cached_map(
+                table, encode_batch, entry, split, num_proc=num_proc,
+                fn_kwargs={"tokenizer": tokenizer, "max_seq_length": max_seq_length,
+                           "split": split},
+                remove_columns=[c for c in table.column_names if c not in ("idx", "label")],
+                features=FEATURES, desc=f"Encoding the {split} choices")
+            for split, table in splits.items()}

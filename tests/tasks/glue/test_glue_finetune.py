@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import yaml
 
-from bertkit.tasks.glue.family import finetune_glue
+from bertkit.jobs import run_job
 from bertkit.tasks.glue.metrics import compute_metrics
 from tests.conftest import GLUE_TASKS, compose_config, tiny_run_overrides
 from tests.glue_fixtures import LABELS
@@ -36,7 +36,7 @@ def test_tiny_finetune_writes_every_result(task, glue_dir, vocab_dir, tmp_path):
     data = glue_dir(task, n_train=24, n_dev=n_dev, n_test=n_test)
     cfg = compose_config(tiny_run_overrides(task, data, vocab_dir))
     run_dir = tmp_path / "run"
-    finetune_glue(cfg, run_dir=run_dir)
+    run_job(cfg, run_dir=run_dir)
 
     metrics = json.loads((run_dir / "metrics.json").read_text())
     splits = VALIDATION.get(task, ["validation"])
@@ -92,7 +92,7 @@ def test_demo_recipe_learns_its_task(tmp_path):
     rule (a broken vocabulary or label path leaves it at the 0.5 of a constant guess)."""
     cfg = compose_config(["logger=none", "trainer.disable_tqdm=true",
                           "trainer.save_strategy=no", "trainer.eval_strategy=no"])
-    finetune_glue(cfg, run_dir=tmp_path / "run")
+    run_job(cfg, run_dir=tmp_path / "run")
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["validation"]["validation"]["accuracy"] > 0.9
     assert metrics["train"]["loss"] < 0.5

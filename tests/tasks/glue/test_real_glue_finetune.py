@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from bertkit.tasks.glue.family import finetune_glue
+from bertkit.jobs import run_job
 from tests.conftest import compose_config, real_data_dir, tiny_run_overrides
 
 EXPECTED = {"mrpc": ("MRPC", 408, {"f1", "accuracy"}), "rte": ("RTE", 277, {"accuracy"})}
@@ -22,7 +22,7 @@ def test_tiny_finetune_on_real_files(task, tmp_path):
                                    root / "vocab" / "bert-base-uncased",
                                    **{"trainer.max_steps": 6})
     run_dir = tmp_path / "run"
-    finetune_glue(compose_config(overrides), run_dir=run_dir)
+    run_job(compose_config(overrides), run_dir=run_dir)
     metrics = json.loads((run_dir / "metrics.json").read_text())
     values = metrics["validation"]["validation"]
     assert set(values) == metric_keys

@@ -10,6 +10,8 @@ import pytest
 import torch
 from transformers import BertTokenizerFast, DataCollatorForMultipleChoice
 
+from bertkit.data.cache import cache_entry
+from bertkit.data.task_data import TaskSplits
 from bertkit.errors import BertkitError
 from bertkit.tasks.swag import features as swag_features
 from bertkit.tasks.swag.features import encode_batch, encode_splits
@@ -100,11 +102,11 @@ def test_collator_pads_the_four_choices_of_a_batch_together(tokenizer):
 
 def test_encoded_splits_are_cached_by_data_tokenizer_and_length(tokenizer, tmp_path,
                                                               monkeypatch):
-    splits = datasets.DatasetDict({
+    splits = TaskSplits({
         "train": datasets.Dataset.from_dict(batch_of(EXAMPLE, {**EXAMPLE, "idx": 1, "label": 3}),
                                             features=FEATURES),
-        "validation": datasets.Dataset.from_dict(batch_of(EXAMPLE), features=FEATURES)})
-    splits.bertkit_fingerprint = "data0"
+        "validation": datasets.Dataset.from_dict(batch_of(EXAMPLE), features=FEATURES)},
+        {"train": "data0", "validation": "data0"})
     cache = tmp_path / "cache"
     first = encode_splits(splits, tokenizer, max_seq_length=128, cache_dir=cache)
     assert sorted(first["train"].column_names) == sorted(
@@ -113,7 +115,9 @@ def test_encoded_splits_are_cached_by_data_tokenizer_and_length(tokenizer, tmp_p
     assert first["validation"]["input_ids"][0][2] == [ID[t] for t in
                                                       CONTEXT + SECOND[2] + ["[SEP]"]]
     (directory,) = (cache / "swag").iterdir()
-    assert directory.name.startswith("data0-") and directory.name.endswith("-128")
+    assert directory.name == cache_entry(cache, "swag", data=splits.fingerprint(),
+                                         tokenizer=tokenizer,
+                                         settings={"max_seq_length": 128}).name
     assert {p.name for p in directory.iterdir()} >= {"train.arrow", "validation.arrow"}
     assert first["train"].cache_files[0]["filename"] == str(directory / "train.arrow")
 

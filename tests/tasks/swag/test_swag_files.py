@@ -162,7 +162,8 @@ def test_hub_splits_follow_the_task_config(monkeypatch):
     assert calls == [("allenai/swag", "regular", "train"),
                      ("allenai/swag", "regular", "validation")]
     assert splits["train"]["label"] == [1, 2] and splits["validation"]["label"] == [0]
-    assert len(splits.bertkit_fingerprint) == 16
+    assert {split: len(fingerprint) for split, fingerprint in splits.fingerprints.items()} \
+        == {"train": 16, "validation": 16}
 
 
 def test_unlabelled_hub_split_is_refused(monkeypatch):
@@ -209,7 +210,7 @@ def test_fingerprint_follows_the_content_not_the_path(tmp_path):
         write(directory, text, "train.csv")
         write(directory, RELEASE, "val.csv")
         return load_swag_splits(compose_config(
-            ["recipe=swag", f"task.data_dir={directory}"]).task).bertkit_fingerprint
+            ["recipe=swag", f"task.data_dir={directory}"]).task).fingerprint()
 
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()

@@ -10,9 +10,8 @@ import json
 import pytest
 from safetensors.torch import load_file
 
-from bertkit.cli import run_recipe
 from bertkit.errors import BertkitError
-from bertkit.tasks.swag.family import finetune_swag
+from bertkit.jobs import run_job
 from bertkit.training.length_grouped_trainer import LengthGroupedTrainer
 from tests.conftest import compose_config
 from tests.swag_fixtures import make_rows, write_swag_csv, write_vocab
@@ -60,7 +59,7 @@ def test_tiny_finetune_writes_predictions_whose_accuracy_is_the_reported_one(swa
                                                                              tmp_path):
     train, dev = swag_files
     run_dir = tmp_path / "run"
-    summary = finetune_swag(compose_config(swag_overrides(train, dev, tmp_path)), run_dir)
+    summary = run_job(compose_config(swag_overrides(train, dev, tmp_path)), run_dir)
 
     assert json.loads((run_dir / "metrics.json").read_text()) == summary
     rows = read_tsv(run_dir / "predictions" / "validation.tsv")
@@ -77,8 +76,10 @@ def test_tiny_finetune_writes_predictions_whose_accuracy_is_the_reported_one(swa
         assert sum(probs) == pytest.approx(1.0, abs=1e-5)
         assert int(row["prediction"]) == max(range(4), key=probs.__getitem__)
     correct = sum(r["prediction"] == r["label"] for r in rows)
-    assert summary["validation"] == {"accuracy": correct / 24, "correct": correct,
-                                     "examples": 24}
+    assert summary["validation"] == {"validation": {"accuracy": correct / 24,
+                                                    "correct": correct, "examples": 24}}
+    assert summary["test"] == {} and summary["family"] == "swag"
+    assert summary["files"] == {"predictions": str(run_dir / "predictions" / "validation.tsv")}
     assert summary["main_metric"] == "accuracy"
     assert summary["main_value"] == correct / 24
     assert summary["recipe"] == "swag" and summary["task"] == "swag"
@@ -98,7 +99,7 @@ def test_resume_continues_from_the_last_checkpoint(swag_files, tmp_path, monkeyp
     run_dir = tmp_path / "run"
     saving = {"trainer.save_strategy": "steps", "trainer.save_steps": 2,
               "trainer.eval_strategy": "no"}
-    finetune_swag(compose_config(swag_overrides(train, dev, tmp_path, **saving,
+    run_job(compose_config(swag_overrides(train, dev, tmp_path, **saving,
                                                 **{"trainer.max_steps": 4})), run_dir)
     at_four = load_file(run_dir / "checkpoints" / "checkpoint-4" / "model.safetensors")
 
@@ -106,7 +107,7 @@ def test_resume_continues_from_the_last_checkpoint(swag_files, tmp_path, monkeyp
     original = LengthGroupedTrainer.training_step
     monkeypatch.setattr(LengthGroupedTrainer, "training_step",
                         lambda self, *a, **k: steps.append(1) or original(self, *a, **k))
-    summary = finetune_swag(compose_config(swag_overrides(
+    summary = run_job(compose_config(swag_overrides(
         train, dev, tmp_path, **saving, **{"trainer.max_steps": 6, "resume": True})), run_dir)
     assert len(steps) == 2 and summary["train"]["steps"] == 6  # steps 5 and 6 only
     final = load_file(run_dir / "model" / "model.safetensors")
@@ -116,7 +117,8 @@ def test_resume_continues_from_the_last_checkpoint(swag_files, tmp_path, monkeyp
 
 def test_paper_defaults_compose():
     cfg = compose_config(["recipe=swag"])
-    assert (cfg.recipe.name, cfg.recipe.family, cfg.task.family) == ("swag", "swag", "swag")
+    assert (cfg.recipe.name, cfg.recipe.job, cfg.recipe.task_family, cfg.task.family) == (
+        "swag", "finetune", "swag", "swag")
     trainer = cfg.trainer
     assert (trainer.learning_rate, trainer.per_device_train_batch_size,
             trainer.num_train_epochs) == (2e-5, 16, 3)
@@ -135,7 +137,7 @@ def test_paper_defaults_compose():
 ])
 def test_a_task_of_another_family_is_refused(recipe, task, message):
     with pytest.raises(BertkitError, match=message):
-        run_recipe(compose_config([f"recipe={recipe}", f"task={task}"]))
+        run_job(compose_config([f"recipe={recipe}", f"task={task}"]))
 
 
 def test_a_bad_row_stops_the_run_before_training(swag_files, tmp_path):
@@ -145,7 +147,7 @@ def test_a_bad_row_stops_the_run_before_training(swag_files, tmp_path):
     dev.write_text("\n".join(lines) + "\n")
     run_dir = tmp_path / "run"
     with pytest.raises(BertkitError, match=r"val.csv, line 6, column 'label': 7 is outside"):
-        finetune_swag(compose_config(swag_overrides(train, dev, tmp_path)), run_dir)
+        run_job(compose_config(swag_overrides(train, dev, tmp_path)), run_dir)
     assert not (run_dir / "metrics.json").exists()
 
 
@@ -155,7 +157,7 @@ def test_hub_data_without_network_points_to_the_csv_files(tmp_path, hub_offline)
                           f"cache_dir={tmp_path / 'cache'}"])
     with pytest.raises(BertkitError, match=r"allenai/swag/regular.*task.train_file=<path to "
                                            r"train.csv> task.validation_file=<path to val.csv>"):
-        finetune_swag(cfg, tmp_path / "run")
+        run_job(cfg, tmp_path / "run")
     assert not (tmp_path / "run" / "metrics.json").exists()
 
 
@@ -164,7 +166,7 @@ def test_settings_are_checked_before_any_data_is_read(tmp_path):
                           f"task.train_file={tmp_path / 'absent.csv'}"])
     with pytest.raises(BertkitError, match=r"task.max_seq_length=3: expected an integer of at "
                                            r"least 4"):
-        finetune_swag(cfg, tmp_path / "run")
+        run_job(cfg, tmp_path / "run")
 
 
 def test_offline_wandb_run_holds_the_paper_settings_and_final_accuracy(swag_files, tmp_path):
@@ -172,7 +174,7 @@ def test_offline_wandb_run_holds_the_paper_settings_and_final_accuracy(swag_file
 
     train, dev = swag_files
     run_dir = tmp_path / "run"
-    summary = finetune_swag(compose_config(swag_overrides(train, dev, tmp_path, logger="wandb",
+    summary = run_job(compose_config(swag_overrides(train, dev, tmp_path, logger="wandb",
                                                           seed=5)), run_dir)
     (offline,) = (run_dir / "wandb").glob("offline-run-*")
     logged = read_offline_run(offline)
@@ -184,4 +186,4 @@ def test_offline_wandb_run_holds_the_paper_settings_and_final_accuracy(swag_file
     assert {"recipe:swag", "task:swag", "seed:5"} <= set(logged["tags"])
     assert "train/loss" in logged["summary"] and "eval/accuracy" in logged["summary"]
     assert logged["summary"]["final/validation/accuracy"] == pytest.approx(
-        summary["validation"]["accuracy"])
+        summary["validation"]["validation"]["accuracy"])

@@ -1,0 +1,44 @@
+"""metrics.json: one schema for every finetuning family, written by the finetuning template and
+read by bertkit-report without family-specific patches.
+
+    schema_version  2
+    recipe, family, task, model, seed     what the run was
+    main_metric, main_value               the task's headline dev score (what the report ranks)
+    validation      {split: {metric: value}}  dev splits (GLUE MNLI has two)
+    test            {split: {metric: value}}  labelled test splits (CoNLL-2003), else {}
+    train           loss, steps, planned_steps, complete, seconds, and the family's sizes
+    hyperparameters the paper's names (learning_rate, train_batch_size, ...) and the family's
+    files           name -> path of the prediction files
+    details         the family's own facts (data counts, decoding time, best checkpoint)
+
+Files of schema 1 (no schema_version: SQuAD and SWAG wrote dev scores flat, without the split)
+are read through `upgrade`. Pretraining runs write a metrics.json of their own (no main_metric).
+"""
+
+from __future__ import annotations
+
+SCHEMA_VERSION = 2
+METRICS_FILE = "metrics.json"
+FAILED_FILE = "failed.json"
+
+
+def metrics_record(*, header: dict, validation: dict, test: dict | None, train: dict,
+                   hyperparameters: dict, files: dict | None = None,
+                   details: dict | None = None) -> dict:
+    return {"schema_version": SCHEMA_VERSION, **header, "validation": validation,
+            "test": test or {}, "train": train, "hyperparameters": hyperparameters,
+            "files": files or {}, "details": details or {}}
+
+
+def upgrade(data: dict) -> dict:
+    """A metrics.json of any schema as schema 2. Schema 1 differs in "validation" only, which
+    SQuAD and SWAG wrote flat ({metric: value}): it becomes {"validation": {...}}."""
+    if data.get("schema_version", 1) >= SCHEMA_VERSION:
+        return data
+    validation = data.get("validation")
+    if isinstance(validation, dict) and not all(isinstance(v, dict)
+                                                for v in validation.values()):
+        nested = {k: v for k, v in validation.items() if isinstance(v, dict)}
+        flat = {k: v for k, v in validation.items() if not isinstance(v, dict)}
+        data = {**data, "validation": {**nested, "validation": flat}}
+    return {**data, "schema_version": SCHEMA_VERSION}

@@ -1,0 +1,49 @@
+"""One function that runs any bertkit job from its composed config: what `bertkit` calls, and
+what tests and notebooks call with a config of their own (the lightning-hydra-template's pure
+`train(cfg)`).
+
+recipe.job picks the job: finetune (the task family of task.family, through the one
+finetuning template), pretrain, or a benchmark. Sits above the families: nothing below
+imports it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from bertkit.errors import BertkitError
+from bertkit.tasks import finetuning_family
+from bertkit.training.finetune import finetune
+
+# recipe.job -> "module:function(cfg, run_dir)" of the jobs that are not finetunes.
+JOBS = {
+    "pretrain": "bertkit.pretraining.run:pretrain",
+    "bench_glue": "bertkit.benchmarks.glue_padding:benchmark_glue_padding",
+    "bench_pretrain_data": "bertkit.benchmarks.pretrain_data:benchmark_pretrain_data",
+}
+
+
+def check_task_family(cfg: DictConfig) -> None:
+    """recipe=glue with task=squad_v1 would train SQuAD with GLUE's settings: refused."""
+    wanted = OmegaConf.select(cfg, "recipe.task_family")
+    family = OmegaConf.select(cfg, "task.family")
+    if wanted is not None and family != wanted:
+        raise BertkitError(
+            f"task={cfg.task.name} is a {family} task, but recipe={cfg.recipe.name} runs "
+            f"{wanted} tasks: pick a task of conf/task/ with family {wanted}, or "
+            f"recipe={family}")
+
+
+def run_job(cfg: DictConfig, run_dir: Path | None = None) -> dict:
+    """The job's result record (a finetune's is its metrics.json)."""
+    job = cfg.recipe.job
+    check_task_family(cfg)
+    if job == "finetune":
+        return finetune(cfg, finetuning_family(cfg.task.family), run_dir)
+    if job not in JOBS:
+        raise BertkitError(f"recipe.job={job!r}: expected finetune, {', '.join(JOBS)}")
+    module, function = JOBS[job].split(":")
+    return getattr(importlib.import_module(module), function)(cfg, run_dir)

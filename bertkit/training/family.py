@@ -1,0 +1,86 @@
+"""What a finetuning family supplies to the one finetuning run (bertkit.training.finetune): a
+small spec of the steps that differ between families. Everything else (arguments, seed, data
+under main_process_first, trainer, train, evaluate, metrics.json, W&B, the printout) is
+written once, in finetune.py.
+
+A family subclasses FinetuningFamily in its own folder (bertkit/tasks/<family>/family.py) and
+is named in bertkit.tasks.FAMILIES.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from omegaconf import DictConfig
+from transformers import PreTrainedModel, PreTrainedTokenizerBase, Trainer, TrainingArguments
+
+from bertkit.data.task_data import TaskData, TaskSplits
+
+
+@dataclass
+class Evaluation:
+    """The final model's scores and files, in metrics.json's shape (bertkit.data.metrics_file)."""
+
+    validation: dict[str, dict[str, float]]  # dev split -> metric -> value
+    test: dict[str, dict[str, float]] = field(default_factory=dict)  # labelled test splits
+    files: dict[str, str] = field(default_factory=dict)  # name -> written file
+    details: dict = field(default_factory=dict)  # the family's own facts for metrics.json
+
+
+class FinetuningFamily:
+    """One task family's steps. `name` is task.family; `preparing` says what reading and
+    featurizing do (the log line of main_process_first)."""
+
+    name: str
+    preparing = "reading and tokenizing the data"
+
+    def check(self, cfg: DictConfig) -> None:
+        """Settings errors, before any data is read."""
+
+    def generate_data(self, cfg: DictConfig) -> None:
+        """Write generated data sets (the embedded demo) before the tokenizer or the reader
+        looks for their files; a no-op for real data."""
+
+    def read(self, cfg: DictConfig) -> TaskSplits:
+        """The raw splits, from local files or the Hub (bertkit.data.sources). Before the
+        tokenizer loads, so that a bad data file is reported before a missing tokenizer."""
+        raise NotImplementedError
+
+    def featurize(self, cfg: DictConfig, splits: TaskSplits,
+                  tokenizer: PreTrainedTokenizerBase) -> TaskData:
+        """The model's features of every split (cached: bertkit.data.cache)."""
+        raise NotImplementedError
+
+    def build_model(self, cfg: DictConfig, tokenizer: PreTrainedTokenizerBase,
+                    data: TaskData) -> PreTrainedModel:
+        raise NotImplementedError
+
+    def build_trainer(self, cfg: DictConfig, args: TrainingArguments, model: PreTrainedModel,
+                      tokenizer: PreTrainedTokenizerBase, data: TaskData,
+                      pad_to_multiple_of: int | None) -> Trainer:
+        raise NotImplementedError
+
+    def hyperparameters(self, cfg: DictConfig, model: PreTrainedModel) -> dict:
+        """The family's settings beyond the paper's, for W&B and metrics.json."""
+        return {}
+
+    def train_sizes(self, data: TaskData) -> dict:
+        """How much data one epoch is, for metrics.json's train record."""
+        return {"examples": len(data.features["train"])}
+
+    def evaluate(self, cfg: DictConfig, trainer: Trainer, data: TaskData, run_dir: Path,
+                 main: bool) -> Evaluation:
+        """The final model (the best checkpoint's, with load_best_model_at_end) on the dev and
+        labelled test splits; prediction files written by the main process only."""
+        raise NotImplementedError
+
+    def save_model(self, trainer: Trainer, run_dir: Path, main: bool) -> None:
+        trainer.save_model(str(run_dir / "model"))
+
+    def headline(self, summary: dict) -> str:
+        """The scores in the printout after `<task>: <main metric> = <value>`."""
+        return "; ".join(f"{split}: " + ", ".join(f"{k} {v:.4f}" for k, v in scores.items()
+                                                  if isinstance(v, float))
+                         for split, scores in {**summary["validation"],
+                                               **summary["test"]}.items())

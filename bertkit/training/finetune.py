@@ -1,0 +1,85 @@
+"""Finetuning any task family through the one run skeleton (bertkit.training.run).
+
+The family (bertkit.training.family) supplies what differs: its data, model head, trainer,
+evaluation and files. Written once here: generated data, then the splits, then the tokenizer
+and the features (in that order, so that a bad data file is reported before a missing
+tokenizer); the paper's hyperparameters; metrics.json in the one schema
+(bertkit.data.metrics_file); final/<split>/<metric> in W&B; the printout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from bertkit.data.metrics_file import METRICS_FILE, metrics_record
+from bertkit.data.task_data import TaskData
+from bertkit.training.family import FinetuningFamily
+from bertkit.training.lifecycle import result_header
+from bertkit.training.models import check_sequence_length, load_tokenizer
+from bertkit.training.run import Outcome, TrainingJob, run_training
+from bertkit.training.wandb_logging import paper_hyperparameters
+
+
+@dataclass
+class _Prepared:
+    tokenizer: object
+    data: TaskData
+
+
+class FinetuneJob(TrainingJob):
+    def __init__(self, family: FinetuningFamily):
+        self.family = family
+        self.preparing = family.preparing
+
+    def check(self, cfg):
+        self.family.check(cfg)
+
+    def prepare(self, cfg, args) -> _Prepared:
+        self.family.generate_data(cfg)
+        splits = self.family.read(cfg)
+        tokenizer = load_tokenizer(cfg.model)
+        check_sequence_length(cfg.model, cfg.task.max_seq_length, "task.max_seq_length")
+        return _Prepared(tokenizer, self.family.featurize(cfg, splits, tokenizer))
+
+    def build_trainer(self, cfg, args, prepared, pad_to_multiple_of):
+        model = self.family.build_model(cfg, prepared.tokenizer, prepared.data)
+        trainer = self.family.build_trainer(cfg, args, model, prepared.tokenizer,
+                                            prepared.data, pad_to_multiple_of)
+        return trainer, {**paper_hyperparameters(args, model, cfg.task.max_seq_length),
+                         **self.family.hyperparameters(cfg, model)}
+
+    def outcome(self, cfg, trainer, prepared, run, run_dir: Path, hyperparameters) -> Outcome:
+        family, data = self.family, prepared.data
+        evaluation = family.evaluate(cfg, trainer, data, run_dir, run.main)
+        family.save_model(trainer, run_dir, run.main)
+        main_split = next(iter(evaluation.validation))
+        record = metrics_record(
+            header=result_header(cfg, family.name, trainer.args.seed,
+                                 evaluation.validation[main_split][cfg.task.main_metric]),
+            validation=evaluation.validation, test=evaluation.test,
+            train=run.train_record(**family.train_sizes(data)),
+            hyperparameters=hyperparameters, files=evaluation.files,
+            details={**data.facts, **evaluation.details})
+        final = {f"{split}/{metric}": value
+                 for split, scores in {**evaluation.validation, **evaluation.test}.items()
+                 for metric, value in scores.items()}
+
+        def printout(where: str) -> str:
+            files = "".join(f"\n  {name + ':':<12} {path}"
+                            for name, path in evaluation.files.items())
+            return (f"\n{cfg.task.name}: {cfg.task.main_metric} = {record['main_value']:.4f} "
+                    f"({family.headline(record)})\n"
+                    f"  {'metrics:':<12} {run_dir / METRICS_FILE}{files}\n"
+                    f"  {'model:':<12} {run_dir / 'model'}\n"
+                    f"  {'checkpoint:':<12} {trainer.args.output_dir}\n"
+                    f"  {where}")
+
+        return Outcome(record, final, (record["main_metric"], record["main_value"]), printout)
+
+
+def finetune(cfg: DictConfig, family: FinetuningFamily, run_dir: Path | None = None) -> dict:
+    """Finetunes cfg.task with `family`; returns the metrics.json record."""
+    return run_training(cfg, FinetuneJob(family), run_dir)

@@ -1,0 +1,87 @@
+"""The one run skeleton every training job goes through, finetunes and pretraining alike.
+
+    check -> TrainingArguments -> seed -> data (under main_process_first) -> trainer
+    -> train (lifecycle: early stopping, train_fraction, resume, W&B) -> outcome (evaluate,
+    save the model) -> metrics.json, W&B summary, printout (main process) -> after
+
+A job (TrainingJob) supplies the steps: bertkit.training.finetune adapts any task family to
+it, bertkit.pretraining.run is the pretraining job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+from transformers import Trainer, TrainingArguments, set_seed
+
+from bertkit.data.atomic_files import write_json_atomic
+from bertkit.data.metrics_file import METRICS_FILE
+from bertkit.training.arguments import build_training_arguments
+from bertkit.training.lifecycle import TrainingRun, finish_wandb, report_to, train
+
+
+@dataclass
+class Outcome:
+    """What a trained job reports: metrics.json's record, the final scores for W&B's summary
+    (final/<key>), its headline (main metric, value) if it has one, and the printout (given
+    the line saying where the W&B run went)."""
+
+    record: dict
+    final: dict[str, float]
+    headline: tuple[str, float] | None
+    printout: Callable[[str], str]
+
+
+class TrainingJob:
+    preparing = "preparing the data"
+
+    def check(self, cfg: DictConfig) -> None:
+        """Settings errors, before any data is read."""
+
+    def prepare(self, cfg: DictConfig, args: TrainingArguments) -> Any:
+        """The job's data (and tokenizer), built once per process group."""
+        raise NotImplementedError
+
+    def build_trainer(self, cfg: DictConfig, args: TrainingArguments, data: Any,
+                      pad_to_multiple_of: int | None) -> tuple[Trainer, dict]:
+        """(the Trainer, the hyperparameters recorded in W&B and metrics.json)."""
+        raise NotImplementedError
+
+    def outcome(self, cfg: DictConfig, trainer: Trainer, data: Any, run: TrainingRun,
+                run_dir: Path, hyperparameters: dict) -> Outcome:
+        """Evaluate the final model and save it; files are written by the main process."""
+        raise NotImplementedError
+
+    def after(self, cfg: DictConfig, record: dict, run_dir: Path, main: bool) -> dict:
+        """What runs once the job's own W&B run is closed (pretraining: downstream finetunes)."""
+        return record
+
+
+def hydra_run_dir() -> Path:
+    return Path(HydraConfig.get().runtime.output_dir)
+
+
+def run_training(cfg: DictConfig, job: TrainingJob, run_dir: Path | None = None) -> dict:
+    """Runs the job; returns its metrics.json record (every process computes it, the main
+    process writes it)."""
+    run_dir = Path(run_dir or hydra_run_dir())
+    job.check(cfg)
+    args = build_training_arguments(cfg, run_dir, report_to(cfg))
+    set_seed(args.seed)
+    with args.main_process_first(desc=job.preparing):
+        data = job.prepare(cfg, args)
+    pad_to = cfg.pad_to_multiple_of if (args.bf16 or args.fp16) else None
+    trainer, hyperparameters = job.build_trainer(cfg, args, data, pad_to)
+    run = train(cfg, run_dir, trainer, hyperparameters)
+    outcome = job.outcome(cfg, trainer, data, run, run_dir, hyperparameters)
+    if run.main:
+        write_json_atomic(run_dir / METRICS_FILE, outcome.record)
+        where = finish_wandb(run, outcome.final, hyperparameters["num_parameters"],
+                             outcome.headline)
+        print(outcome.printout(where))
+    return job.after(cfg, outcome.record, run_dir, run.main)
