@@ -16,7 +16,8 @@ from omegaconf import DictConfig
 
 from bertkit.data.metrics_file import METRICS_FILE, metrics_record
 from bertkit.data.task_data import TaskData
-from bertkit.training.family import FinetuningFamily
+from bertkit.errors import BertkitError
+from bertkit.training.family import Evaluation, FinetuningFamily
 from bertkit.training.lifecycle import result_header
 from bertkit.training.models import check_sequence_length, load_tokenizer
 from bertkit.training.run import Outcome, TrainingJob, run_training
@@ -27,6 +28,15 @@ from bertkit.training.wandb_logging import paper_hyperparameters
 class _Prepared:
     tokenizer: object
     data: TaskData
+
+
+def main_value(evaluation: Evaluation, main_metric: str) -> float:
+    """The main metric on the first dev split (MNLI: matched), the value runs are ranked by."""
+    split, scores = next(iter(evaluation.validation.items()))
+    if main_metric not in scores:
+        raise BertkitError(f"task.main_metric={main_metric} is not among the scores of the "
+                           f"{split} split: {', '.join(scores)}")
+    return scores[main_metric]
 
 
 class FinetuneJob(TrainingJob):
@@ -55,10 +65,9 @@ class FinetuneJob(TrainingJob):
         family, data = self.family, prepared.data
         evaluation = family.evaluate(cfg, trainer, data, run_dir, run.main)
         family.save_model(trainer, run_dir, run.main)
-        main_split = next(iter(evaluation.validation))
         record = metrics_record(
             header=result_header(cfg, family.name, trainer.args.seed,
-                                 evaluation.validation[main_split][cfg.task.main_metric]),
+                                 main_value(evaluation, cfg.task.main_metric)),
             validation=evaluation.validation, test=evaluation.test,
             train=run.train_record(**family.train_sizes(data)),
             hyperparameters=hyperparameters, files=evaluation.files,

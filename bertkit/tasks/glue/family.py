@@ -13,6 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 from transformers import DataCollatorWithPadding, EvalPrediction
 
 from bertkit.data.task_data import TaskData, TaskSplits
+from bertkit.errors import BertkitError
 from bertkit.tasks.glue.data import is_test_split, is_validation_split, load_glue_splits
 from bertkit.tasks.glue.demo_data import ensure_demo_data
 from bertkit.tasks.glue.features import tokenize_splits
@@ -38,6 +39,11 @@ class GlueFamily(FinetuningFamily):
 
     def check(self, cfg: DictConfig) -> None:
         task_metrics(cfg.task)
+        entries = list(cfg.task.metrics)
+        if all(isinstance(entry, str) for entry in entries) \
+                and cfg.task.main_metric not in entries:
+            raise BertkitError(f"task.main_metric={cfg.task.main_metric} is not among "
+                               f"task.metrics {entries}")
 
     def generate_data(self, cfg: DictConfig) -> None:
         """The embedded demo set (task.synthetic), vocab.txt included, before anything reads it."""
