@@ -82,12 +82,12 @@ def test_pretrain_recipe_carries_the_paper_defaults():
     assert cfg.objective.name == "mlm_nsp" and cfg.objective.sentence_task == "nsp"
     masking = cfg.masking
     assert (masking.kind, masking.dupe_factor, masking.mlm_probability) == ("static", 10, 0.15)
-    assert (masking.mask_token_share, masking.random_token_share) == (0.8, 0.1)
+    assert (masking.mask_token_fraction, masking.random_token_fraction) == (0.8, 0.1)
     assert cfg.pretraining.max_seq_length == 128 and cfg.pretraining.short_seq_prob == 0.1
     long_phase = cfg.pretraining.long_phase
-    assert (long_phase.share, long_phase.max_seq_length) == (0.1, 512)
+    assert (long_phase.fraction, long_phase.max_seq_length) == (0.1, 512)
     assert cfg.corpus.name == "wikipedia" and cfg.corpus.hub.streaming is False
-    assert cfg.recipe.subject == "wikipedia"
+    assert cfg.recipe.dataset == "wikipedia"
 
 
 @pytest.mark.parametrize("objective,task,packing", [
@@ -103,7 +103,7 @@ def test_small_and_ablation_presets_run_offline():
     assert small.recipe.job == "pretrain" and small.recipe.name == "pretrain_small"
     assert small.corpus.name == "wikitext2" and small.corpus.source == "local"
     assert small.model.tokenizer.endswith("vocab/bert-base-uncased")
-    assert small.pretraining.long_phase.share == 0.0
+    assert small.pretraining.long_phase.fraction == 0.0
     ablation = compose_config(["experiment=pretrain_ablation"], with_hydra=True)
     assert ablation.hydra.runtime.choices.sweep == "pretrain_ablation"  # chosen by the preset
     assert ablation.trainer.max_steps == small.trainer.max_steps

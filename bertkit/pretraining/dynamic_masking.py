@@ -74,7 +74,8 @@ class DynamicMaskingCollator:
         keys[special] = 2.0  # after every candidate
         rank = keys.argsort(axis=1).argsort(axis=1)
         chosen = rank < budget[:, None]
-        column = np.array([[rule.mask_token_share, rule.random_token_share] for rule in rules])
+        column = np.array([[rule.mask_token_fraction, rule.random_token_fraction]
+                           for rule in rules])
         masked = replace_chosen(ids, chosen, self.vocab, column[:, :1], column[:, 1:], rng)
         batch["input_ids"] = torch.from_numpy(masked)
         batch["labels"] = torch.from_numpy(np.where(chosen, ids, IGNORE_INDEX))

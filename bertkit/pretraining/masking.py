@@ -23,8 +23,8 @@ IGNORE_INDEX = -100  # the label torch's cross-entropy skips
 @dataclass(frozen=True)
 class MaskingRule:
     mlm_probability: float
-    mask_token_share: float
-    random_token_share: float
+    mask_token_fraction: float
+    random_token_fraction: float
     max_predictions_per_seq: int
     unit: str
     span_geometric_p: float
@@ -36,11 +36,11 @@ class MaskingRule:
         if not 0 < self.mlm_probability < 1:
             raise BertkitError(
                 f"masking.mlm_probability={self.mlm_probability}: expected 0 < p < 1")
-        if self.mask_token_share < 0 or self.random_token_share < 0 \
-                or self.mask_token_share + self.random_token_share > 1:
+        if self.mask_token_fraction < 0 or self.random_token_fraction < 0 \
+                or self.mask_token_fraction + self.random_token_fraction > 1:
             raise BertkitError(
-                f"masking.mask_token_share={self.mask_token_share} and "
-                f"masking.random_token_share={self.random_token_share}: expected two shares "
+                f"masking.mask_token_fraction={self.mask_token_fraction} and "
+                f"masking.random_token_fraction={self.random_token_fraction}: expected two shares "
                 f">= 0 whose sum is at most 1 (the rest stays unchanged)")
         if self.max_predictions_per_seq < 1:
             raise BertkitError("masking.max_predictions_per_seq: expected at least 1")
@@ -125,7 +125,7 @@ def mask_sequence(ids, vocab: Vocabulary, rule: MaskingRule,
     labels[positions] = ids[positions]
     chosen = np.zeros(ids.shape, dtype=bool)
     chosen[positions] = True
-    return replace_chosen(ids, chosen, vocab, rule.mask_token_share, rule.random_token_share,
+    return replace_chosen(ids, chosen, vocab, rule.mask_token_fraction, rule.random_token_fraction,
                           rng), labels
 
 
@@ -153,8 +153,8 @@ def prediction_budget(candidates, rule_probability, max_predictions):
 def masking_rule_from_config(masking) -> MaskingRule:
     return MaskingRule(
         mlm_probability=masking.mlm_probability,
-        mask_token_share=masking.mask_token_share,
-        random_token_share=masking.random_token_share,
+        mask_token_fraction=masking.mask_token_fraction,
+        random_token_fraction=masking.random_token_fraction,
         max_predictions_per_seq=masking.max_predictions_per_seq,
         unit=masking.unit,
         span_geometric_p=masking.span_geometric_p,

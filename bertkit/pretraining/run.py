@@ -70,14 +70,14 @@ def check_pretraining_config(cfg: DictConfig) -> None:
         raise BertkitError("trainer.max_steps: pretraining is measured in optimizer steps "
                            "(the paper: 1,000,000); give a positive number")
     long_phase = cfg.pretraining.long_phase
-    if not 0 <= long_phase.share < 1:
-        raise BertkitError(f"pretraining.long_phase.share={long_phase.share}: expected a share "
-                           f"of the steps in [0, 1)")
-    if long_phase.share > 0 and long_phase.max_seq_length <= cfg.pretraining.max_seq_length:
+    if not 0 <= long_phase.fraction < 1:
+        raise BertkitError(f"pretraining.long_phase.fraction={long_phase.fraction}: expected "
+                           f"a fraction of the steps in [0, 1)")
+    if long_phase.fraction > 0 and long_phase.max_seq_length <= cfg.pretraining.max_seq_length:
         raise BertkitError("pretraining.long_phase.max_seq_length must exceed "
                            "pretraining.max_seq_length")
     longest = max(cfg.pretraining.max_seq_length,
-                  long_phase.max_seq_length if long_phase.share > 0 else 0)
+                  long_phase.max_seq_length if long_phase.fraction > 0 else 0)
     positions = OmegaConf.select(cfg.model, "config.max_position_embeddings", default=512)
     if longest > positions:
         raise BertkitError(f"sequences of {longest} tokens do not fit "
@@ -87,10 +87,10 @@ def check_pretraining_config(cfg: DictConfig) -> None:
             raise BertkitError("masking=static with corpus.hub.streaming=true: static masks are "
                                "computed once and stored, which a stream cannot do; use "
                                "masking=dynamic, or corpus.hub.streaming=false")
-        if long_phase.share > 0:
-            raise BertkitError("pretraining.long_phase.share>0 with corpus.hub.streaming=true: "
+        if long_phase.fraction > 0:
+            raise BertkitError("pretraining.long_phase.fraction>0 with corpus.hub.streaming=true: "
                                "the 512-token phase needs its own stored instances; set "
-                               "pretraining.long_phase.share=0 or corpus.hub.streaming=false")
+                               "pretraining.long_phase.fraction=0 or corpus.hub.streaming=false")
 
 
 def is_streaming(corpus: DictConfig) -> bool:
@@ -136,10 +136,10 @@ def _phase_settings(cfg: DictConfig) -> list[tuple[int, int, float]]:
     """(max_seq_length, max_predictions_per_seq, share of steps) per phase."""
     long_phase = cfg.pretraining.long_phase
     phases = [(cfg.pretraining.max_seq_length, cfg.masking.max_predictions_per_seq,
-               1.0 - long_phase.share)]
-    if long_phase.share > 0:
+               1.0 - long_phase.fraction)]
+    if long_phase.fraction > 0:
         phases.append((long_phase.max_seq_length, long_phase.max_predictions_per_seq,
-                       long_phase.share))
+                       long_phase.fraction))
     return phases
 
 
@@ -176,7 +176,7 @@ def build_training_data(cfg: DictConfig, documents, tokenizer: PreTrainedTokeniz
     dupe_factor = cfg.masking.dupe_factor if static else 1
     samples_per_step = (args.per_device_train_batch_size * args.gradient_accumulation_steps
                         * args.world_size)
-    steps = phase_steps(args.max_steps, cfg.pretraining.long_phase.share)
+    steps = phase_steps(args.max_steps, cfg.pretraining.long_phase.fraction)
     parts, phases, offset = [], [], 0
     for (length, predictions, _), phase_step_count in zip(settings, steps, strict=False):
         # Pairs: each duplicate cuts the documents anew (as Google's dupe_factor does);
@@ -206,13 +206,13 @@ def pretraining_hyperparameters(cfg: DictConfig, args: TrainingArguments, model)
         "masking": masking.kind,
         "dupe_factor": masking.dupe_factor if masking.kind == "static" else None,
         "mlm_probability": masking.mlm_probability,
-        "mask_token_share": masking.mask_token_share,
-        "random_token_share": masking.random_token_share,
+        "mask_token_fraction": masking.mask_token_fraction,
+        "random_token_fraction": masking.random_token_fraction,
         "max_predictions_per_seq": masking.max_predictions_per_seq,
         "masking_unit": masking.unit,
         "short_seq_prob": cfg.pretraining.short_seq_prob,
-        "long_phase_share": long_phase.share,
-        "long_phase_max_seq_length": long_phase.max_seq_length if long_phase.share else None,
+        "long_phase_fraction": long_phase.fraction,
+        "long_phase_max_seq_length": long_phase.max_seq_length if long_phase.fraction else None,
         "corpus": cfg.corpus.name,
         "vocab_size": model.config.vocab_size,
     }

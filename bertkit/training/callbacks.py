@@ -35,7 +35,7 @@ def add_early_stopping(cfg: DictConfig, trainer: Trainer) -> None:
                                                early_stopping_threshold=settings.threshold))
 
 
-class StopAtStepShare(TrainerCallback):
+class StopAtFraction(TrainerCallback):
     """Stop (and save a checkpoint) once `share` of the planned optimizer steps are done.
 
     The schedule stays the whole run's (learning-rate decay over all planned steps), so a run
@@ -70,7 +70,7 @@ class StopAtStepShare(TrainerCallback):
         return control
 
 
-def add_train_fraction(cfg: DictConfig, trainer: Trainer) -> StopAtStepShare | None:
+def add_train_fraction(cfg: DictConfig, trainer: Trainer) -> StopAtFraction | None:
     share = OmegaConf.select(cfg, "train_fraction")
     if share is None:
         return None
@@ -79,6 +79,6 @@ def add_train_fraction(cfg: DictConfig, trainer: Trainer) -> StopAtStepShare | N
                            f"the whole schedule")
     if float(share) == 1.0:
         return None
-    callback = StopAtStepShare(float(share))
+    callback = StopAtFraction(float(share))
     trainer.add_callback(callback)
     return callback

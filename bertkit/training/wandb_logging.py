@@ -88,15 +88,15 @@ def start_wandb_run(cfg: DictConfig, run_dir: Path, hyperparameters: dict):
                        "offline under %s/wandb; upload later with `wandb sync`", run_dir)
     log = cfg.logger
     tags = [str(tag) for tag in log.tags]
-    if log.sweep:
-        tags.append(f"sweep:{log.sweep}")
+    if log.sweep_tag:
+        tags.append(f"sweep:{log.sweep_tag}")
     return wandb.init(
         project=log.project,
         entity=log.entity,
         group=log.group,
         job_type=cfg.recipe.name,
         tags=tags,
-        name=log.name if not log.sweep else f"{log.sweep}-{log.name}",
+        name=log.name if not log.sweep_tag else f"{log.sweep_tag}-{log.name}",
         dir=str(run_dir),
         mode=mode,
         config={**hyperparameters, "bertkit": OmegaConf.to_container(cfg, resolve=True)},

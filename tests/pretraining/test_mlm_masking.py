@@ -21,7 +21,7 @@ LENGTH = 128
 
 
 def rule(**changes) -> MaskingRule:
-    values = dict(mlm_probability=0.15, mask_token_share=0.8, random_token_share=0.1,
+    values = dict(mlm_probability=0.15, mask_token_fraction=0.8, random_token_fraction=0.1,
                   max_predictions_per_seq=LENGTH, unit="token", span_geometric_p=0.2,
                   span_max_words=10)
     return MaskingRule(**{**values, **changes})
@@ -192,7 +192,7 @@ def test_dynamic_masks_change_every_time_and_follow_torch_seed(tokenizer):
 
 
 @pytest.mark.parametrize("bad", [{"unit": "sentence"}, {"mlm_probability": 1.5},
-                                 {"mask_token_share": 0.95}, {"max_predictions_per_seq": 0}])
+                                 {"mask_token_fraction": 0.95}, {"max_predictions_per_seq": 0}])
 def test_bad_masking_settings_name_the_key(bad):
     with pytest.raises(BertkitError, match="masking."):
         rule(**bad)

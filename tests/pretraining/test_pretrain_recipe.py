@@ -31,7 +31,7 @@ def tiny_pretraining_overrides(**extra) -> list[str]:
         "tokenizer_training.vocab_size": 400,
         "logger": "none",
         "pretraining.max_seq_length": 64,
-        "pretraining.long_phase.share": 0.0,
+        "pretraining.long_phase.fraction": 0.0,
         "masking.dupe_factor": 2,
         "trainer.max_steps": 400,
         "trainer.warmup_steps": 10,
@@ -106,7 +106,7 @@ def test_contradictory_settings_fail_before_reading_data(tmp_path):
                  tmp_path)
     with pytest.raises(BertkitError, match="max_position_embeddings=128"):
         pretrain(compose_config(tiny_pretraining_overrides(**{
-            "pretraining.long_phase.share": 0.1})), tmp_path)
+            "pretraining.long_phase.fraction": 0.1})), tmp_path)
 
 
 def small_run(**extra) -> list[str]:
@@ -121,7 +121,7 @@ def small_run(**extra) -> list[str]:
 
 def test_two_phases_switch_length_at_the_share_and_keep_one_schedule(tmp_path):
     summary = pretrain(compose_config(small_run(**{
-        "pretraining.max_seq_length": 32, "pretraining.long_phase.share": 0.25,
+        "pretraining.max_seq_length": 32, "pretraining.long_phase.fraction": 0.25,
         "pretraining.long_phase.max_seq_length": 64,
         "pretraining.long_phase.max_predictions_per_seq": 10,
         "masking": "dynamic", "trainer.warmup_steps": 2})), tmp_path)
@@ -162,7 +162,7 @@ def test_streaming_hub_corpus_trains_with_dynamic_masking(tmp_path, monkeypatch)
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
     summary = pretrain(compose_config(small_run(**{
         "corpus": "wikipedia", "corpus.hub.streaming": True, "masking": "dynamic",
-        "pretraining.long_phase.share": 0.0,
+        "pretraining.long_phase.fraction": 0.0,
         "model.tokenizer": str(corpus.parent), "pretraining.streaming_buffer_documents": 8,
         "trainer.max_steps": 6})), tmp_path / "run")
     assert calls == [("wikimedia/wikipedia", True)]
