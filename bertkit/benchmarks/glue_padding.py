@@ -20,6 +20,7 @@ Writes bench.json in the run directory and prints a table.
 
 from __future__ import annotations
 
+import functools
 import gc
 import logging
 import statistics
@@ -163,6 +164,27 @@ def _prepare(cfg: DictConfig):
     return tokenizer, data.features["train"], lambda: GLUE.build_model(cfg, tokenizer, data)
 
 
+def _way_summary(way: str, runs: list[dict]) -> dict:
+    """One way's throughput: the median time over repeats; counts from the first run (every
+    repeat feeds the same batches)."""
+    first = runs[0]
+    seconds = statistics.median(run["seconds"] for run in runs)
+    return {
+        "description": DESCRIPTIONS[way],
+        "train_sampling_strategy": SAMPLING[way],
+        "samples_per_second": first["examples"] / seconds,
+        "seconds": seconds,
+        "seconds_each_repeat": [run["seconds"] for run in runs],
+        "examples": first["examples"],
+        "real_tokens": first["real_tokens"],
+        "positions": first["positions"],
+        "padding_share": 1 - first["real_tokens"] / first["positions"],
+        "mean_padded_length": first["positions"] / first["examples"],
+        "mean_length": first["real_tokens"] / first["examples"],
+        "training_loss": first["training_loss"],
+    }
+
+
 def benchmark_glue_padding(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     run_dir = Path(run_dir or HydraConfig.get().runtime.output_dir)
     bench, task = cfg.bench, cfg.task
@@ -187,38 +209,22 @@ def benchmark_glue_padding(cfg: DictConfig, run_dir: Path | None = None) -> dict
         raise BertkitError("bench: run on one process (it compares single-process throughput)")
     scratch = run_dir / "checkpoints"
 
+    train_way = functools.partial(_train, cfg, run_dir=run_dir, build_model=build_model,
+                                  tokenizer=tokenizer)
     if warmup_steps:
         for way in WAYS:
             logger.info("bench %s: warm-up, %d steps (not timed)", way, warmup_steps)
-            _train(cfg, way, warmup_steps, run_dir, build_model, train[way],
-                   collator(way, precision), tokenizer)
+            train_way(way, warmup_steps, train=train[way], collate=collator(way, precision))
     runs: dict[str, list[dict]] = {way: [] for way in WAYS}
     for repeat in range(repeats):  # alternating order: plain, bertkit, bertkit, plain, ...
         for way in WAYS if repeat % 2 == 0 else WAYS[::-1]:
             logger.info("bench %s: timed run %d of %d, %d steps", way, repeat + 1, repeats, steps)
-            runs[way].append(_train(cfg, way, steps, run_dir, build_model, train[way],
-                                    collator(way, precision), tokenizer))
+            runs[way].append(train_way(way, steps, train=train[way],
+                                       collate=collator(way, precision)))
     if scratch.is_dir() and not any(scratch.iterdir()):
         scratch.rmdir()
 
-    ways = {}
-    for way in WAYS:
-        first = runs[way][0]
-        seconds = statistics.median(run["seconds"] for run in runs[way])
-        ways[way] = {
-            "description": DESCRIPTIONS[way],
-            "train_sampling_strategy": SAMPLING[way],
-            "samples_per_second": first["examples"] / seconds,
-            "seconds": seconds,
-            "seconds_each_repeat": [run["seconds"] for run in runs[way]],
-            "examples": first["examples"],
-            "real_tokens": first["real_tokens"],
-            "positions": first["positions"],
-            "padding_share": 1 - first["real_tokens"] / first["positions"],
-            "mean_padded_length": first["positions"] / first["examples"],
-            "mean_length": first["real_tokens"] / first["examples"],
-            "training_loss": first["training_loss"],
-        }
+    ways = {way: _way_summary(way, runs[way]) for way in WAYS}
     ratio = ways["bertkit"]["samples_per_second"] / ways["plain"]["samples_per_second"]
     model = cfg.model.config
     result = {
