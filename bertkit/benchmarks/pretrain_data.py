@@ -216,6 +216,28 @@ DESCRIPTIONS = {
 }
 
 
+def _timed_repeats(cfg: DictConfig, tokenizer, collators: dict, num_proc: int, batch_size: int,
+                   repeats: int) -> tuple[dict[str, list[float]], dict]:
+    """Seconds per stage and repeat, each repeat in a fresh cache (no stage is a cache hit),
+    and the last repeat's outputs."""
+    times: dict[str, list[float]] = {name: [] for name in STAGES}
+    outputs: dict = {}
+    progress_bars = datasets.utils.logging.is_progress_bar_enabled()
+    datasets.disable_progress_bars()
+    try:
+        for repeat in range(repeats):
+            logger.info("bench: repeat %d of %d", repeat + 1, repeats)
+            with tempfile.TemporaryDirectory(prefix="bertkit-bench-") as cache_dir:
+                seconds, outputs = _one_repeat(cfg, tokenizer, collators, num_proc, batch_size,
+                                               cache_dir)
+            for name in STAGES:
+                times[name].append(seconds[name])
+    finally:
+        if progress_bars:
+            datasets.enable_progress_bars()
+    return times, outputs
+
+
 def benchmark_pretrain_data(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     run_dir = Path(run_dir or HydraConfig.get().runtime.output_dir)
     batch_size, num_proc, repeats = _check(cfg)
@@ -238,22 +260,7 @@ def benchmark_pretrain_data(cfg: DictConfig, run_dir: Path | None = None) -> dic
         "hf_collator": (hf_collator, list(HF_COLUMNS)),
     }
 
-    times: dict[str, list[float]] = {name: [] for name in STAGES}
-    outputs: dict = {}
-    progress_bars = datasets.utils.logging.is_progress_bar_enabled()
-    datasets.disable_progress_bars()
-    try:
-        for repeat in range(repeats):
-            logger.info("bench: repeat %d of %d", repeat + 1, repeats)
-            with tempfile.TemporaryDirectory(prefix="bertkit-bench-") as cache_dir:
-                seconds, outputs = _one_repeat(cfg, tokenizer, collators, num_proc, batch_size,
-                                               cache_dir)
-            for name in STAGES:
-                times[name].append(seconds[name])
-    finally:
-        if progress_bars:
-            datasets.enable_progress_bars()
-
+    times, outputs = _timed_repeats(cfg, tokenizer, collators, num_proc, batch_size, repeats)
     lengths = outputs["lengths"]
     n = len(lengths)
     stages = {name: _stage(name, times[name], corpus_bytes,
