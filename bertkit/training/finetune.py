@@ -77,13 +77,14 @@ class FinetuneJob(TrainingJob):
                  for metric, value in scores.items()}
 
         def printout(where: str) -> str:
-            files = "".join(f"\n  {name + ':':<12} {path}"
+            width = max(len(name) + 2 for name in ["checkpoint", *evaluation.files])
+            files = "".join(f"\n  {name + ':':<{width}} {path}"
                             for name, path in evaluation.files.items())
             return (f"\n{cfg.task.name}: {cfg.task.main_metric} = {record['main_value']:.4f} "
                     f"({family.headline(record)})\n"
-                    f"  {'metrics:':<12} {run_dir / METRICS_FILE}{files}\n"
-                    f"  {'model:':<12} {run_dir / 'model'}\n"
-                    f"  {'checkpoint:':<12} {trainer.args.output_dir}\n"
+                    f"  {'metrics:':<{width}} {run_dir / METRICS_FILE}{files}\n"
+                    f"  {'model:':<{width}} {run_dir / 'model'}\n"
+                    f"  {'checkpoint:':<{width}} {trainer.args.output_dir}\n"
                     f"  {where}")
 
         return Outcome(record, final, (record["main_metric"], record["main_value"]), printout)

@@ -92,7 +92,7 @@ class GlueFamily(FinetuningFamily):
                     path = write_dev_predictions(run_dir / "predictions" / f"{split}.tsv",
                                                  table["idx"][:], np.asarray(table["label"][:]),
                                                  predicted, labels)
-                    evaluation.files[split] = str(path)
+                    evaluation.files[f"{split}_predictions"] = str(path)
             elif is_test_split(split):
                 output = trainer.predict(table, metric_key_prefix=f"test_{split}")
                 name = task.leaderboard_files.get(split, f"{task.name.upper()}-{split}.tsv")
@@ -100,7 +100,7 @@ class GlueFamily(FinetuningFamily):
                     path = write_leaderboard_file(
                         run_dir / "leaderboard" / name, table["idx"][:],
                         predictions_from_logits(logits_of(output), regression), labels)
-                    evaluation.files[split] = str(path)
+                    evaluation.files[f"{split}_leaderboard"] = str(path)
         return evaluation
 
 

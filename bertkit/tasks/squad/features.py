@@ -12,7 +12,9 @@ run_squad.py settings on top:
   length, so examples are tokenised in groups of equal question length, each with HF overlap
   = (max_seq_length - 3 - question tokens) - doc_stride. The windows are then Google's exactly.
 
-No padding here: the collator pads each batch. Caching is datasets.map's fingerprint.
+No padding here: the collator pads each batch. A run's windows are cached on disk
+(bertkit.data.cache, kind "squad"), one entry per split, keyed by the split's data, the
+tokenizer and the window settings.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ import datasets
 import numpy as np
 from transformers import PreTrainedTokenizerBase
 
-from bertkit.data.fingerprints import tokenizer_fingerprint
+from bertkit.data.cache import cache_entry, cached_map
+from bertkit.data.task_data import TaskSplits
 from bertkit.errors import BertkitError
 
 # length: the window's token count, for batches grouped by length (LengthGroupedTrainer).
@@ -176,10 +179,19 @@ def _answer_positions(encoding, answers: dict) -> tuple[int, int]:
     return first + start, first + end
 
 
+def _map_windows(examples: datasets.Dataset, encode, features: datasets.Features, desc: str,
+                 num_proc: int | None, entry: Path | None, name: str) -> datasets.Dataset:
+    """examples.map(encode): one row per window, cached as <entry>/<name>.arrow when the run
+    gives a cache entry (window_splits); in memory otherwise."""
+    kwargs = dict(remove_columns=examples.column_names, features=features, desc=desc)
+    if entry is None:
+        return examples.map(encode, batched=True, num_proc=num_proc, **kwargs)
+    return cached_map(examples, encode, entry, name, num_proc=num_proc or 1, **kwargs)
+
+
 def train_features(examples: datasets.Dataset, tokenizer: PreTrainedTokenizerBase, *,
                    max_seq_length: int = 384, doc_stride: int = 128, max_query_length: int = 64,
-                   num_proc: int | None = None,
-                   cache_file_name: str | None = None) -> datasets.Dataset:
+                   num_proc: int | None = None, entry: Path | None = None) -> datasets.Dataset:
     """One row per window: input_ids, token_type_ids, attention_mask, start/end_positions.
 
     doc_stride is the step between window starts (Google's meaning, see the module docstring).
@@ -201,15 +213,14 @@ def train_features(examples: datasets.Dataset, tokenizer: PreTrainedTokenizerBas
                 out["length"].append(len(encoding.ids))
         return out
 
-    return examples.map(encode, batched=True, num_proc=num_proc,
-                        remove_columns=examples.column_names, features=TRAIN_FEATURES,
-                        cache_file_name=cache_file_name, desc="SQuAD training windows")
+    return _map_windows(examples, encode, TRAIN_FEATURES, "SQuAD training windows",
+                        num_proc, entry, "train_windows")
 
 
 def evaluation_features(examples: datasets.Dataset, tokenizer: PreTrainedTokenizerBase, *,
                         max_seq_length: int = 384, doc_stride: int = 128,
                         max_query_length: int = 64, num_proc: int | None = None,
-                        cache_file_name: str | None = None) -> datasets.Dataset:
+                        entry: Path | None = None) -> datasets.Dataset:
     """One row per window, the same windows as train_features, with what decoding needs:
     example_id, offset_mapping (character span in the context per passage token, None
     elsewhere) and token_is_max_context. Drop those three before the model sees a batch."""
@@ -234,34 +245,30 @@ def evaluation_features(examples: datasets.Dataset, tokenizer: PreTrainedTokeniz
                     [False] * first + window_flags.tolist() + [False] * (size - stop))
         return out
 
-    return examples.map(encode, batched=True, num_proc=num_proc,
-                        remove_columns=examples.column_names, features=EVAL_FEATURES,
-                        cache_file_name=cache_file_name, desc="SQuAD evaluation windows")
+    return _map_windows(examples, encode, EVAL_FEATURES, "SQuAD evaluation windows",
+                        num_proc, entry, "evaluation_windows")
 
 
-def window_splits(splits: dict[str, datasets.Dataset], tokenizer: PreTrainedTokenizerBase, *,
+def window_splits(splits: TaskSplits, tokenizer: PreTrainedTokenizerBase, *,
                   max_seq_length: int, doc_stride: int, max_query_length: int,
-                  cache_dir: str | Path, num_proc: int | None = None
+                  cache_dir: str | Path, num_proc: int = 1
                   ) -> tuple[datasets.Dataset, datasets.Dataset]:
     """(training windows of splits["train"], evaluation windows of splits["validation"]),
-    cached on disk under cache_dir by data, tokenizer and window settings: every run and sweep
-    job that reads the same data tokenises it once. Each split carries bertkit_fingerprint
-    (bertkit.tasks.squad.data)."""
+    cached on disk under cache_dir by split data, tokenizer and window settings: every run and
+    sweep job that reads the same data tokenises it once."""
     if not tokenizer.is_fast:
         raise BertkitError("SQuAD windows need a fast tokenizer (offset mappings): give "
                            "model.tokenizer a directory with vocab.txt or tokenizer.json")
-    settings = dict(max_seq_length=max_seq_length, doc_stride=doc_stride,
-                    max_query_length=max_query_length, num_proc=num_proc)
     check_window_settings(max_seq_length, doc_stride, max_query_length)
-    key = f"{tokenizer_fingerprint(tokenizer)}-{max_seq_length}-{doc_stride}-{max_query_length}"
-    cache = Path(cache_dir) / "squad_windows"
-    cache.mkdir(parents=True, exist_ok=True)
+    settings = dict(max_seq_length=max_seq_length, doc_stride=doc_stride,
+                    max_query_length=max_query_length)
 
-    def cache_file(split: str, kind: str) -> str:
-        return str(cache / f"{splits[split].bertkit_fingerprint}-{key}-{kind}.arrow")
+    def entry(split: str) -> Path:
+        return cache_entry(cache_dir, "squad", data=splits.fingerprint(split),
+                           tokenizer=tokenizer, settings=settings)
 
-    train = train_features(splits["train"], tokenizer, **settings,
-                           cache_file_name=cache_file("train", "train"))
+    train = train_features(splits["train"], tokenizer, **settings, num_proc=num_proc,
+                           entry=entry("train"))
     evaluation = evaluation_features(splits["validation"], tokenizer, **settings,
-                                     cache_file_name=cache_file("validation", "eval"))
+                                     num_proc=num_proc, entry=entry("validation"))
     return train, evaluation

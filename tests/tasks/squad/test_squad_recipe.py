@@ -11,9 +11,8 @@ from collections import defaultdict
 import datasets
 import pytest
 
-from bertkit.cli import run_recipe
 from bertkit.errors import BertkitError
-from bertkit.tasks.squad.family import finetune_squad
+from bertkit.jobs import run_job
 from bertkit.tasks.squad.files import read_squad_json
 from bertkit.tasks.squad.metrics import squad_v1_scores, squad_v2_scores
 from tests.conftest import compose_config, tiny_checkpointed_training
@@ -62,12 +61,16 @@ def squad_overrides(task: str, train, dev, vocab, tmp_path, **extra) -> list[str
     return [f"{key}={value}" for key, value in overrides.items()]
 
 
-def test_tiny_v1_finetune_writes_official_files_whose_scores_match(squad_files, tmp_path):
+def test_tiny_v1_finetune_writes_official_files_whose_scores_match(squad_files, tmp_path,
+                                                                  capsys):
+    from tests.wandb_records import read_offline_run
+
     train, dev = squad_files("v1.1")
     vocab = write_vocab(tmp_path / "vocab")
     run_dir = tmp_path / "run"
-    summary = finetune_squad(compose_config(squad_overrides("squad_v1", train, dev, vocab,
-                                                            tmp_path)), run_dir)
+    summary = run_job(compose_config(squad_overrides("squad_v1", train, dev, vocab, tmp_path,
+                                                     logger="wandb")),
+                      run_dir=run_dir)
 
     assert json.loads((run_dir / "metrics.json").read_text()) == summary
     examples = read_squad_json(dev, version="v1.1")
@@ -76,15 +79,36 @@ def test_tiny_v1_finetune_writes_official_files_whose_scores_match(squad_files, 
     for qid, context in zip(examples["id"], examples["context"], strict=True):
         assert predictions[qid] and predictions[qid] in context
     rescored = squad_v1_scores(predictions, examples)
-    assert summary["validation"]["exact_match"] == pytest.approx(rescored["exact_match"])
-    assert summary["validation"]["f1"] == pytest.approx(rescored["f1"])
-    assert summary["main_metric"] == "f1" and summary["version"] == "v1.1"
+    scores = summary["validation"]["validation"]
+    assert scores["exact_match"] == pytest.approx(rescored["exact_match"])
+    assert scores["f1"] == pytest.approx(rescored["f1"])
+    assert summary["main_metric"] == "f1" and summary["details"]["version"] == "v1.1"
+    assert summary["main_value"] == scores["f1"]
     assert not (run_dir / "null_odds.json").exists()
-    assert summary["evaluation"]["questions"] == 16
-    assert summary["evaluation"]["windows"] > 16  # long passages need several windows
+    assert summary["files"] == {"predictions": str(run_dir / "predictions.json")}
+    assert summary["details"]["evaluation"]["questions"] == 16
+    # long passages need several windows
+    assert summary["details"]["evaluation"]["windows"] > 16
     assert summary["train"]["steps"] == 6
+    assert summary["train"]["questions"] == 40
+    assert summary["train"]["windows"] > 40
+    assert {key: summary["hyperparameters"][key] for key in (
+        "doc_stride", "max_query_length", "n_best_size", "max_answer_length",
+        "max_seq_length")} == {"doc_stride": 16, "max_query_length": 12, "n_best_size": 20,
+                               "max_answer_length": 30, "max_seq_length": 64}
     assert (run_dir / "model" / "config.json").is_file()
     assert (run_dir / "model" / "tokenizer_config.json").is_file()
+    printed = capsys.readouterr().out
+    decode_seconds = summary["details"]["evaluation"]["decode_seconds"]
+    assert (f"(exact_match {scores['exact_match']:.2f}, f1 {scores['f1']:.2f}; 16 questions "
+            f"decoded in {decode_seconds:.2f} s)") in printed
+    assert f"predictions: {run_dir / 'predictions.json'}" in printed
+    (offline,) = (run_dir / "wandb").glob("offline-run-*")
+    logged = read_offline_run(offline)
+    assert logged["summary"]["final/validation/f1"] == pytest.approx(scores["f1"])
+    assert logged["summary"]["final/validation/exact_match"] == pytest.approx(
+        scores["exact_match"])
+    assert logged["config"]["doc_stride"] == 16
 
 
 def test_tiny_v2_finetune_thresholds_and_sweeps_like_the_official_script(squad_files,
@@ -96,7 +120,7 @@ def test_tiny_v2_finetune_thresholds_and_sweeps_like_the_official_script(squad_f
     cfg = compose_config(squad_overrides(
         "squad_v2", train, dev, vocab, tmp_path,
         **{"task.null_score_diff_threshold": threshold, "task.write_nbest": True}))
-    summary = finetune_squad(cfg, run_dir)
+    summary = run_job(cfg, run_dir=run_dir)
 
     examples = read_squad_json(dev, version="v2.0")
     assert sum(not a["text"] for a in examples["answers"]) > 0
@@ -110,7 +134,9 @@ def test_tiny_v2_finetune_thresholds_and_sweeps_like_the_official_script(squad_f
         assert predictions[qid] == ("" if odds[qid] > threshold else spans[qid])
         assert spans[qid] != ""
         assert nbest[qid][0]["text"] in (spans[qid], "")
-    reported = summary["validation"]
+    assert summary["files"] == {name: str(run_dir / f"{name}.json") for name in (
+        "predictions", "null_odds", "best_span_predictions", "nbest_predictions")}
+    reported = summary["validation"]["validation"]
     # evaluate-v2.0.py on predictions.json with --na-prob-file null_odds.json.
     official = squad_v2_scores(predictions, examples, odds, null_threshold=threshold)
     for key in ("exact", "f1", "HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1"):
@@ -149,18 +175,19 @@ def test_checkpoints_are_selected_by_f1(squad_files, tmp_path, monkeypatch):
     monkeypatch.setattr(squad_finetune, "answer_evaluator", scheduled_evaluator)
     train, dev = squad_files("v1.1")
     run_dir = tmp_path / "run"
-    summary = finetune_squad(compose_config(squad_overrides(
-        "squad_v1", train, dev, write_vocab(tmp_path / "vocab"), tmp_path)), run_dir)
+    summary = run_job(compose_config(squad_overrides(
+        "squad_v1", train, dev, write_vocab(tmp_path / "vocab"), tmp_path)), run_dir=run_dir)
 
-    assert summary["best_checkpoint"].endswith("checkpoint-4")
-    best = load_file(f"{summary['best_checkpoint']}/model.safetensors")
+    best_checkpoint = summary["details"]["best_checkpoint"]
+    assert best_checkpoint.endswith("checkpoint-4")
+    best = load_file(f"{best_checkpoint}/model.safetensors")
     final = load_file(str(run_dir / "model" / "model.safetensors"))
     assert best.keys() == final.keys()
     assert all((best[key] == final[key]).all() for key in best)
     # The final scores are those of the reloaded step-4 model, rescored from its files.
     predictions = json.loads((run_dir / "predictions.json").read_text())
     rescored = squad_v1_scores(predictions, read_squad_json(dev, version="v1.1"))
-    assert summary["validation"]["f1"] == pytest.approx(rescored["f1"])
+    assert summary["validation"]["validation"]["f1"] == pytest.approx(rescored["f1"])
 
 
 @pytest.mark.parametrize(("recipe", "task", "message"), [
@@ -170,7 +197,7 @@ def test_checkpoints_are_selected_by_f1(squad_files, tmp_path, monkeypatch):
 def test_a_task_of_another_family_is_refused(recipe, task, message):
     cfg = compose_config([f"recipe={recipe}", f"task={task}"])
     with pytest.raises(BertkitError, match=message):
-        run_recipe(cfg)
+        run_job(cfg)
 
 
 def test_missing_release_file_names_the_key_and_the_file(tmp_path):
@@ -178,7 +205,7 @@ def test_missing_release_file_names_the_key_and_the_file(tmp_path):
     cfg = compose_config(["recipe=squad", f"task.data_dir={tmp_path}", "logger=none",
                           f"cache_dir={tmp_path / 'cache'}"])
     with pytest.raises(BertkitError, match=r"task.data_dir: .*dev-v1.1.json not found"):
-        finetune_squad(cfg, tmp_path / "run")
+        run_job(cfg, run_dir=tmp_path / "run")
     assert not (tmp_path / "run" / "metrics.json").exists()
 
 
@@ -186,11 +213,11 @@ def test_window_settings_are_checked_before_any_data_is_read(tmp_path):
     cfg = compose_config(["recipe=squad", "task.doc_stride=400", "logger=none",
                           f"task.train_file={tmp_path / 'absent.json'}"])
     with pytest.raises(BertkitError, match="task.doc_stride=400"):
-        finetune_squad(cfg, tmp_path / "run")
+        run_job(cfg, run_dir=tmp_path / "run")
 
 
 def test_hub_data_without_network_points_to_the_json_files(tmp_path, hub_offline):
     cfg = compose_config(["recipe=squad", "task=squad_v2", "logger=none", "model=tiny",
                           f"model.tokenizer={write_vocab(tmp_path / 'vocab')}"])
     with pytest.raises(BertkitError, match="task.train_file=<path to train-v2.0.json>"):
-        finetune_squad(cfg, tmp_path / "run")
+        run_job(cfg, run_dir=tmp_path / "run")
