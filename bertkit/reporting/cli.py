@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bertkit.errors import BertkitError
-from bertkit.reporting.results import SOURCES
+from bertkit.reporting.collect import SOURCES
 from bertkit.reporting.writer import build_report, write_report
 
 PROG = "bertkit-report"
@@ -50,7 +50,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                              "models include a system's model; 'none': no reference")
     parser.add_argument("--references", type=Path, default=None, metavar="FILE",
                         help="the references file (default: bertkit's "
-                             "recipes/references/published_scores.yaml)")
+                             "bertkit/reporting/published_scores.yaml)")
     return parser.parse_args(argv)
 
 

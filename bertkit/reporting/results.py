@@ -1,31 +1,25 @@
-"""Find and read the finetuning results a run or a sweep left on disk, for bertkit-report.
+"""The finetuning results of one run directory, read from the files a run or a sweep job left:
+metrics.json (a finished run) and failed.json (a sweep job that failed, see cli.py).
 
-A run directory is one that holds metrics.json (a finished run) or failed.json (a sweep job
-that failed, see cli.py). The walk does not descend into a run directory, so the
-downstream/<task>/metrics.json and checkpoints/ of a run are never read as runs of their own.
-A malformed file stops the report with a BertkitError naming it: a table silently missing a
-run would be worse than no table.
-
-Where a run directory lost its metrics.json but kept its W&B run (wandb/offline-run-*/), the
-result is rebuilt from the W&B log (wandb_runs.py); `source` picks which files count.
+metrics.json is read through bertkit.data.metrics_file.upgrade, so a file of any schema is
+read as schema 2 (dev scores always {split: {metric: value}}) and nothing here knows which
+family wrote it. A malformed file stops the report with a BertkitError naming it: a table
+silently missing a run would be worse than no table. Finding the run directories (and the
+W&B logs of runs whose metrics.json is gone) is collect.py's job; this module imports
+nothing of it, so that wandb_runs.py can build the same RunResult.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from bertkit.data.metrics_file import METRICS_FILE, SCHEMA_VERSION, upgrade
 from bertkit.errors import BertkitError
 
-METRICS_FILE = "metrics.json"
-FAILED_FILE = "failed.json"
 GRID_KEYS = ("learning_rate", "train_batch_size", "num_train_epochs")
-# auto: metrics.json / failed.json where a run directory has them, else its W&B run log;
-# files: metrics.json / failed.json only; wandb: the W&B run logs only.
-SOURCES = ("auto", "files", "wandb")
 
 GridPoint = tuple[float, int, float]
 
@@ -58,55 +52,6 @@ class FailedRun:
     error: str
 
 
-def collect_runs(root: Path, source: str = "files") -> tuple[list[RunResult], list[FailedRun]]:
-    """All finetuning runs and failed jobs under root (itself a run directory or any parent).
-
-    Both lists are sorted by run directory. A metrics.json without "main_metric" (a
-    pretraining run) is not a finetuning result; the finetunes it ran downstream are
-    (read_downstream_runs). When a directory holds both
-    files, metrics.json wins: the job was rerun and finished.
-
-    source (SOURCES): "files" reads metrics.json and failed.json only. "auto" also reads the
-    W&B run directories (wandb/offline-run-*/run-*.wandb, or run-*/ of a synced online run)
-    that are not inside a run directory with metrics.json or failed.json: those win, so no
-    run is counted twice. "wandb" reads the W&B run logs only, wherever they are. A W&B log
-    yields one result per job directory (see wandb_runs).
-    """
-    if source not in SOURCES:
-        raise BertkitError(f"source {source!r}: expected one of {', '.join(SOURCES)}")
-    root = Path(root)
-    if not root.is_dir():
-        raise BertkitError(f"{root}: no such directory")
-    from bertkit.reporting.wandb_runs import is_wandb_run_dir, runs_from_wandb
-
-    runs: list[RunResult] = []
-    failed: list[FailedRun] = []
-    wandb_dirs: list[Path] = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
-        here = Path(dirpath)
-        if source != "wandb" and METRICS_FILE in filenames:
-            dirnames.clear()  # downstream/, checkpoints/, model/ belong to this run
-            run = read_run(here / METRICS_FILE)
-            if run is not None:
-                runs.append(run)
-            else:
-                runs += read_downstream_runs(here)
-        elif source != "wandb" and FAILED_FILE in filenames:
-            dirnames.clear()
-            failed.append(read_failed(here / FAILED_FILE))
-        elif source != "files" and is_wandb_run_dir(here, filenames):
-            dirnames.clear()  # files/, logs/, tmp/
-            wandb_dirs.append(here)
-    if wandb_dirs:
-        from_wandb, failed_wandb = runs_from_wandb(wandb_dirs)
-        runs += from_wandb
-        failed += failed_wandb
-    runs.sort(key=lambda r: str(r.run_dir))
-    failed.sort(key=lambda r: str(r.run_dir))
-    return runs, failed
-
-
 def read_downstream_runs(pretraining_dir: Path) -> list[RunResult]:
     """The finetunes a pretraining job ran on its own checkpoint (downstream/<task>/), each
     named after the pretraining arm, e.g. "pretrain_ablation (dynamic masking, mlm)", so
@@ -131,6 +76,7 @@ def read_run(path: Path) -> RunResult | None:
     data = _read_json_object(path)
     if "main_metric" not in data:
         return None
+    data = _upgraded(path, data)
     for key in ("task", "seed", "main_value", "validation", "hyperparameters"):
         if key not in data:
             raise BertkitError(f"{path}: missing key {key!r}")
@@ -159,6 +105,17 @@ def read_run(path: Path) -> RunResult | None:
     )
 
 
+def _upgraded(path: Path, data: dict) -> dict:
+    """The file as schema 2. A schema_version that is no whole number (upgrade compares it) is
+    a damaged file; a higher one than this bertkit knows, a file it would misread: named."""
+    version = data.get("schema_version", 1)
+    if (not isinstance(version, int) or isinstance(version, bool)
+            or not 1 <= version <= SCHEMA_VERSION):
+        raise BertkitError(f"{path}: schema_version {version!r}: expected a whole number from "
+                           f"1 to {SCHEMA_VERSION}")
+    return upgrade(data)
+
+
 def _progress(path: Path, train: object) -> dict:
     """steps / planned_steps / complete of metrics.json's "train"; runs written before these
     keys existed count as complete."""
@@ -181,17 +138,15 @@ def read_failed(path: Path) -> FailedRun:
 
 
 def flatten_validation(validation: dict) -> dict[str, float]:
-    """{split: {metric: v}} -> {"split/metric": v}, keeping finite numbers only (None and
-    strings are dropped). A flat {metric: v}, as SQuAD writes it, is read as the split
-    "validation"."""
+    """Schema 2's {split: {metric: v}} -> {"split/metric": v}, keeping finite numbers only
+    (None and strings are dropped). Only dev splits come here: metrics.json keeps labelled
+    test splits in "test", which the report never ranks."""
     flat: dict[str, float] = {}
-    for key, value in validation.items():
-        if isinstance(value, dict):
-            for metric, number in value.items():
+    for split, scores in validation.items():
+        if isinstance(scores, dict):
+            for metric, number in scores.items():
                 if _is_number(number):
-                    flat[f"{key}/{metric}"] = float(number)
-        elif _is_number(value):
-            flat[f"validation/{key}"] = float(value)
+                    flat[f"{split}/{metric}"] = float(number)
     return flat
 
 

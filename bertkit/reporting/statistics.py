@@ -132,20 +132,7 @@ def compare_groups(
     """
     if not 0 < confidence < 1:
         raise BertkitError(f"compare_groups: confidence={confidence} must be in (0, 1)")
-    if paired and isinstance(a, Mapping) and isinstance(b, Mapping):
-        if set(a) != set(b):
-            raise BertkitError(f"compare_groups: paired groups need the same seeds; "
-                               f"{sorted(a)} != {sorted(b)}")
-        keys = sorted(a)
-        a, b = [a[k] for k in keys], [b[k] for k in keys]
-    xa = np.asarray(_finite_values(a.values() if isinstance(a, Mapping) else a, "group a"))
-    xb = np.asarray(_finite_values(b.values() if isinstance(b, Mapping) else b, "group b"))
-    if len(xa) < 2 or len(xb) < 2:
-        raise BertkitError(f"compare_groups: need at least 2 values per group, "
-                           f"got {len(xa)} and {len(xb)}")
-    if paired and len(xa) != len(xb):
-        raise BertkitError(f"compare_groups: paired groups differ in size "
-                           f"({len(xa)} and {len(xb)})")
+    xa, xb = _groups(a, b, paired)
     with np.errstate(divide="ignore", invalid="ignore"):
         if paired:
             diffs = xb - xa
@@ -184,3 +171,24 @@ def compare_groups(
         "ci_low": difference - half,
         "ci_high": difference + half,
     }
+
+
+def _groups(a: Sequence[float] | Mapping, b: Sequence[float] | Mapping,
+            paired: bool) -> tuple[np.ndarray, np.ndarray]:
+    """compare_groups' two groups as arrays, in pairing order when paired; refused where a
+    test would be meaningless (fewer than 2 values, unmatched pairs)."""
+    if paired and isinstance(a, Mapping) and isinstance(b, Mapping):
+        if set(a) != set(b):
+            raise BertkitError(f"compare_groups: paired groups need the same seeds; "
+                               f"{sorted(a)} != {sorted(b)}")
+        keys = sorted(a)
+        a, b = [a[k] for k in keys], [b[k] for k in keys]
+    xa = np.asarray(_finite_values(a.values() if isinstance(a, Mapping) else a, "group a"))
+    xb = np.asarray(_finite_values(b.values() if isinstance(b, Mapping) else b, "group b"))
+    if len(xa) < 2 or len(xb) < 2:
+        raise BertkitError(f"compare_groups: need at least 2 values per group, "
+                           f"got {len(xa)} and {len(xb)}")
+    if paired and len(xa) != len(xb):
+        raise BertkitError(f"compare_groups: paired groups differ in size "
+                           f"({len(xa)} and {len(xb)})")
+    return xa, xb

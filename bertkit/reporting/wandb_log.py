@@ -4,11 +4,12 @@ bertkit-report uses it to rebuild the results of runs whose run directories are 
 W&B offline run directories (or the local copies of synced online runs) are still there; the
 tests use it to check what a run logged.
 
-Why by hand: the installed wandb (0.31) has no Python reader of the log any more. The log is
-written by the Go service (wandb-core); `wandb/sdk/internal/datastore.py`, which could read
-it, went away with the Python internal process. The format is small and stable:
+Why by hand: the installed wandb (0.31) ships no Python reader of the log. The log is written
+and synced by the Go service (wandb-core); `wandb.sdk.internal.datastore.DataStore`, the
+reader `wandb sync` used, went away with the Python internal process (and only ever ran
+inside it). This reader follows that one's format and checks; the format is small and stable:
 
-- a 7-byte header: b":W&B", a little-endian 2-byte magic (0xBEE1) and a version byte;
+- a 7-byte header: b":W&B", a little-endian 2-byte magic (0xBEE1) and a version byte (0);
 - then a LevelDB-style log: 32 KiB blocks of records, each with a 7-byte header (CRC-32 of the
   type byte and the data, little-endian length, type FULL/FIRST/MIDDLE/LAST); a block's last
   few bytes are zero padding when no header fits;
@@ -35,6 +36,8 @@ BLOCK = 32 * 1024
 HEADER = 7
 FILE_HEADER = 7
 IDENT = b":W&B"
+MAGIC = 0xBEE1
+VERSION = 0
 FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
 
 
@@ -49,8 +52,7 @@ def raw_records(path: Path) -> list[bytes]:
         data = path.read_bytes()
     except OSError as err:
         raise BertkitError(f"{path}: cannot read: {err}") from None
-    if data[:4] != IDENT:
-        raise BertkitError(f"{path}: not a W&B transaction log (no {IDENT!r} header)")
+    _check_header(path, data[:FILE_HEADER])
     pos, records, pending = FILE_HEADER, [], None
     while pos + HEADER <= len(data):
         left = BLOCK - pos % BLOCK
@@ -79,8 +81,18 @@ def raw_records(path: Path) -> list[bytes]:
                 records.append(pending)
                 pending = None
         else:
-            raise BertkitError(f"{path}: damaged W&B log: record type {kind} at byte {pos}")
+            raise BertkitError(f"{path}: damaged W&B log: record type {kind} at byte "
+                               f"{start - HEADER}")
     return records
+
+
+def _check_header(path: Path, header: bytes) -> None:
+    if len(header) < FILE_HEADER or header[:4] != IDENT:
+        raise BertkitError(f"{path}: not a W&B transaction log (no {IDENT!r} header)")
+    _, magic, version = struct.unpack("<4sHB", header)
+    if (magic, version) != (MAGIC, VERSION):
+        raise BertkitError(f"{path}: not a W&B transaction log of a known version (magic "
+                           f"{magic:#06x}, version {version}; expected {MAGIC:#06x}, {VERSION})")
 
 
 def read_records(path: Path) -> list:
@@ -125,10 +137,6 @@ def find_log(run_dir: Path) -> Path:
     return logs[0]
 
 
-def _key(item) -> str:
-    return item.key or "/".join(item.nested_key)
-
-
 def read_offline_run(run_dir: Path, wait_for_exit: float | None = None) -> dict:
     """What the run in run_dir logged: its config (after every update), final summary, the
     keys its history logged, tags, group, name, start time (seconds since the epoch, None
@@ -142,40 +150,58 @@ def read_offline_run(run_dir: Path, wait_for_exit: float | None = None) -> dict:
               "group": None, "name": None, "start_time": None, "exit_code": None,
               "has_run_record": False}
     for record in records:
-        kind = record.WhichOneof("record_type")
-        if kind == "run":
-            run = record.run
-            result["has_run_record"] = True
-            result["tags"] = list(run.tags)
-            result["group"] = run.run_group
-            result["name"] = run.display_name
-            result["start_time"] = run.start_time.seconds + run.start_time.nanos / 1e9
-            items = run.config.update
-        elif kind == "config":
-            items = record.config.update
-            for item in record.config.remove:
-                result["config"].pop(_key(item), None)
-        elif kind == "summary":
-            for item in record.summary.update:
-                result["summary"][_key(item)] = _json(path, item)
-            for item in record.summary.remove:
-                result["summary"].pop(_key(item), None)
-            continue
-        elif kind == "history":
-            result["history_keys"].update(_key(item) for item in record.history.item)
-            continue
-        elif kind == "exit":
-            result["exit_code"] = record.exit.exit_code
-            continue
-        else:
-            continue
-        for item in items:
-            result["config"][_key(item)] = _json(path, item)
+        _apply(result, record, path)
     return result
+
+
+def _apply(result: dict, record, path: Path) -> None:
+    """One record's change to what read_offline_run returns; other records (output, stats,
+    telemetry, ...) change nothing of it."""
+    kind = record.WhichOneof("record_type")
+    if kind == "run":
+        run = record.run
+        result.update(has_run_record=True, tags=list(run.tags), group=run.run_group,
+                      name=run.display_name,
+                      start_time=run.start_time.seconds + run.start_time.nanos / 1e9)
+        _update(result["config"], run.config, path)
+    elif kind == "config":
+        _update(result["config"], record.config, path)
+    elif kind == "summary":
+        _update(result["summary"], record.summary, path)
+    elif kind == "history":
+        result["history_keys"].update("/".join(_keys(item)) for item in record.history.item)
+    elif kind == "exit":
+        result["exit_code"] = record.exit.exit_code
+
+
+def _update(target: dict, change, path: Path) -> None:
+    """A config or summary record's updates and removals applied to target. An item with a
+    nested key (("a", "b"): run.summary["a"]["b"] = v) changes target["a"]["b"], as W&B's
+    own files show it; a plain key is one key, "/" and all ("final/validation/f1")."""
+    for item in change.update:
+        *parents, last = _keys(item)
+        node = target
+        for key in parents:
+            if not isinstance(node.get(key), dict):
+                node[key] = {}
+            node = node[key]
+        node[last] = _json(path, item)
+    for item in change.remove:
+        *parents, last = _keys(item)
+        node = target
+        for key in parents:
+            node = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.pop(last, None)
+
+
+def _keys(item) -> list[str]:
+    return list(item.nested_key) or [item.key]
 
 
 def _json(path: Path, item):
     try:
         return json.loads(item.value_json)
     except json.JSONDecodeError as err:
-        raise BertkitError(f"{path}: W&B value of {_key(item)!r} is not JSON: {err}") from None
+        raise BertkitError(f"{path}: W&B value of {'/'.join(_keys(item))!r} is not JSON: "
+                           f"{err}") from None

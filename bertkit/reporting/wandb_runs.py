@@ -1,22 +1,24 @@
 """Finetuning results rebuilt from W&B run logs, for bertkit-report when run directories (their
 metrics.json) are gone but the W&B offline run directories are still there.
 
-What bertkit's runs put into W&B (experiment_logging.start_wandb_run, training_run.finish_wandb):
+What bertkit's runs put into W&B (wandb_logging.start_wandb_run, lifecycle.finish_wandb):
 config = the paper's hyperparameters under plain names (learning_rate, train_batch_size,
 num_train_epochs, seed, ...) plus "bertkit", the whole resolved config (recipe.name,
-recipe.family, task.name, model.name_or_path); summary = final/<split>/<metric> for every
-score of the final evaluation (SQuAD: final/<metric>), main_metric, main_value,
-train/complete, train/planned_steps, and Trainer's train/global_step. From these a RunResult
-equal to the one read from the run's metrics.json is built (except run_dir, the W&B run
-directory, and source).
+recipe.job, task.name, task.family, model.name_or_path); summary = final/<split>/<metric> for
+every score of the final evaluation, main_metric, main_value, train/complete,
+train/planned_steps, and Trainer's train/global_step. From these a RunResult equal to the one
+read from the run's metrics.json is built (except run_dir, the W&B run directory, and source).
+
+Logs of older runs are read too: their config has recipe.family (glue, squad, swag, ner,
+pretrain) instead of recipe.job and task.family, and SQuAD's summary has a flat
+final/<metric>, read as the split "validation".
 
 One job directory holds one result, as it holds one metrics.json: of several W&B runs there
 (an interrupted run and its resumption, a rerun), the latest finished one; when none
 finished, the latest one, as a failed job. A finished run is one with an exit record of code
 0 and a numeric main_value; a log without an exit record is a job still running or killed.
-A run of another recipe family (pretraining: no main_value, family not a finetuning one) is
-no finetuning result, and, as with its metrics.json, nothing under its job directory (the
-downstream/ finetunes) is read either.
+A run of another job (pretraining, a benchmark) is no finetuning result, and, as with its
+metrics.json, nothing under its job directory (the downstream/ finetunes) is read either.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from bertkit.errors import BertkitError
 from bertkit.reporting.results import GRID_KEYS, FailedRun, RunResult
 from bertkit.reporting.wandb_log import read_offline_run
 
+# recipe.job of a finetuning run; older runs had recipe.family, one of FINETUNE_FAMILIES.
+FINETUNE_JOB = "finetune"
 FINETUNE_FAMILIES = ("glue", "squad", "swag", "ner")
 RUN_DIR_NAME = re.compile(r"^(offline-)?run-.+")
 WANDB_SOURCE = "wandb"
@@ -54,7 +58,7 @@ class _Read:
     run_dir: Path
     start_time: float
     result: RunResult | FailedRun | None  # None: not a finetuning run of bertkit
-    finetune: bool  # False for another recipe family (pretraining): its subtree is skipped
+    finetune: bool  # False for another job (pretraining, a benchmark): subtree skipped
 
 
 def runs_from_wandb(run_dirs: Iterable[Path]) -> tuple[list[RunResult], list[FailedRun]]:
@@ -90,8 +94,7 @@ def _read(run_dir: Path) -> _Read:
     bertkit = config.get("bertkit")
     if not isinstance(bertkit, dict):
         return _Read(run_dir, start, None, True)  # not a run of bertkit's
-    family = _select(bertkit, "recipe.family")
-    if "main_value" not in summary and family not in FINETUNE_FAMILIES:
+    if not is_finetune(bertkit, summary):
         return _Read(run_dir, start, None, False)
     what = f"{_select(bertkit, 'task.name')} seed {config.get('seed', _select(bertkit, 'seed'))}"
     exit_code = log["exit_code"]
@@ -106,6 +109,16 @@ def _read(run_dir: Path) -> _Read:
     else:
         return _Read(run_dir, start, _run_result(path, run_dir, config, bertkit, summary), True)
     return _Read(run_dir, start, FailedRun(run_dir, error), True)
+
+
+def is_finetune(bertkit: dict, summary: dict) -> bool:
+    """Whether a run of bertkit's is a finetuning job, finished or not. New runs say so in
+    recipe.job; older ones had no job, only recipe.family, and a finetune of theirs that got
+    as far as its final evaluation has a main_value whatever its family."""
+    job = _select(bertkit, "recipe.job")
+    if job is not None:
+        return job == FINETUNE_JOB
+    return "main_value" in summary or _select(bertkit, "recipe.family") in FINETUNE_FAMILIES
 
 
 def _run_result(path: Path, run_dir: Path, config: dict, bertkit: dict,
@@ -145,9 +158,9 @@ def _run_result(path: Path, run_dir: Path, config: dict, bertkit: dict,
 
 def final_scores(summary: dict) -> dict[str, float]:
     """The summary's final/<split>/<metric> dev scores as {"split/metric": value}, the same
-    keys as run_results.flatten_validation gives for metrics.json: a flat final/<metric>
-    (SQuAD) is the split "validation"; test splits (CoNLL-2003's test, scored with the dev
-    set) are left out, as metrics.json keeps them out of "validation"."""
+    keys as results.flatten_validation gives for metrics.json: a flat final/<metric> (older
+    SQuAD runs) is the split "validation"; test splits (CoNLL-2003's test, scored with the
+    dev set) are left out, as metrics.json keeps them in "test", out of "validation"."""
     scores = {}
     for key, value in summary.items():
         if not key.startswith("final/") or not _is_number(value):

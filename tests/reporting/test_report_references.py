@@ -162,7 +162,7 @@ def test_no_matching_model_and_other_main_metric(tmp_path):
 
 
 def _distance_section(root, report) -> str:
-    from bertkit.reporting.writer import render_markdown
+    from bertkit.reporting.sections import render_markdown
 
     return render_markdown(report).split("## Distance to reference")[1]
 

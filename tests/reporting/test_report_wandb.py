@@ -11,7 +11,8 @@ import pytest
 
 from bertkit.errors import BertkitError
 from bertkit.reporting.cli import main
-from bertkit.reporting.results import FailedRun, RunResult, collect_runs
+from bertkit.reporting.collect import collect_runs
+from bertkit.reporting.results import FailedRun, RunResult
 from bertkit.reporting.wandb_log import find_log
 from bertkit.reporting.writer import build_report
 from tests.reporting.test_run_results import glue_metrics, write
@@ -19,12 +20,20 @@ from tests.reporting.test_wandb_offline_log import offline_run
 from tests.test_cli import run_cli
 
 
-def bertkit_config(task="mnli", seed=1, lr=2e-5, family="glue", main_metric="accuracy"):
-    """The W&B config of a bertkit run: paper hyperparameters by plain name + "bertkit"."""
+def bertkit_config(task="mnli", seed=1, lr=2e-5, family="glue", main_metric="accuracy",
+                   job="finetune", schema=2):
+    """The W&B config of a bertkit run: paper hyperparameters by plain name + "bertkit", the
+    resolved config. schema 2: recipe.job and task.family, as runs write it now; schema 1:
+    recipe.family (glue, squad, swag, ner, pretrain), as older runs wrote it."""
+    if schema == 1:
+        recipe, task_config = {"name": family, "family": family}, {}
+    else:
+        recipe = {"name": family, "job": job, "task_family": family, "dataset": task}
+        task_config = {"family": family}
     return {"learning_rate": lr, "train_batch_size": 32, "num_train_epochs": 3.0, "seed": seed,
             "warmup_ratio": 0.1, "num_parameters": 4386178,
-            "bertkit": {"recipe": {"name": family, "family": family},
-                        "task": {"name": task, "main_metric": main_metric},
+            "bertkit": {"recipe": recipe,
+                        "task": {"name": task, "main_metric": main_metric, **task_config},
                         "model": {"name_or_path": "bert-base-uncased"}, "seed": seed}}
 
 
@@ -41,24 +50,27 @@ MNLI_SCORES = {"validation_matched/accuracy": 0.8125, "validation_matched/loss":
 
 
 def test_finished_failed_and_unfinished_runs(tmp_path):
+    """Logs of older runs: recipe.family in the config, SQuAD's flat final/<metric>."""
     root = tmp_path / "outputs"
-    good = offline_run(root / "mnli-seed1", bertkit_config(seed=1),
+    good = offline_run(root / "mnli-seed1", bertkit_config(seed=1, schema=1),
                        final_summary(MNLI_SCORES, "accuracy", 0.8125))
-    crashed = offline_run(root / "mnli-seed2", bertkit_config(seed=2),
+    crashed = offline_run(root / "mnli-seed2", bertkit_config(seed=2, schema=1),
                           {"train/global_step": 40}, exit_code=1)
-    no_score = offline_run(root / "mnli-seed3", bertkit_config(seed=3), {"train/loss": 0.9})
+    no_score = offline_run(root / "mnli-seed3", bertkit_config(seed=3, schema=1),
+                           {"train/loss": 0.9})
     # a run killed while running: its log has no exit record yet
     killed_job = root / "mnli-seed4"
     shutil.copytree(good.parent.parent, killed_job)
     (killed,) = (killed_job / "wandb").glob("offline-run-*")
     log = find_log(killed)
     log.write_bytes(log.read_bytes()[:-1])
-    # CoNLL-2003 scores its test split too (not a dev score); SQuAD writes flat final/<metric>
+    # CoNLL-2003 scores its test split too (not a dev score); older SQuAD runs wrote flat
+    # final/<metric>
     ner = offline_run(root / "ner", bertkit_config("conll2003", 5, family="ner",
-                                                   main_metric="f1"),
+                                                   main_metric="f1", schema=1),
                       final_summary({"validation/f1": 0.9, "test/f1": 0.85}, "f1", 0.9))
     squad = offline_run(root / "squad", bertkit_config("squad_v1", 6, family="squad",
-                                                       main_metric="f1"),
+                                                       main_metric="f1", schema=1),
                         final_summary({"f1": 88.25, "exact_match": 81.0}, "f1", 88.25))
 
     runs, failed = collect_runs(root, source="auto")
@@ -86,6 +98,41 @@ def test_finished_failed_and_unfinished_runs(tmp_path):
     assert "runs read 3 from W&B run logs (--source auto)." in md
     assert ("- `mnli-seed2/wandb/" + crashed.name
             + "`: failed (mnli seed 2): the W&B run exited with code 1") in md
+
+
+def test_new_runs_recipe_job_says_what_is_a_finetune(tmp_path):
+    """Logs of new runs: recipe.job says whether a run is a finetune, whatever its summary. A
+    finetune that stopped before its final evaluation (no main_value: nothing else tells) is
+    a failed job; a pretraining job, its downstream finetunes and a benchmark (even one with a
+    main_value) are no result. Every family logs final/<split>/<metric>, SQuAD included; test
+    splits are no dev scores."""
+    root = tmp_path / "outputs"
+    squad = offline_run(root / "squad", bertkit_config("squad_v1", 1, family="squad",
+                                                       main_metric="f1"),
+                        final_summary({"validation/f1": 88.25, "validation/exact_match": 81.0},
+                                      "f1", 88.25))
+    ner = offline_run(root / "ner", bertkit_config("conll2003", 2, family="ner",
+                                                   main_metric="f1"),
+                      final_summary({"validation/f1": 0.9, "test/f1": 0.95}, "f1", 0.9))
+    stopped = offline_run(root / "swag", bertkit_config("swag", 3, family="swag"),
+                          {"train/global_step": 40})
+    pretraining = bertkit_config(family="pretrain", job="pretrain")
+    pretraining["bertkit"]["task"] = None  # recipe=pretrain composes no task
+    offline_run(root / "pretrain", pretraining, {"train/mlm_loss": 7.5})
+    offline_run(root / "pretrain" / "downstream" / "rte", bertkit_config("rte"),
+                final_summary({"validation/accuracy": 0.5}, "accuracy", 0.5))
+    offline_run(root / "bench", bertkit_config("rte", job="bench_glue"),
+                final_summary({"validation/accuracy": 0.5}, "accuracy", 0.5))
+
+    runs, failed = collect_runs(root, source="wandb")
+    assert [r.run_dir for r in runs] == [ner, squad]
+    assert runs[0].metrics == {"validation/f1": 0.9}
+    assert runs[1].metrics == {"validation/f1": 88.25, "validation/exact_match": 81.0}
+    assert (runs[1].recipe, runs[1].task, runs[1].seed, runs[1].main_value) == (
+        "squad", "squad_v1", 1, 88.25)
+    assert failed == [
+        FailedRun(stopped, "failed (swag seed 3): the W&B run ended without a main_value in "
+                           "its summary (the job stopped before its final evaluation)")]
 
 
 def test_metrics_json_wins_and_nothing_is_counted_twice(tmp_path):
@@ -127,8 +174,9 @@ def test_a_resumed_job_is_one_run_and_pretraining_is_skipped(tmp_path):
     # a pretraining run (no main_value) with its downstream finetune: neither is a result,
     # as with their metrics.json
     pretrain = root / "pretrain" / "seed42"
-    offline_run(pretrain, bertkit_config(family="pretrain"), {"train/mlm_loss": 7.5})
-    offline_run(pretrain / "downstream" / "rte", bertkit_config("rte"),
+    offline_run(pretrain, bertkit_config(family="pretrain", schema=1),
+                {"train/mlm_loss": 7.5})
+    offline_run(pretrain / "downstream" / "rte", bertkit_config("rte", schema=1),
                 final_summary({"validation/accuracy": 0.5}, "accuracy", 0.5))
 
     runs, failed = collect_runs(root, source="auto")

@@ -1,12 +1,15 @@
-"""collect_runs on a sweep tree shaped like the one Hydra and bertkit leave on disk."""
+"""collect_runs on a sweep tree shaped like the one Hydra and bertkit leave on disk, with
+metrics.json files of schema 2 (bertkit.data.metrics_file) and of the older schema 1."""
 
 import json
 from pathlib import Path
 
 import pytest
 
+from bertkit.data.metrics_file import metrics_record
 from bertkit.errors import BertkitError
-from bertkit.reporting.results import FailedRun, collect_runs
+from bertkit.reporting.collect import collect_runs
+from bertkit.reporting.results import FailedRun
 
 
 def hyperparameters(lr, batch, epochs, seed):
@@ -16,14 +19,22 @@ def hyperparameters(lr, batch, epochs, seed):
             "max_steps": -1, "max_seq_length": 128, "seed": seed, "num_parameters": 4386178}
 
 
-def glue_metrics(task, seed, validation, lr=2e-5, batch=32, epochs=3, recipe="glue"):
-    main_metric = "f1" if task in ("mrpc", "squad_v1") else "accuracy"
-    return {"recipe": recipe, "task": task, "model": "bert-base-uncased", "seed": seed,
-            "main_metric": main_metric,
-            "main_value": next(iter(validation.values()))[main_metric],
-            "validation": validation,
-            "train": {"loss": 0.4, "steps": 100, "seconds": 12.5, "examples": 3668},
-            "hyperparameters": hyperparameters(lr, batch, epochs, seed)}
+def glue_metrics(task, seed, validation, lr=2e-5, batch=32, epochs=3, recipe="glue",
+                 schema=2, test=None):
+    """A metrics.json as bertkit writes it: schema 2 through metrics_file.metrics_record, or
+    schema 1 as runs wrote it before (no schema_version, family, test, files, details)."""
+    main_metric = "f1" if task in ("mrpc", "squad_v1", "conll2003") else "accuracy"
+    header = {"recipe": recipe, "task": task, "model": "bert-base-uncased", "seed": seed,
+              "main_metric": main_metric,
+              "main_value": next(iter(validation.values()))[main_metric]}
+    train = {"loss": 0.4, "steps": 100, "seconds": 12.5, "examples": 3668}
+    if schema == 1:
+        return {**header, "validation": validation, "train": train,
+                "hyperparameters": hyperparameters(lr, batch, epochs, seed)}
+    family = {"squad_v1": "squad", "conll2003": "ner"}.get(task, "glue")
+    return metrics_record(header={**header, "family": family}, validation=validation,
+                          test=test, train={**train, "planned_steps": 100, "complete": True},
+                          hyperparameters=hyperparameters(lr, batch, epochs, seed))
 
 
 def write(path: Path, data) -> None:
@@ -36,9 +47,11 @@ def sweep(tmp_path):
     stamp = tmp_path / "multirun" / "glue" / "2026-01-01_00-00-00"
     write(stamp / "mrpc" / "0" / "metrics.json",
           glue_metrics("mrpc", 1, {"validation": {"accuracy": 0.84, "f1": 0.88}}))
-    # epochs written as 3.0 by one job and 3 by another: the same grid point
+    # epochs written as 3.0 by one job and 3 by another: the same grid point; this job's
+    # metrics.json is of schema 1
     write(stamp / "mrpc" / "1" / "metrics.json",
-          glue_metrics("mrpc", 2, {"validation": {"accuracy": 0.82, "f1": 0.87}}, epochs=3.0))
+          glue_metrics("mrpc", 2, {"validation": {"accuracy": 0.82, "f1": 0.87}}, epochs=3.0,
+                       schema=1))
     write(stamp / "mrpc" / "0" / "checkpoints" / "checkpoint-10" / "trainer_state.json", {})
     write(stamp / "mrpc" / "2" / "failed.json", {"error": "task.data_dir: no such directory"})
     write(stamp / "mnli" / "0" / "metrics.json",
@@ -55,8 +68,9 @@ def sweep(tmp_path):
                                   "validation": {"validation": {"accuracy": 0.53}}}}})
     write(seed42 / "downstream" / "rte" / "metrics.json",
           glue_metrics("rte", 42, {"validation": {"accuracy": 0.53}}))
-    # SQuAD writes its validation scores flat
-    squad = glue_metrics("squad_v1", 42, {"validation": {"f1": 88.5}}, recipe="squad")
+    # SQuAD wrote its validation scores flat in schema 1
+    squad = glue_metrics("squad_v1", 42, {"validation": {"f1": 88.5}}, recipe="squad",
+                         schema=1)
     squad["validation"] = {"exact_match": 81.0, "f1": 88.5}
     write(tmp_path / "outputs" / "squad" / "squad_v1" / "t" / "metrics.json", squad)
     return tmp_path
@@ -115,3 +129,44 @@ def test_malformed_failed_json_and_missing_root(tmp_path):
         collect_runs(tmp_path)
     with pytest.raises(BertkitError, match="no such directory"):
         collect_runs(tmp_path / "nowhere")
+
+
+def test_schema_2_test_splits_are_never_dev_scores(tmp_path):
+    """CoNLL-2003 scores its labelled test split too: schema 2 keeps it in "test", and the
+    report neither lists it among the run's dev scores nor ranks by it, even where it is the
+    higher number. A schema-2 SQuAD file reads as its schema-1 form did."""
+    from bertkit.reporting.writer import build_report
+
+    for seed, (dev, test) in enumerate([(0.90, 0.97), (0.80, 0.99)], start=1):
+        write(tmp_path / "ner" / str(seed) / "metrics.json",
+              glue_metrics("conll2003", seed, {"validation": {"f1": dev, "precision": 0.5}},
+                           lr=2e-5 * seed, recipe="ner", test={"test": {"f1": test}}))
+    new_squad = glue_metrics("squad_v1", 1, {"validation": {"exact_match": 81.0, "f1": 88.5}},
+                             recipe="squad")
+    write(tmp_path / "squad" / "new" / "metrics.json", new_squad)
+    old_squad = {**glue_metrics("squad_v1", 1, {"validation": {"f1": 88.5}}, recipe="squad",
+                                schema=1), "validation": {"exact_match": 81.0, "f1": 88.5}}
+    write(tmp_path / "squad" / "old" / "metrics.json", old_squad)
+
+    runs, failed = collect_runs(tmp_path)
+    ner1, ner2, squad_new, squad_old = runs
+    assert failed == [] and json.loads((tmp_path / "ner" / "1" / "metrics.json").read_text())[
+        "test"] == {"test": {"f1": 0.97}}
+    assert ner1.metrics == {"validation/f1": 0.90, "validation/precision": 0.5}
+    assert (ner1.main_value, ner2.main_value) == (0.90, 0.80)
+    assert squad_new.metrics == squad_old.metrics == {"validation/exact_match": 81.0,
+                                                      "validation/f1": 88.5}
+    best = build_report(tmp_path, reference_keys=["none"])["systems"]
+    (ner_system,) = [s for s in best if s["recipe"] == "ner"]
+    assert ner_system["tasks"]["conll2003"]["values"] == [0.90]  # seed 1's dev, not a test f1
+    assert ner_system["tasks"]["conll2003"]["grid_point"]["learning_rate"] == 2e-5
+
+
+def test_a_schema_version_this_bertkit_cannot_read_names_the_file(tmp_path):
+    for version in ("2", 2.0, 0, True, 3):
+        data = {**glue_metrics("rte", 1, {"validation": {"accuracy": 0.5}}),
+                "schema_version": version}
+        write(tmp_path / "rte" / "metrics.json", data)
+        with pytest.raises(BertkitError, match=r"rte/metrics.json: schema_version .*: expected a "
+                                               r"whole number from 1 to 2"):
+            collect_runs(tmp_path)

@@ -1,8 +1,10 @@
 """bertkit's reader of W&B transaction logs on real offline runs: records across 32 KiB
-blocks, a log cut short while being written, a damaged log, a file that is no log."""
+blocks, nested summary keys and removals, a log cut short while being written, a damaged log,
+a file that is no log or a log of an unknown version."""
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
 import pytest
@@ -45,6 +47,30 @@ def test_records_longer_than_a_block_and_every_value_read_back(tmp_path):
     assert log["path"].stat().st_size > 3 * BLOCK
 
 
+def test_nested_summary_keys_and_removals(tmp_path):
+    """run.summary["a"]["b"] = v is logged under the nested key ("a", "b"): it is read into
+    summary["a"]["b"], as W&B shows it, not as a flat "a/b" beside a real flat key; a removed
+    key is gone."""
+    import wandb
+
+    run = wandb.init(project="bertkit-test", dir=str(tmp_path), mode="offline",
+                     config={"bertkit": {"task": {"name": "rte"}}}, reinit="finish_previous")
+    run.summary["scores"] = {"f1": 0.5}
+    run.summary["scores"]["em"] = 0.25
+    run.summary["final/validation/f1"] = 0.75
+    run.summary["gone"] = 1
+    del run.summary["gone"]
+    run.config.update({"seed": 3})
+    run.finish()
+    (run_dir,) = (tmp_path / "wandb").glob(f"offline-run-*-{run.id}")
+    complete_records(find_log(run_dir))
+    log = read_offline_run(run_dir)
+    assert log["summary"]["scores"] == {"f1": 0.5, "em": 0.25}
+    assert log["summary"]["final/validation/f1"] == 0.75
+    assert "scores/em" not in log["summary"] and "gone" not in log["summary"]
+    assert log["config"]["bertkit"] == {"task": {"name": "rte"}} and log["config"]["seed"] == 3
+
+
 def test_exit_code_and_a_log_cut_short(tmp_path):
     run_dir = offline_run(tmp_path / "job", {"seed": 1}, {"main_value": 0.5}, exit_code=3)
     assert read_offline_run(run_dir)["exit_code"] == 3
@@ -68,8 +94,27 @@ def test_damaged_and_foreign_files_name_the_file(tmp_path):
     with pytest.raises(BertkitError, match=rf"{path.name}: damaged W&B log: checksum mismatch"):
         read_offline_run(run_dir)
     path.write_bytes(b'{"not": "a log"}')
-    with pytest.raises(BertkitError, match="not a W&B transaction log"):
+    with pytest.raises(BertkitError, match=rf"{path.name}: not a W&B transaction log"):
+        read_offline_run(run_dir)
+    path.write_bytes(b"")  # created, header not written yet: no log either
+    with pytest.raises(BertkitError, match=rf"{path.name}: not a W&B transaction log"):
         read_offline_run(run_dir)
     (run_dir / "run-other.wandb").write_bytes(b"")
     with pytest.raises(BertkitError, match="expected one run-\\*.wandb file"):
         read_offline_run(run_dir)
+
+
+def test_a_log_of_an_unknown_version_is_refused(tmp_path):
+    """The header's magic and version, as W&B's own reader checked them: a log whose format
+    bertkit does not know is named, not misread."""
+    run_dir = offline_run(tmp_path / "job", {"seed": 1}, {"main_value": 0.5})
+    path = find_log(run_dir)
+    data = path.read_bytes()
+    for magic, version in ((0xBEE2, 0), (0xBEE1, 1)):
+        path.write_bytes(data[:4] + struct.pack("<HB", magic, version) + data[7:])
+        with pytest.raises(BertkitError, match=rf"{path.name}: not a W&B transaction log of a "
+                                               rf"known version \(magic {magic:#06x}, "
+                                               rf"version {version}"):
+            read_offline_run(run_dir)
+    path.write_bytes(data)
+    assert read_offline_run(run_dir)["summary"]["main_value"] == 0.5

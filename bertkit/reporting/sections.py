@@ -1,0 +1,165 @@
+"""report.md from the data of build_report (writer.py): one function per section, so each
+section's wording can be read, and tested, on its own. Numbers are formatted here only:
+report.json keeps them raw."""
+
+from __future__ import annotations
+
+import math
+import re
+
+from bertkit.data.metrics_file import METRICS_FILE
+from bertkit.reporting.halving import render_halving
+
+
+def fmt(value: float, decimals: int) -> str:
+    return "nan" if value is None or math.isnan(value) else f"{value:.{decimals}f}"
+
+
+def markdown_table(header: list[str], body: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cells) + " |" for cells in body]
+    return "\n".join(lines) + "\n"
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def render_markdown(report: dict) -> str:
+    tasks = report["tasks"]
+    out = [*_results(report), *render_distances(report["references"], tasks,
+                                                report["decimals"]),
+           *_best_grid_points(report), *_failed_jobs(report["failed"])]
+    if report["comparison"] is not None:
+        out += _significance(report["comparison"], tasks, report["decimals"])
+    out += render_halving(report["halving"])
+    if report["stopped"]:
+        out += ["", f"{len(report['stopped'])} run(s) stopped part-way by successive halving "
+                    "are not in the tables."]
+    out += ["", "## Figures", ""]
+    for task in tasks:
+        out.append(f"- {tasks[task]['header']}: [expected best vs trials]"
+                   f"(expected_max_{safe_name(task)}.png), "
+                   f"[seeds at the best grid point](seeds_{safe_name(task)}.png)")
+    return "\n".join(out) + "\n"
+
+
+def safe_name(task: str) -> str:
+    """The task as it appears in the figures' file names."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", task)
+
+
+def _results(report: dict) -> list[str]:
+    """The title, where the runs were read from, and the results table."""
+    read_from = ", ".join(f"{n} from {'metrics.json' if name == METRICS_FILE else 'W&B run logs'}"
+                          for name, n in report["runs_by_source"].items())
+    return ["# bertkit report", "",
+            f"{report['n_runs']} finished run(s) and {len(report['failed'])} failed job(s) "
+            f"under `{report['outputs_dir']}`; runs read {read_from} (--source "
+            f"{report['source']}).", "",
+            "## Results", "",
+            "Main metric on dev: mean ± std (median) over seeds at the grid point with the best "
+            "mean on dev; fractions are shown ×100. Average: mean of the task means, only for "
+            "rows with every task." + _reference_rows_note(report["references"]), "",
+            report["table_markdown"].rstrip("\n"), ""]
+
+
+def _best_grid_points(report: dict) -> list[str]:
+    d, tasks = report["decimals"], report["tasks"]
+    body = []
+    for system in report["systems"]:
+        for task, best in system["tasks"].items():
+            scale, s, g = tasks[task]["scale"], best["summary"], best["grid_point"]
+            spread = ("" if s["n"] < 2 else f" ± {fmt(s['std'] * scale, d)}")
+            body.append([system["system"], tasks[task]["header"], f"{g['learning_rate']:g}",
+                         str(g["train_batch_size"]), f"{g['num_train_epochs']:g}", str(s["n"]),
+                         fmt(s["mean"] * scale, d) + spread, fmt(s["median"] * scale, d),
+                         f"{best['grid_points_tried']} ({best['runs_tried']} runs)"])
+    return ["## Best grid point per task", "",
+            markdown_table(["System", "Task", "learning_rate", "batch size", "epochs",
+                            "seeds", "mean ± std", "median", "grid points tried"],
+                           body).rstrip("\n")]
+
+
+def _failed_jobs(failed: list[dict]) -> list[str]:
+    out = ["", "## Failed jobs", ""]
+    if failed:
+        return out + [f"- `{f['run_dir']}`: {one_line(f['error'])}" for f in failed]
+    return out + ["None."]
+
+
+def _significance(comparison: dict, tasks: dict, d: int) -> list[str]:
+    out = ["", "## Significance", "",
+           f"A: runs matching `{comparison['glob_a']}` ({comparison['n_runs_a']} runs); "
+           f"B: runs matching `{comparison['glob_b']}` ({comparison['n_runs_b']} runs). "
+           "Per task, each group's seeds at its best dev grid point; difference = "
+           "mean(B) − mean(A), two-sided p-value.", ""]
+    body = []
+    for task, c in comparison["tasks"].items():
+        scale = c["scale"]
+        body.append([tasks[task]["header"], str(c["n_a"]), str(c["n_b"]),
+                     fmt(c["mean_a"] * scale, d), fmt(c["mean_b"] * scale, d),
+                     fmt(c["difference"] * scale, d),
+                     f"[{fmt(c['ci_low'] * scale, d)}, {fmt(c['ci_high'] * scale, d)}]",
+                     "nan" if math.isnan(c["p_value"]) else f"{c['p_value']:.4g}",
+                     c["test"]])
+    if body:
+        out.append(markdown_table(["Task", "n A", "n B", "mean A", "mean B", "B − A",
+                                   f"{100 * comparison['confidence']:g}% CI", "p", "test"],
+                                  body).rstrip("\n"))
+    else:
+        out.append("No task has runs in both groups.")
+    for task, reason in comparison["skipped"].items():
+        out.append(f"\n- {task}: not compared: {reason}")
+    return out
+
+
+def _reference_rows_note(references: dict) -> str:
+    if not any(r["tasks_shown"] for r in references["chosen"]):
+        return ""
+    return (" Reference rows are published scores (one number each), labelled with their "
+            "split: a test score is on other examples than bertkit's dev scores.")
+
+
+def render_distances(references: dict, tasks: dict, d: int) -> list[str]:
+    """The "Distance to reference" section, ending with a blank line."""
+    out = ["## Distance to reference", ""]
+    if not references["chosen"]:
+        out.append("No reference (`--reference none`)." if references["requested"] == ["none"]
+                   else f"No reference in `{references['file']}` lists a model of these runs; "
+                        "`--reference KEY` names one.")
+        return out + [""]
+    out += ["Per system and task: the system's mean on dev (at its best grid point, as in "
+            "Results) minus the published score, in points. Where the reference is a test-set "
+            "score, the difference also holds the gap between the dev and the test set.", ""]
+    body = []
+    for item in references["distances"]:
+        note = ("reference on test, run on dev" if item["reference_split"] == "test"
+                else "both on dev")
+        if item["reference_note"]:
+            note += f"; reference: {item['reference_note']}"
+        body.append([item["system"], item["reference_label"], tasks[item["task"]]["header"],
+                     f"{fmt(item['system_mean'], d)} ({item['n_seeds']} seeds)",
+                     fmt(item["reference_value"], d), f"{item['difference']:+.{d}f}", note])
+    if body:
+        out.append(markdown_table(["System", "Reference", "Task", "System (dev)", "Reference",
+                                   "System − reference", "Note"], body).rstrip("\n"))
+    else:
+        out.append("No task of these runs has a reference score.")
+    for item in references["skipped"]:
+        out.append(f"\n- {item['reference']}, {item['task']}: not compared: {item['reason']}")
+    return out + _reference_sources(references)
+
+
+def _reference_sources(references: dict) -> list[str]:
+    """Where each shown reference comes from; named references without a task here."""
+    out = []
+    shown = [r for r in references["chosen"] if r["tasks_shown"]]
+    if shown:
+        out += ["", "References:", ""]
+        out += [f"- {r['label']} (`{r['key']}`, {r['split']} set): {r['source']}"
+                for r in shown]
+    if references["requested"] is not None:  # named ones without a task here are said so
+        out += [f"\n- `{r['key']}`: no score for the tasks of these runs"
+                for r in references["chosen"] if not r["tasks_shown"]]
+    return out + [""]
