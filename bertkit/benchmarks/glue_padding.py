@@ -185,9 +185,44 @@ def _way_summary(way: str, runs: list[dict]) -> dict:
     }
 
 
+def _result(cfg: DictConfig, probe, precision: str, ways: dict, runs: dict,
+            train_examples: int) -> dict:
+    """bench.json: the settings both ways ran with, each way's figures and their ratio."""
+    bench, task = cfg.bench, cfg.task
+    steps, warmup_steps, repeats = int(bench.steps), int(bench.warmup_steps), int(bench.repeats)
+    ratio = ways["bertkit"]["samples_per_second"] / ways["plain"]["samples_per_second"]
+    model = cfg.model.config
+    result = {
+        "recipe": cfg.recipe.name,
+        "task": task.name,
+        "train_examples": train_examples,
+        "model": {"name_or_path": cfg.model.name_or_path or "from_scratch",
+                  "num_hidden_layers": model.num_hidden_layers,
+                  "hidden_size": model.hidden_size,
+                  "num_parameters": runs["plain"][0]["num_parameters"]},
+        "device": "cuda" if torch.cuda.is_available() else "cpu",
+        "torch_threads": torch.get_num_threads(),
+        "precision": precision,
+        "steps": steps,
+        "warmup_steps": warmup_steps,
+        "repeats": repeats,
+        "batch_size": probe.per_device_train_batch_size,
+        "learning_rate": probe.learning_rate,
+        "seed": probe.seed,
+        "max_seq_length": task.max_seq_length,
+        "baseline_max_length": int(bench.baseline_max_length),
+        "pad_to_multiple_of": cfg.pad_to_multiple_of if precision != "fp32" else None,
+        "timing": "wall time of trainer.train() per timed run, median over repeats; each way "
+                  "first ran warmup_steps steps on a throwaway copy (not timed)",
+        "ways": ways,
+        "ratio": ratio,
+    }
+    return result
+
+
 def benchmark_glue_padding(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     run_dir = Path(run_dir or HydraConfig.get().runtime.output_dir)
-    bench, task = cfg.bench, cfg.task
+    bench = cfg.bench
     steps, warmup_steps, repeats = _check(cfg)
     if bench.num_threads is not None:
         torch.set_num_threads(int(bench.num_threads))
@@ -225,33 +260,7 @@ def benchmark_glue_padding(cfg: DictConfig, run_dir: Path | None = None) -> dict
         scratch.rmdir()
 
     ways = {way: _way_summary(way, runs[way]) for way in WAYS}
-    ratio = ways["bertkit"]["samples_per_second"] / ways["plain"]["samples_per_second"]
-    model = cfg.model.config
-    result = {
-        "recipe": cfg.recipe.name,
-        "task": task.name,
-        "train_examples": len(train_split),
-        "model": {"name_or_path": cfg.model.name_or_path or "from_scratch",
-                  "num_hidden_layers": model.num_hidden_layers,
-                  "hidden_size": model.hidden_size,
-                  "num_parameters": runs["plain"][0]["num_parameters"]},
-        "device": "cuda" if torch.cuda.is_available() else "cpu",
-        "torch_threads": torch.get_num_threads(),
-        "precision": precision,
-        "steps": steps,
-        "warmup_steps": warmup_steps,
-        "repeats": repeats,
-        "batch_size": probe.per_device_train_batch_size,
-        "learning_rate": probe.learning_rate,
-        "seed": probe.seed,
-        "max_seq_length": task.max_seq_length,
-        "baseline_max_length": int(bench.baseline_max_length),
-        "pad_to_multiple_of": cfg.pad_to_multiple_of if precision != "fp32" else None,
-        "timing": "wall time of trainer.train() per timed run, median over repeats; each way "
-                  "first ran warmup_steps steps on a throwaway copy (not timed)",
-        "ways": ways,
-        "ratio": ratio,
-    }
+    result = _result(cfg, probe, precision, ways, runs, len(train_split))
     path = write_json_atomic(run_dir / "bench.json", result)
     print(_table(result, path))
     return result
