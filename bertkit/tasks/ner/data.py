@@ -2,7 +2,7 @@
 the CoNLL column format (task.data_dir with task.files, or task.*_file) or the Hub.
 
 Each split is a Dataset with columns tokens, ner_tags (ids into task.labels, IOB2), document
-and line, and carries a fingerprint of its content and reading rules, so that its features are
+and line, and has a fingerprint of its content and reading rules, so that its features are
 built once and shared by every run and sweep job that reads the same data.
 """
 
@@ -14,9 +14,10 @@ import datasets
 from omegaconf import DictConfig, OmegaConf
 
 from bertkit.data.fingerprints import content_fingerprint
+from bertkit.data.sources import uses_local_files
 from bertkit.data.split_files import split_files
+from bertkit.data.task_data import TaskSplits
 from bertkit.errors import BertkitError
-from bertkit.tasks.glue.data import uses_local_files
 from bertkit.tasks.ner.files import ConllSentences, conll_from_hub, read_conll_file
 
 SPLITS = ("train", "validation", "test")
@@ -44,16 +45,15 @@ def _dataset(sentences: ConllSentences, labels: list[str]) -> datasets.Dataset:
         "document": sentences.documents,
         "line": sentences.lines,
     }, features=FEATURES)
-    table.bertkit_tag_scheme = sentences.scheme
     return table
 
 
-def load_ner_splits(task: DictConfig, data_source: str = "auto") -> dict[str, datasets.Dataset]:
-    """{"train", "validation"[, "test"]} -> sentences, each split with `bertkit_fingerprint`
-    and `bertkit_tag_scheme` (the scheme the source was in) attributes."""
+def load_ner_splits(task: DictConfig, data_source: str = "auto") -> TaskSplits:
+    """{"train", "validation"[, "test"]} -> sentences, with each split's fingerprint and its
+    tag scheme as the source had it (facts[split]["tag_scheme"])."""
     labels = list(task.labels)
     rules = _reading_rules(task)
-    splits: dict[str, datasets.Dataset] = {}
+    splits = TaskSplits({}, {})
     if uses_local_files(task, data_source):
         columns = task.columns
         files = split_files(task, REQUIRED, "the usual layout", optional=OPTIONAL)
@@ -61,9 +61,7 @@ def load_ner_splits(task: DictConfig, data_source: str = "auto") -> dict[str, da
             sentences = read_conll_file(path, labels=labels, tag_scheme=task.tag_scheme,
                                         num_columns=columns.count,
                                         token_column=columns.token, tag_column=columns.tag)
-            table = _dataset(sentences, labels)
-            table.bertkit_fingerprint = content_fingerprint(rules, path.read_bytes())
-            splits[split] = table
+            _add(splits, split, sentences, labels, content_fingerprint(rules, path.read_bytes()))
         return splits
     hub = task.hub
     loaded = conll_from_hub(hub.path, hub.name, labels=labels, tag_scheme=task.tag_scheme,
@@ -78,8 +76,14 @@ def load_ner_splits(task: DictConfig, data_source: str = "auto") -> dict[str, da
                                    f"{', '.join(loaded)}")
             continue
         sentences = loaded[split]
-        table = _dataset(sentences, labels)
         content = json.dumps([sentences.tokens, sentences.tags, sentences.documents])
-        table.bertkit_fingerprint = content_fingerprint(rules, content)  # tags already by name
-        splits[split] = table
+        # tags are already by name
+        _add(splits, split, sentences, labels, content_fingerprint(rules, content))
     return splits
+
+
+def _add(splits: TaskSplits, split: str, sentences: ConllSentences, labels: list[str],
+         fingerprint: str) -> None:
+    splits.tables[split] = _dataset(sentences, labels)
+    splits.fingerprints[split] = fingerprint
+    splits.facts[split] = {"tag_scheme": sentences.scheme}

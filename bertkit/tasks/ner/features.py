@@ -15,17 +15,13 @@ task.document_context also the neighbouring sentences of the same document (the 
 "maximal document context"). Without document context, a sentence that fits has no context.
 
 No padding here: the collator pads each batch. Features are cached on disk by data,
-tokenizer and settings.
+tokenizer and settings (bertkit.data.cache).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
+import functools
 import logging
-import os
-import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -33,6 +29,8 @@ import datasets
 import numpy as np
 from transformers import PreTrainedTokenizerBase
 
+from bertkit.data.cache import cache_entry, cached_build
+from bertkit.data.task_data import TaskSplits
 from bertkit.errors import BertkitError
 from bertkit.tasks.ner.files import NO_DOCUMENT
 
@@ -42,6 +40,8 @@ IGNORED = -100
 # sentence: row of the split; word_positions: token position of each target word's first
 # sub-token (-1 for a word with no sub-token); word_labels: the target words' gold label ids.
 DECODING_COLUMNS = ("sentence", "word_positions", "word_labels")
+# Counts of a split, carried per feature while it is built (bertkit.tasks.ner.features).
+COUNTED = ("split_sentences", "cut_words", "empty_words")
 _IDS = datasets.List(datasets.Value("int64"))
 FEATURES = datasets.Features({
     "input_ids": _IDS, "token_type_ids": _IDS, "attention_mask": _IDS, "labels": _IDS,
@@ -123,65 +123,39 @@ def _context(lengths: Sequence[int], start: int, stop: int, room: int) -> tuple[
     return left, right
 
 
-def build_features(
-    sentences: datasets.Dataset,
-    tokenizer: PreTrainedTokenizerBase,
-    *,
-    max_seq_length: int,
-    label_all_subtokens: bool = False,
-    document_context: bool = False,
-    continuation: Sequence[int] | None = None,
-) -> tuple[dict[str, list], dict[str, int]]:
-    """Feature columns (FEATURES) of a split with columns tokens, ner_tags, document, and
-    counts: sentences, features, split_sentences (cut into several targets), cut_words (a
-    word longer than a whole sequence, cut to its first pieces), empty_words (no pieces)."""
-    if max_seq_length < 3:
-        raise BertkitError(f"task.max_seq_length={max_seq_length}: expected at least 3 "
-                           f"([CLS], one word piece, [SEP])")
-    room = max_seq_length - 2
-    tokens = sentences["tokens"][:]
-    tags = sentences["ner_tags"][:]
-    documents = sentences["document"][:]
-    if label_all_subtokens and continuation is None:
-        raise BertkitError("label_all_subtokens needs the continuation label of every label")
-    if document_context and NO_DOCUMENT in documents:
-        raise BertkitError(
-            "task.document_context=true needs the document of every sentence, and this data "
-            "has none (Hub copies of CoNLL-2003 drop the -DOCSTART- lines): give the files in "
-            "the CoNLL format (task.data_dir or task.*_file), or task.hub.columns.document")
-    pieces = word_pieces(tokens, tokenizer)
-    counts = {"sentences": len(tokens), "features": 0, "split_sentences": 0, "cut_words": 0,
-              "empty_words": 0}
-    for words in pieces:
-        for i, word in enumerate(words):
-            if len(word) > room:
-                words[i] = word[:room]
-                counts["cut_words"] += 1
-            counts["empty_words"] += not word
-
-    # The unit context is drawn from: the document (consecutive sentences with the same
-    # document id), or the sentence alone.
+def _units(documents: Sequence[int], document_context: bool) -> list[list[int]]:
+    """The sentences context is drawn from together: a document's consecutive sentences
+    (task.document_context), or each sentence alone."""
     units: list[list[int]] = []
     for s, document in enumerate(documents):
         if document_context and units and documents[units[-1][-1]] == document:
             units[-1].append(s)
         else:
             units.append([s])
+    return units
 
-    out: dict[str, list] = {name: [] for name in FEATURES}
+
+def _unit_features(units: Sequence[Sequence[int]], tokens, tags, tokenizer, room: int,
+                   label_all_subtokens: bool, continuation) -> dict[str, list]:
+    """Feature columns of whole units; per feature also its share of the counts (each
+    sentence's counts ride on its first feature), summed by build_features."""
+    sentences = [s for unit in units for s in unit]
+    pieces = dict(zip(sentences, word_pieces([tokens[s] for s in sentences], tokenizer),
+                      strict=True))
+    out: dict[str, list] = {name: [] for name in (*FEATURES, *COUNTED)}
     cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
     for unit in units:
-        flat = [word for s in unit for word in pieces[s]]  # the unit's words, in order
+        cut = {s: sum(len(word) > room for word in pieces[s]) for s in unit}
+        empty = {s: sum(not word for word in pieces[s]) for s in unit}
+        flat = [word[:room] for s in unit for word in pieces[s]]  # the unit's words, in order
         lengths = [len(word) for word in flat]
         offset = 0
         for s in unit:
             n_words = len(pieces[s])
             chunks = _chunks(lengths[offset:offset + n_words], room)
-            counts["split_sentences"] += len(chunks) > 1
-            for a, b in chunks:
+            for k, (a, b) in enumerate(chunks):
                 start, stop = offset + a, offset + b
-                target = sum(lengths[start:stop])
-                left, right = _context(lengths, start, stop, room - target)
+                left, right = _context(lengths, start, stop, room - sum(lengths[start:stop]))
                 ids, labels, positions = [cls], [IGNORED], []
                 for w in range(left, right):
                     word = flat[w]
@@ -195,17 +169,63 @@ def build_features(
                     ids.extend(word)
                 ids.append(sep)
                 labels.append(IGNORED)
-                out["input_ids"].append(ids)
-                out["token_type_ids"].append([0] * len(ids))
-                out["attention_mask"].append([1] * len(ids))
-                out["labels"].append(labels)
-                out["length"].append(len(ids))
-                out["sentence"].append(s)
-                out["word_positions"].append(positions)
-                out["word_labels"].append(tags[s][a:b])
+                first = k == 0
+                for name, value in (("input_ids", ids), ("token_type_ids", [0] * len(ids)),
+                                    ("attention_mask", [1] * len(ids)), ("labels", labels),
+                                    ("length", len(ids)), ("sentence", s),
+                                    ("word_positions", positions),
+                                    ("word_labels", tags[s][a:b]),
+                                    ("split_sentences", int(first and len(chunks) > 1)),
+                                    ("cut_words", cut[s] if first else 0),
+                                    ("empty_words", empty[s] if first else 0)):
+                    out[name].append(value)
             offset += n_words
-    counts["features"] = len(out["input_ids"])
-    return out, counts
+    return out
+
+
+def build_features(
+    sentences: datasets.Dataset,
+    tokenizer: PreTrainedTokenizerBase,
+    *,
+    max_seq_length: int,
+    label_all_subtokens: bool = False,
+    document_context: bool = False,
+    continuation: Sequence[int] | None = None,
+    num_proc: int = 1,
+) -> tuple[datasets.Dataset, dict[str, int]]:
+    """Features (FEATURES) of a split with columns tokens, ner_tags, document, and counts:
+    sentences, features, split_sentences (cut into several targets), cut_words (a word longer
+    than a whole sequence, cut to its first pieces), empty_words (no pieces).
+
+    Built by datasets.map over whole units (documents or sentences), so that num_proc
+    processes give exactly the features of one: a unit never straddles two processes."""
+    if max_seq_length < 3:
+        raise BertkitError(f"task.max_seq_length={max_seq_length}: expected at least 3 "
+                           f"([CLS], one word piece, [SEP])")
+    tokens = sentences["tokens"][:]
+    tags = sentences["ner_tags"][:]
+    documents = sentences["document"][:]
+    if label_all_subtokens and continuation is None:
+        raise BertkitError("label_all_subtokens needs the continuation label of every label")
+    if document_context and NO_DOCUMENT in documents:
+        raise BertkitError(
+            "task.document_context=true needs the document of every sentence, and this data "
+            "has none (Hub copies of CoNLL-2003 drop the -DOCSTART- lines): give the files in "
+            "the CoNLL format (task.data_dir or task.*_file), or task.hub.columns.document")
+    if not tokenizer.is_fast:
+        raise BertkitError("NER features need a fast tokenizer (word ids): give model.tokenizer "
+                           "a directory with vocab.txt or tokenizer.json")
+    units = datasets.Dataset.from_dict({"unit": _units(documents, document_context)})
+    kwargs = {"tokens": tokens, "tags": tags, "tokenizer": tokenizer, "room": max_seq_length - 2,
+              "label_all_subtokens": label_all_subtokens, "continuation": continuation}
+    table = units.map(lambda batch: _unit_features(batch["unit"], **kwargs), batched=True,
+                      remove_columns=["unit"], features=datasets.Features(
+                          {**FEATURES, **{name: datasets.Value("int64") for name in COUNTED}}),
+                      num_proc=num_proc if num_proc > 1 and len(units) > 1 else None,
+                      keep_in_memory=True, desc="NER features")
+    counts = {"sentences": len(tokens), "features": len(table),
+              **{name: int(sum(table[name][:])) for name in COUNTED}}
+    return table.remove_columns(list(COUNTED)), counts
 
 
 def word_predictions(features: datasets.Dataset, token_predictions: np.ndarray,
@@ -229,7 +249,7 @@ def word_predictions(features: datasets.Dataset, token_predictions: np.ndarray,
 
 
 def feature_splits(
-    splits: dict[str, datasets.Dataset],
+    splits: TaskSplits,
     tokenizer: PreTrainedTokenizerBase,
     *,
     labels: Sequence[str],
@@ -237,32 +257,23 @@ def feature_splits(
     label_all_subtokens: bool,
     document_context: bool,
     cache_dir: str | Path,
+    num_proc: int = 1,
 ) -> tuple[dict[str, datasets.Dataset], dict[str, dict[str, int]]]:
-    """Features of every split and their counts, cached under cache_dir by the split's
-    bertkit_fingerprint (bertkit.tasks.ner.data), the tokenizer and the settings: every run and
-    sweep job that reads the same data builds them once."""
-    from bertkit.tasks.glue.features import tokenizer_fingerprint
-
+    """Features of every split and their counts, cached by the split's fingerprint, the
+    tokenizer and the settings (bertkit.data.cache): every run and sweep job that reads the
+    same data builds them once."""
     continuation = continuation_labels(labels)
     settings = {"max_seq_length": max_seq_length, "label_all_subtokens": label_all_subtokens,
-                "document_context": document_context, "labels": list(labels), "version": 1}
-    key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
-    cache = Path(cache_dir) / "ner_features"
-    cache.mkdir(parents=True, exist_ok=True)
+                "document_context": document_context, "labels": list(labels), "version": 2}
     features, counts = {}, {}
     for split, sentences in splits.items():
-        name = f"{sentences.bertkit_fingerprint}-{tokenizer_fingerprint(tokenizer)}-{key}"
-        directory = cache / name
-        counts_file = directory / "counts.json"
-        if not counts_file.is_file():
-            columns, split_counts = build_features(
-                sentences, tokenizer, max_seq_length=max_seq_length,
-                label_all_subtokens=label_all_subtokens, document_context=document_context,
-                continuation=continuation)
-            _save_atomic(datasets.Dataset.from_dict(columns, features=FEATURES), split_counts,
-                         directory)
-        counts[split] = json.loads(counts_file.read_text())
-        features[split] = datasets.load_from_disk(str(directory / "features"))
+        entry = cache_entry(cache_dir, "ner", data=splits.fingerprints[split],
+                            tokenizer=tokenizer, settings=settings)
+        build = functools.partial(
+            build_features, sentences, tokenizer, max_seq_length=max_seq_length,
+            label_all_subtokens=label_all_subtokens, document_context=document_context,
+            continuation=continuation, num_proc=num_proc)
+        features[split], counts[split] = cached_build(entry, "features", build)
         if counts[split]["split_sentences"] or counts[split]["cut_words"]:
             logger.warning(
                 "%s: %d sentences longer than task.max_seq_length=%d are cut into several "
@@ -270,19 +281,3 @@ def feature_splits(
                 "are cut to their first pieces", split, counts[split]["split_sentences"],
                 max_seq_length, counts[split]["cut_words"])
     return features, counts
-
-
-def _save_atomic(table: datasets.Dataset, counts: dict, directory: Path) -> None:
-    """Written to a temporary directory and renamed, so a crash never leaves half a cache."""
-    tmp = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}."))
-    try:
-        table.save_to_disk(str(tmp / "features"))
-        (tmp / "counts.json").write_text(json.dumps(counts))
-        try:
-            os.replace(tmp, directory)
-        except OSError:  # another process got there first: its copy is the same
-            if not (directory / "counts.json").is_file():
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)

@@ -195,7 +195,7 @@ def test_hub_tags_are_named_by_the_dataset_features(monkeypatch):
                                                                     "B-LOC"]
     assert splits["validation"]["tokens"] == [["EU", "said"]]  # the empty row is dropped
     assert [names[i] for i in splits["test"]["ner_tags"][0]] == ["B-MISC"]
-    assert splits["test"].bertkit_tag_scheme == "iob1"
+    assert splits.facts["test"]["tag_scheme"] == "iob1"
     assert splits["train"]["document"] == [NO_DOCUMENT]
 
 

@@ -10,6 +10,7 @@ import datasets
 import numpy as np
 import pytest
 
+from bertkit.data.task_data import TaskSplits
 from bertkit.errors import BertkitError
 from bertkit.tasks.ner.data import FEATURES as SENTENCE_FEATURES
 from bertkit.tasks.ner.features import (
@@ -41,9 +42,11 @@ def tokenizer(tmp_path):
 
 
 def build(table, tokenizer, **settings):
+    """(feature columns as lists, counts)."""
     settings.setdefault("max_seq_length", 128)
-    return build_features(table, tokenizer, continuation=continuation_labels(LABELS),
-                          **settings)
+    features, counts = build_features(table, tokenizer, continuation=continuation_labels(LABELS),
+                                      **settings)
+    return features.to_dict(), counts
 
 
 def pieces(tokenizer, ids):
@@ -242,7 +245,7 @@ def test_features_are_cached_by_data_tokenizer_and_settings(tokenizer, tmp_path,
     from bertkit.tasks.ner import features as ner_features
 
     table = sentences([SENTENCE, (["went"], ["O"])])
-    table.bertkit_fingerprint = "data1"
+    splits = TaskSplits({"validation": table}, {"validation": "data1"})
     calls = []
     real = ner_features.build_features
     monkeypatch.setattr(ner_features, "build_features",
@@ -251,7 +254,7 @@ def test_features_are_cached_by_data_tokenizer_and_settings(tokenizer, tmp_path,
     def run(**settings):
         options = dict(labels=LABELS, max_seq_length=128, label_all_subtokens=False,
                        document_context=False, cache_dir=tmp_path / "cache")
-        return feature_splits({"validation": table}, tokenizer, **{**options, **settings})
+        return feature_splits(splits, tokenizer, **{**options, **settings})
 
     first, counts = run()
     again, _ = run()
@@ -261,6 +264,32 @@ def test_features_are_cached_by_data_tokenizer_and_settings(tokenizer, tmp_path,
     run(label_all_subtokens=True)
     run(max_seq_length=64)
     assert len(calls) == 3
-    table.bertkit_fingerprint = "data2"
+    splits.fingerprints["validation"] = "data2"
     run()
     assert len(calls) == 4
+
+
+def test_processes_build_the_same_features_and_counts(tokenizer, tmp_path, monkeypatch):
+    """preprocessing_num_workers reaches feature building, and 2 processes split the work by
+    whole documents: the features (context across sentences, a sentence cut into two targets)
+    and the counts are those of one process."""
+    long = (SENTENCE[0] * 3, SENTENCE[1] * 3)
+    table = sentences([SENTENCE, (["went"], ["O"]), long, SENTENCE, (["to"], ["O"]), long],
+                      documents=[0, 0, 0, 1, 1, 2])
+    settings = {"max_seq_length": 24, "document_context": True, "label_all_subtokens": True}
+    one, one_counts = build(table, tokenizer, **settings)
+    two, two_counts = build(table, tokenizer, num_proc=2, **settings)
+    assert two == one and two_counts == one_counts
+    assert one_counts["split_sentences"] == 2 and one_counts["sentences"] == 6
+    assert one_counts["features"] == len(one["input_ids"]) > 6
+
+    from bertkit.tasks.ner import features as ner_features
+
+    seen = []
+    real = ner_features.build_features
+    monkeypatch.setattr(ner_features, "build_features",
+                        lambda *a, **k: seen.append(k["num_proc"]) or real(*a, **k))
+    feature_splits(TaskSplits({"train": table}, {"train": "d"}), tokenizer, labels=LABELS,
+                   max_seq_length=24, label_all_subtokens=False, document_context=True,
+                   cache_dir=tmp_path / "cache", num_proc=2)
+    assert seen == [2]

@@ -11,10 +11,9 @@ import pytest
 from safetensors.torch import load_file
 from seqeval.metrics import f1_score, precision_score, recall_score
 
-from bertkit.cli import run_recipe
 from bertkit.errors import BertkitError
+from bertkit.jobs import run_job
 from bertkit.tasks.ner import family as ner_finetune
-from bertkit.tasks.ner.family import finetune_ner
 from bertkit.training.length_grouped_trainer import LengthGroupedTrainer
 from tests.conftest import compose_config, real_data_dir, tiny_checkpointed_training
 from tests.ner_fixtures import (
@@ -77,12 +76,12 @@ def test_tiny_finetune_writes_predictions_that_rescore_to_the_metrics(conll_file
     cfg = compose_config(ner_overrides(files, vocab, tmp_path,
                                        **{"trainer.max_steps": 40, "trainer.eval_steps": 20,
                                           "trainer.save_steps": 20}))
-    summary = finetune_ner(cfg, run_dir)
+    summary = run_job(cfg, run_dir)
 
     assert json.loads((run_dir / "metrics.json").read_text()) == summary
     assert summary["main_metric"] == "f1" and summary["train"]["steps"] == 40
-    assert summary["data"]["train"]["sentences"] == 48
-    assert summary["data"]["validation"]["tag_scheme"] == "iob2"
+    assert summary["details"]["data"]["train"]["sentences"] == 48
+    assert summary["details"]["data"]["validation"]["tag_scheme"] == "iob2"
     for section, split in (("validation", "validation"), ("test", "test")):
         reported = summary[section][split]
         columns, scores = rescore(run_dir / "predictions" / f"{split}.txt")
@@ -102,7 +101,7 @@ def test_tiny_finetune_writes_predictions_that_rescore_to_the_metrics(conll_file
 
 def test_offline_wandb_run_holds_the_entity_scores(conll_files, tmp_path):
     run_dir = tmp_path / "run"
-    summary = finetune_ner(compose_config(ner_overrides(
+    summary = run_job(compose_config(ner_overrides(
         conll_files(), write_vocab(tmp_path / "vocab"), tmp_path, logger="wandb",
         **{"trainer.max_steps": 4})), run_dir)
     (offline,) = (run_dir / "wandb").glob("offline-run-*")
@@ -130,10 +129,10 @@ def test_checkpoints_are_selected_by_entity_f1(conll_files, tmp_path, monkeypatc
                         lambda *a: {**real_scores(*a), "f1": next(schedule)})
     files = conll_files()
     run_dir = tmp_path / "run"
-    summary = finetune_ner(compose_config(ner_overrides(
+    summary = run_job(compose_config(ner_overrides(
         files, write_vocab(tmp_path / "vocab"), tmp_path)), run_dir)
-    assert summary["best_checkpoint"].endswith("checkpoint-4")
-    best = load_file(f"{summary['best_checkpoint']}/model.safetensors")
+    assert summary["details"]["best_checkpoint"].endswith("checkpoint-4")
+    best = load_file(f"{summary['details']['best_checkpoint']}/model.safetensors")
     final = load_file(str(run_dir / "model" / "model.safetensors"))
     assert all((best[key] == final[key]).all() for key in best)
 
@@ -142,15 +141,15 @@ def test_iob1_files_with_document_context_and_all_subtokens(conll_files, tmp_pat
     files = conll_files(iob1=True)
     assert " I-PER\n" in files["train"][0].read_text()
     run_dir = tmp_path / "run"
-    summary = finetune_ner(compose_config(ner_overrides(
+    summary = run_job(compose_config(ner_overrides(
         files, write_vocab(tmp_path / "vocab"), tmp_path,
         **{"task.document_context": True, "task.label_all_subtokens": True,
            "task.max_seq_length": 48, "trainer.eval_strategy": "no",
            "trainer.save_strategy": "no", "trainer.load_best_model_at_end": False})), run_dir)
-    assert {summary["data"][s]["tag_scheme"] for s in ("train", "validation", "test")} == \
-        {"iob1"}
+    data = summary["details"]["data"]
+    assert {data[s]["tag_scheme"] for s in ("train", "validation", "test")} == {"iob1"}
     assert summary["hyperparameters"]["document_context"] is True
-    assert summary["data"]["train"]["features"] == 48  # one target per sentence
+    assert summary["details"]["data"]["train"]["features"] == 48  # one target per sentence
     columns, scores = rescore(run_dir / "predictions" / "validation.txt")
     # The gold column is IOB2: the IOB1 input, converted.
     assert [[f[1] for f in s] for s in columns] == [[t for _, t in s]
@@ -173,8 +172,8 @@ def test_feature_based_run_trains_the_tagger_only(conll_files, tmp_path, monkeyp
     monkeypatch.setattr(ner_finetune, "load_tagger", recording_load)
     files = conll_files()
     run_dir = tmp_path / "run"
-    summary = finetune_ner(compose_config(ner_overrides(
-        files, write_vocab(tmp_path / "vocab"), tmp_path, recipe="ner_feature_based",
+    summary = run_job(compose_config(ner_overrides(
+        files, write_vocab(tmp_path / "vocab"), tmp_path, experiment="ner_feature_based",
         **{"model.config.num_hidden_layers": 4, "model.feature_based.lstm_hidden_size": 16,
            "trainer.eval_strategy": "no", "trainer.save_strategy": "no",
            "trainer.load_best_model_at_end": False})), run_dir)
@@ -222,11 +221,11 @@ def test_resume_continues_an_interrupted_run(conll_files, tmp_path, monkeypatch)
     monkeypatch.setattr(LengthGroupedTrainer, "training_step", interrupt_after_three_steps)
     run_dir = tmp_path / "run"
     with pytest.raises(Interrupted):
-        finetune_ner(compose_config(overrides), run_dir=run_dir)
+        run_job(compose_config(overrides), run_dir=run_dir)
     assert not (run_dir / "metrics.json").exists()
     assert (run_dir / "checkpoints" / "checkpoint-2").is_dir()
     calls["n"] = -100
-    summary = finetune_ner(compose_config(overrides + ["resume=true"]), run_dir=run_dir)
+    summary = run_job(compose_config(overrides + ["resume=true"]), run_dir=run_dir)
     assert calls["n"] == -100 + 4  # steps 3..6 only
     assert summary["train"]["steps"] == 6
 
@@ -239,7 +238,7 @@ def test_bad_file_stops_before_training_and_names_the_line(conll_files, tmp_path
     path.write_text("\n".join(lines))
     cfg = compose_config(ner_overrides(files, write_vocab(tmp_path / "vocab"), tmp_path))
     with pytest.raises(BertkitError, match=rf"^{path}, line 5: tag 'B-FOO' is not one of"):
-        finetune_ner(cfg, tmp_path / "run")
+        run_job(cfg, tmp_path / "run")
     assert not (tmp_path / "run" / "metrics.json").exists()
 
 
@@ -253,7 +252,7 @@ def test_settings_are_checked_before_any_data_is_read(tmp_path):
         cfg = compose_config(["recipe=ner", "logger=none", "model=tiny", override,
                               f"task.train_file={absent}"])
         with pytest.raises(BertkitError, match=message):
-            finetune_ner(cfg, tmp_path / "run")
+            run_job(cfg, tmp_path / "run")
 
 
 def test_hub_data_without_network_points_to_the_files(tmp_path, monkeypatch):
@@ -269,7 +268,7 @@ def test_hub_data_without_network_points_to_the_files(tmp_path, monkeypatch):
                           f"model.tokenizer={write_vocab(tmp_path / 'vocab')}"])
     with pytest.raises(BertkitError, match=r"conll2003.*Without network, give the files in "
                                            r"the CoNLL format: task.data_dir="):
-        finetune_ner(cfg, tmp_path / "run")
+        run_job(cfg, tmp_path / "run")
 
 
 @pytest.mark.parametrize(("recipe", "task", "message"), [
@@ -278,12 +277,12 @@ def test_hub_data_without_network_points_to_the_files(tmp_path, monkeypatch):
 ])
 def test_a_task_of_another_family_is_refused(recipe, task, message):
     with pytest.raises(BertkitError, match=message):
-        run_recipe(compose_config([f"recipe={recipe}", f"task={task}"]))
+        run_job(compose_config([f"recipe={recipe}", f"task={task}"]))
 
 
 def test_ner_recipe_composes_with_the_paper_settings():
     cfg = compose_config(["recipe=ner"])
-    assert cfg.recipe.name == "ner" and cfg.recipe.family == "ner"
+    assert cfg.recipe.name == "ner" and cfg.recipe.task_family == "ner"
     assert cfg.task.name == "conll2003" and cfg.task.family == "ner"
     assert list(cfg.task.labels) == LABELS
     assert cfg.model.name_or_path == "bert-base-cased" and cfg.model.do_lower_case is False
@@ -302,8 +301,8 @@ def test_ner_recipe_composes_with_the_paper_settings():
     assert task.hub.path == "lhoestq/conll2003" and task.hub.columns.tags == "ner_tags"
     assert cfg.model.feature_based.enabled is False
     # The feature-based preset: the paper's best Table 7 setting, only the tagger's rate.
-    preset = compose_config(["recipe=ner_feature_based", "model=bert_large_cased"])
-    assert preset.recipe.family == "ner" and preset.model.feature_based.enabled is True
+    preset = compose_config(["experiment=ner_feature_based", "model=bert_large_cased"])
+    assert preset.recipe.task_family == "ner" and preset.model.feature_based.enabled is True
     assert preset.model.feature_based.layers == "concat_last_four"
     assert preset.model.feature_based.classifier == "bilstm"
     assert preset.model.feature_based.lstm_hidden_size == 768
@@ -324,8 +323,9 @@ def test_real_conll2003_run(tmp_path):
         "trainer.per_device_eval_batch_size=256", "trainer.eval_strategy=no",
         "trainer.save_strategy=no", "trainer.load_best_model_at_end=false",
         "trainer.disable_tqdm=true"])
-    summary = finetune_ner(cfg, run_dir)
-    counts = {split: summary["data"][split]["sentences"] for split in summary["data"]}
+    summary = run_job(cfg, run_dir)
+    data = summary["details"]["data"]
+    counts = {split: data[split]["sentences"] for split in data}
     assert counts == {"train": 14041, "validation": 3250, "test": 3453}
     assert summary["validation"]["validation"]["entities"] == 5942
     assert summary["test"]["test"]["entities"] == 5648
