@@ -79,7 +79,7 @@ def tiny_run_overrides(task: str, data_dir: Path, vocab: Path, **extra) -> list[
         "recipe": "glue",
         "task": task,
         "task.data_dir": str(data_dir),
-        "model": "tiny",
+        "model": "scratch_tiny",
         "model.tokenizer": str(vocab),
         "model.config.hidden_size": 32,
         "model.config.intermediate_size": 64,
@@ -101,7 +101,7 @@ def tiny_checkpointed_training(vocab: Path, cache_dir: Path) -> dict:
     """A random-init 2-layer BERT for 6 steps, evaluated and checkpointed every 2 (for tests of
     checkpoint selection and resuming), no W&B, tokenisation cached under cache_dir."""
     return {
-        "model": "tiny",
+        "model": "scratch_tiny",
         "model.tokenizer": str(vocab),
         "model.config.hidden_size": 32,
         "model.config.intermediate_size": 64,

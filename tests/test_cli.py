@@ -61,7 +61,7 @@ def test_bad_input_is_one_message(problem, glue_dir, vocab_dir, tmp_path):
     else:
         extra = ["+trainer.not_an_option=1"]
         expected = ["trainer:", "not_an_option"]
-    result = run_cli("recipe=glue", "task=rte", f"task.data_dir={data}", "model=tiny",
+    result = run_cli("recipe=glue", "task=rte", f"task.data_dir={data}", "model=scratch_tiny",
                      f"model.tokenizer={vocab_dir}", "logger=none", "trainer.max_steps=1",
                      *extra, cwd=tmp_path)
     assert_clean_failure(result, *expected)
@@ -71,7 +71,7 @@ def test_bad_input_is_one_message(problem, glue_dir, vocab_dir, tmp_path):
 def test_failed_sweep_job_does_not_stop_the_others(glue_dir, vocab_dir, tmp_path):
     good = glue_dir("wnli")
     result = run_cli("-m", "recipe=glue", "task=wnli", f"task.data_dir={tmp_path}/missing,{good}",
-                     "model=tiny", f"model.tokenizer={vocab_dir}", "logger=none",
+                     "model=scratch_tiny", f"model.tokenizer={vocab_dir}", "logger=none",
                      "model.config.hidden_size=32", "model.config.intermediate_size=64",
                      "trainer.max_steps=2", "trainer.save_strategy=no",
                      f"hydra.sweep.dir={tmp_path / 'sweep'}", "hydra.sweep.subdir=${hydra.job.num}",
@@ -88,7 +88,7 @@ def test_paper_grid_sweep_names_each_job_by_its_grid_point(glue_dir, vocab_dir, 
     data = glue_dir("wnli")
     result = run_cli("-m", "recipe=glue", "task=wnli", f"task.data_dir={data}", "sweep=paper_grid",
                      "trainer.learning_rate=5e-5", "trainer.num_train_epochs=2", "seed=1,2",
-                     "model=tiny", f"model.tokenizer={vocab_dir}", "logger=none",
+                     "model=scratch_tiny", f"model.tokenizer={vocab_dir}", "logger=none",
                      "model.config.hidden_size=32", "model.config.intermediate_size=64",
                      "trainer.max_steps=1", "trainer.save_strategy=no",
                      "trainer.eval_strategy=no", f"hydra.sweep.dir={tmp_path / 'sweep'}",

@@ -25,7 +25,7 @@ def tiny_pretraining_overrides(**extra) -> list[str]:
     overrides = {
         "recipe": "pretrain",
         "corpus": "demo",
-        "model": "tiny",
+        "model": "scratch_tiny",
         "model.config.max_position_embeddings": 128,
         "tokenizer_training.enabled": True,
         "tokenizer_training.vocab_size": 400,

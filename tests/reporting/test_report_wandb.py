@@ -190,7 +190,7 @@ def test_report_from_wandb_logs_equals_report_from_metrics_json(glue_dir, vocab_
     """A real 2 x 2 sweep through the CLI, W&B offline; then only the W&B directories kept."""
     data = glue_dir("rte", n_dev=24)
     sweep = tmp_path / "sweep"
-    result = run_cli("-m", "recipe=glue", "task=rte", f"task.data_dir={data}", "model=tiny",
+    result = run_cli("-m", "recipe=glue", "task=rte", f"task.data_dir={data}", "model=scratch_tiny",
                      f"model.tokenizer={vocab_dir}", "model.config.hidden_size=32",
                      "model.config.intermediate_size=64", "model.config.num_hidden_layers=1",
                      "logger=wandb", "logger.mode=offline", "seed=1,2",

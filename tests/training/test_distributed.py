@@ -21,7 +21,7 @@ def test_two_process_finetune_writes_one_set_of_results(glue_dir, vocab_dir, tmp
     env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                "--nproc_per_node=2", "-m", "bertkit", "recipe=glue", "task=stsb",
-               f"task.data_dir={data}", "model=tiny", f"model.tokenizer={vocab_dir}",
+               f"task.data_dir={data}", "model=scratch_tiny", f"model.tokenizer={vocab_dir}",
                "model.config.hidden_size=32", "model.config.intermediate_size=64",
                "logger=none", "trainer.max_steps=3", "trainer.per_device_train_batch_size=4",
                "trainer.per_device_eval_batch_size=3", "trainer.disable_tqdm=true",

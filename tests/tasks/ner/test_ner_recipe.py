@@ -249,7 +249,7 @@ def test_settings_are_checked_before_any_data_is_read(tmp_path):
                               ("task.labels=[O,B-PER]", "no I-PER"),
                               ("model.feature_based.enabled=true",
                                "concat_last_four needs at least 4 encoder layers")):
-        cfg = compose_config(["recipe=ner", "logger=none", "model=tiny", override,
+        cfg = compose_config(["recipe=ner", "logger=none", "model=scratch_tiny", override,
                               f"task.train_file={absent}"])
         with pytest.raises(BertkitError, match=message):
             run_job(cfg, tmp_path / "run")
@@ -264,7 +264,7 @@ def test_hub_data_without_network_points_to_the_files(tmp_path, monkeypatch):
     # Read at import time: an earlier test may have imported them already.
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-    cfg = compose_config(["recipe=ner", "logger=none", "model=tiny",
+    cfg = compose_config(["recipe=ner", "logger=none", "model=scratch_tiny",
                           f"model.tokenizer={write_vocab(tmp_path / 'vocab')}"])
     with pytest.raises(BertkitError, match=r"conll2003.*Without network, give the files in "
                                            r"the CoNLL format: task.data_dir="):
@@ -317,7 +317,7 @@ def test_real_conll2003_run(tmp_path):
     root = real_data_dir()
     run_dir = tmp_path / "run"
     cfg = compose_config([
-        "recipe=ner", f"task.data_dir={root / 'conll2003'}", "model=tiny",
+        "recipe=ner", f"task.data_dir={root / 'conll2003'}", "model=scratch_tiny",
         f"model.tokenizer={root / 'vocab' / 'bert-base-cased'}", "model.do_lower_case=false",
         "logger=none", f"cache_dir={tmp_path / 'cache'}", "trainer.max_steps=4",
         "trainer.per_device_eval_batch_size=256", "trainer.eval_strategy=no",

@@ -217,7 +217,7 @@ def test_window_settings_are_checked_before_any_data_is_read(tmp_path):
 
 
 def test_hub_data_without_network_points_to_the_json_files(tmp_path, hub_offline):
-    cfg = compose_config(["recipe=squad", "task=squad_v2", "logger=none", "model=tiny",
+    cfg = compose_config(["recipe=squad", "task=squad_v2", "logger=none", "model=scratch_tiny",
                           f"model.tokenizer={write_vocab(tmp_path / 'vocab')}"])
     with pytest.raises(BertkitError, match="task.train_file=<path to train-v2.0.json>"):
         run_job(cfg, run_dir=tmp_path / "run")

@@ -30,7 +30,7 @@ def swag_overrides(train, dev, tmp_path, **extra) -> list[str]:
         "task.train_file": str(train),
         "task.validation_file": str(dev),
         "task.max_seq_length": 32,
-        "model": "tiny",
+        "model": "scratch_tiny",
         "model.tokenizer": str(write_vocab(tmp_path / "vocab")),
         "model.config.hidden_size": 32,
         "model.config.intermediate_size": 64,
@@ -152,7 +152,7 @@ def test_a_bad_row_stops_the_run_before_training(swag_files, tmp_path):
 
 
 def test_hub_data_without_network_points_to_the_csv_files(tmp_path, hub_offline):
-    cfg = compose_config(["recipe=swag", "logger=none", "model=tiny",
+    cfg = compose_config(["recipe=swag", "logger=none", "model=scratch_tiny",
                           f"model.tokenizer={write_vocab(tmp_path / 'vocab')}",
                           f"cache_dir={tmp_path / 'cache'}"])
     with pytest.raises(BertkitError, match=r"allenai/swag/regular.*task.train_file=<path to "
