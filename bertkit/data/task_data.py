@@ -33,6 +33,9 @@ class TaskSplits:
     def items(self):
         return self.tables.items()
 
+    def values(self):
+        return self.tables.values()
+
     def fingerprint(self, *splits: str) -> str:
         """One fingerprint for several splits (all of them when none is named)."""
         from bertkit.data.fingerprints import content_fingerprint

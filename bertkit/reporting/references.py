@@ -21,6 +21,7 @@ from pathlib import Path
 
 import yaml
 
+from bertkit.config_tree import config_dir
 from bertkit.errors import BertkitError
 
 FILE_NAME = "published_scores.yaml"
@@ -58,8 +59,6 @@ def task_main_metrics(conf_dir: str | Path | None = None) -> dict[str, str]:
     inherited through its defaults list, as Hydra composes it: squad_v2 from squad_v1, a GLUE
     task from glue/standard and glue/base (conf/task/glue/, bases, not tasks)."""
     if conf_dir is None:
-        from bertkit.config_tree import config_dir
-
         conf_dir = config_dir()
     task_dir = Path(conf_dir) / TASK_GROUP
     files: dict[str, dict] = {}

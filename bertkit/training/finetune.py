@@ -77,7 +77,7 @@ class FinetuneJob(TrainingJob):
                  for metric, value in scores.items()}
 
         def printout(where: str) -> str:
-            width = max(len(name) + 2 for name in ["checkpoint", *evaluation.files])
+            width = max(len(name) + 1 for name in ["checkpoint", *evaluation.files])
             files = "".join(f"\n  {name + ':':<{width}} {path}"
                             for name, path in evaluation.files.items())
             return (f"\n{cfg.task.name}: {cfg.task.main_metric} = {record['main_value']:.4f} "
