@@ -48,6 +48,12 @@ FEATURES = datasets.Features({
     "length": datasets.Value("int64"), "sentence": datasets.Value("int64"),
     "word_positions": _IDS, "word_labels": _IDS,
 })
+# What the map builds: the features and each one's share of the counts.
+_BUILT = datasets.Features({**FEATURES, **dict.fromkeys(COUNTED, datasets.Value("int64"))})
+# A unit (bertkit.tasks.ner.features._units): its sentences' rows, words and tag ids.
+_UNIT = datasets.Features({"rows": _IDS,
+                           "tokens": datasets.List(datasets.List(datasets.Value("string"))),
+                           "tags": datasets.List(datasets.List(datasets.Value("int64")))})
 
 
 def continuation_labels(labels: Sequence[str]) -> list[int]:
@@ -65,13 +71,17 @@ def continuation_labels(labels: Sequence[str]) -> list[int]:
     return out
 
 
+def _check_fast(tokenizer: PreTrainedTokenizerBase) -> None:
+    if not tokenizer.is_fast:
+        raise BertkitError("NER features need a fast tokenizer (word ids): give model.tokenizer "
+                           "a directory with vocab.txt or tokenizer.json")
+
+
 def word_pieces(sentences: Sequence[Sequence[str]],
                 tokenizer: PreTrainedTokenizerBase) -> list[list[list[int]]]:
     """Per sentence, per word, its WordPiece ids (an empty list for a word the tokenizer
     drops, e.g. a lone control character)."""
-    if not tokenizer.is_fast:
-        raise BertkitError("NER features need a fast tokenizer (word ids): give model.tokenizer "
-                           "a directory with vocab.txt or tokenizer.json")
+    _check_fast(tokenizer)
     out: list[list[list[int]]] = []
     step = 2000
     for begin in range(0, len(sentences), step):
@@ -123,36 +133,39 @@ def _context(lengths: Sequence[int], start: int, stop: int, room: int) -> tuple[
     return left, right
 
 
-def _units(documents: Sequence[int], document_context: bool) -> list[list[int]]:
-    """The sentences context is drawn from together: a document's consecutive sentences
-    (task.document_context), or each sentence alone."""
+def _units(sentences: datasets.Dataset, document_context: bool) -> datasets.Dataset:
+    """One row per unit context is drawn from (a document's consecutive sentences with
+    task.document_context, else each sentence alone): its sentences' rows, words and tags.
+    The map over it needs nothing else, so workers get their own units only and datasets
+    hashes no closure over the whole split."""
+    documents = sentences["document"][:]
     units: list[list[int]] = []
     for s, document in enumerate(documents):
         if document_context and units and documents[units[-1][-1]] == document:
             units[-1].append(s)
         else:
             units.append([s])
-    return units
+    tokens, tags = sentences["tokens"][:], sentences["ner_tags"][:]
+    return datasets.Dataset.from_dict(
+        {"rows": units, "tokens": [[tokens[s] for s in unit] for unit in units],
+         "tags": [[tags[s] for s in unit] for unit in units]}, features=_UNIT)
 
 
-def _unit_features(units: Sequence[Sequence[int]], tokens, tags, tokenizer, room: int,
+def _unit_features(batch: dict[str, list], tokenizer: PreTrainedTokenizerBase, room: int,
                    label_all_subtokens: bool, continuation) -> dict[str, list]:
     """Feature columns of whole units; per feature also its share of the counts (each
     sentence's counts ride on its first feature), summed by build_features."""
-    sentences = [s for unit in units for s in unit]
-    pieces = dict(zip(sentences, word_pieces([tokens[s] for s in sentences], tokenizer),
-                      strict=True))
+    flat_pieces = iter(word_pieces([words for unit in batch["tokens"] for words in unit],
+                                   tokenizer))
     out: dict[str, list] = {name: [] for name in (*FEATURES, *COUNTED)}
     cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
-    for unit in units:
-        cut = {s: sum(len(word) > room for word in pieces[s]) for s in unit}
-        empty = {s: sum(not word for word in pieces[s]) for s in unit}
-        flat = [word[:room] for s in unit for word in pieces[s]]  # the unit's words, in order
+    for rows, unit_tags in zip(batch["rows"], batch["tags"], strict=True):
+        pieces = [next(flat_pieces) for _ in rows]
+        flat = [word[:room] for words in pieces for word in words]  # the unit's words, in order
         lengths = [len(word) for word in flat]
         offset = 0
-        for s in unit:
-            n_words = len(pieces[s])
-            chunks = _chunks(lengths[offset:offset + n_words], room)
+        for s, words, tags in zip(rows, pieces, unit_tags, strict=True):
+            chunks = _chunks(lengths[offset:offset + len(words)], room)
             for k, (a, b) in enumerate(chunks):
                 start, stop = offset + a, offset + b
                 left, right = _context(lengths, start, stop, room - sum(lengths[start:stop]))
@@ -160,7 +173,7 @@ def _unit_features(units: Sequence[Sequence[int]], tokens, tags, tokenizer, room
                 for w in range(left, right):
                     word = flat[w]
                     if start <= w < stop:
-                        tag = tags[s][w - offset]
+                        tag = tags[w - offset]
                         positions.append(len(ids) if word else -1)
                         rest = continuation[tag] if label_all_subtokens else IGNORED
                         labels.extend([tag] + [rest] * (len(word) - 1) if word else [])
@@ -173,13 +186,12 @@ def _unit_features(units: Sequence[Sequence[int]], tokens, tags, tokenizer, room
                 for name, value in (("input_ids", ids), ("token_type_ids", [0] * len(ids)),
                                     ("attention_mask", [1] * len(ids)), ("labels", labels),
                                     ("length", len(ids)), ("sentence", s),
-                                    ("word_positions", positions),
-                                    ("word_labels", tags[s][a:b]),
+                                    ("word_positions", positions), ("word_labels", tags[a:b]),
                                     ("split_sentences", int(first and len(chunks) > 1)),
-                                    ("cut_words", cut[s] if first else 0),
-                                    ("empty_words", empty[s] if first else 0)):
+                                    ("cut_words", sum(len(w) > room for w in words) * first),
+                                    ("empty_words", sum(not w for w in words) * first)):
                     out[name].append(value)
-            offset += n_words
+            offset += len(words)
     return out
 
 
@@ -202,28 +214,26 @@ def build_features(
     if max_seq_length < 3:
         raise BertkitError(f"task.max_seq_length={max_seq_length}: expected at least 3 "
                            f"([CLS], one word piece, [SEP])")
-    tokens = sentences["tokens"][:]
-    tags = sentences["ner_tags"][:]
-    documents = sentences["document"][:]
     if label_all_subtokens and continuation is None:
         raise BertkitError("label_all_subtokens needs the continuation label of every label")
-    if document_context and NO_DOCUMENT in documents:
+    if document_context and NO_DOCUMENT in sentences["document"][:]:
         raise BertkitError(
             "task.document_context=true needs the document of every sentence, and this data "
             "has none (Hub copies of CoNLL-2003 drop the -DOCSTART- lines): give the files in "
             "the CoNLL format (task.data_dir or task.*_file), or task.hub.columns.document")
-    if not tokenizer.is_fast:
-        raise BertkitError("NER features need a fast tokenizer (word ids): give model.tokenizer "
-                           "a directory with vocab.txt or tokenizer.json")
-    units = datasets.Dataset.from_dict({"unit": _units(documents, document_context)})
-    kwargs = {"tokens": tokens, "tags": tags, "tokenizer": tokenizer, "room": max_seq_length - 2,
-              "label_all_subtokens": label_all_subtokens, "continuation": continuation}
-    table = units.map(lambda batch: _unit_features(batch["unit"], **kwargs), batched=True,
-                      remove_columns=["unit"], features=datasets.Features(
-                          {**FEATURES, **{name: datasets.Value("int64") for name in COUNTED}}),
-                      num_proc=num_proc if num_proc > 1 and len(units) > 1 else None,
-                      keep_in_memory=True, desc="NER features")
-    counts = {"sentences": len(tokens), "features": len(table),
+    _check_fast(tokenizer)  # here, not in a worker process
+    units = _units(sentences, document_context)
+    if len(units):
+        table = units.map(
+            _unit_features, batched=True, remove_columns=units.column_names, features=_BUILT,
+            fn_kwargs={"tokenizer": tokenizer, "room": max_seq_length - 2,
+                       "label_all_subtokens": label_all_subtokens,
+                       "continuation": continuation},
+            num_proc=num_proc if num_proc > 1 and len(units) > 1 else None,
+            keep_in_memory=True, desc="NER features")
+    else:  # datasets.map hands an empty table back as it is
+        table = datasets.Dataset.from_dict({name: [] for name in _BUILT}, features=_BUILT)
+    counts = {"sentences": len(sentences), "features": len(table),
               **{name: int(sum(table[name][:])) for name in COUNTED}}
     return table.remove_columns(list(COUNTED)), counts
 

@@ -9,11 +9,13 @@ import random
 import datasets
 import numpy as np
 import pytest
+from transformers import BertTokenizerFast
 
 from bertkit.data.task_data import TaskSplits
 from bertkit.errors import BertkitError
 from bertkit.tasks.ner.data import FEATURES as SENTENCE_FEATURES
 from bertkit.tasks.ner.features import (
+    FEATURES,
     IGNORED,
     build_features,
     continuation_labels,
@@ -251,7 +253,7 @@ def test_features_are_cached_by_data_tokenizer_and_settings(tokenizer, tmp_path,
     monkeypatch.setattr(ner_features, "build_features",
                         lambda *a, **k: calls.append(k) or real(*a, **k))
 
-    def run(**settings):
+    def run(tokenizer=tokenizer, **settings):
         options = dict(labels=LABELS, max_seq_length=128, label_all_subtokens=False,
                        document_context=False, cache_dir=tmp_path / "cache")
         return feature_splits(splits, tokenizer, **{**options, **settings})
@@ -264,9 +266,12 @@ def test_features_are_cached_by_data_tokenizer_and_settings(tokenizer, tmp_path,
     run(label_all_subtokens=True)
     run(max_seq_length=64)
     assert len(calls) == 3
+    lowercasing = BertTokenizerFast.from_pretrained(str(tmp_path / "vocab"), do_lower_case=True)
+    run(tokenizer=lowercasing)  # same vocabulary, other rules: other features
+    assert len(calls) == 4
     splits.fingerprints["validation"] = "data2"
     run()
-    assert len(calls) == 4
+    assert len(calls) == 5
 
 
 def test_processes_build_the_same_features_and_counts(tokenizer, tmp_path, monkeypatch):
@@ -284,12 +289,23 @@ def test_processes_build_the_same_features_and_counts(tokenizer, tmp_path, monke
     assert one_counts["features"] == len(one["input_ids"]) > 6
 
     from bertkit.tasks.ner import features as ner_features
+    from bertkit.tasks.ner.family import FAMILY
+    from tests.conftest import compose_config
 
     seen = []
     real = ner_features.build_features
     monkeypatch.setattr(ner_features, "build_features",
                         lambda *a, **k: seen.append(k["num_proc"]) or real(*a, **k))
-    feature_splits(TaskSplits({"train": table}, {"train": "d"}), tokenizer, labels=LABELS,
-                   max_seq_length=24, label_all_subtokens=False, document_context=True,
-                   cache_dir=tmp_path / "cache", num_proc=2)
+    cfg = compose_config(["recipe=ner", "preprocessing_num_workers=2", "task.max_seq_length=24",
+                          "task.document_context=true", f"cache_dir={tmp_path / 'cache'}"])
+    splits = TaskSplits({"train": table}, {"train": "d"}, {"train": {"tag_scheme": "iob2"}})
+    data = FAMILY.featurize(cfg, splits, tokenizer)
     assert seen == [2]
+    assert data.facts == {"data": {"train": {**one_counts, "tag_scheme": "iob2"}}}
+
+
+def test_an_empty_split_has_no_features(tokenizer):
+    columns, counts = build(sentences([]), tokenizer, document_context=True)
+    assert columns == {name: [] for name in FEATURES}
+    assert counts == {"sentences": 0, "features": 0, "split_sentences": 0, "cut_words": 0,
+                      "empty_words": 0}
