@@ -29,7 +29,6 @@ from pathlib import Path
 
 import datasets
 import torch
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from transformers import (
     DataCollatorWithPadding,
@@ -47,6 +46,7 @@ from bertkit.tasks.glue.family import FAMILY as GLUE
 from bertkit.training.arguments import build_training_arguments
 from bertkit.training.length_grouped_trainer import LengthGroupedTrainer
 from bertkit.training.models import count_parameters, load_tokenizer
+from bertkit.training.run import hydra_run_dir
 
 logger = logging.getLogger(__name__)
 
@@ -186,13 +186,14 @@ def _way_summary(way: str, runs: list[dict]) -> dict:
 
 
 def _result(cfg: DictConfig, probe, precision: str, ways: dict, runs: dict,
-            train_examples: int) -> dict:
-    """bench.json: the settings both ways ran with, each way's figures and their ratio."""
+            train_examples: int, schedule: tuple[int, int, int]) -> dict:
+    """bench.json: the settings both ways ran with, each way's figures and their ratio;
+    schedule: (steps, warmup_steps, repeats) as _check read them."""
     bench, task = cfg.bench, cfg.task
-    steps, warmup_steps, repeats = int(bench.steps), int(bench.warmup_steps), int(bench.repeats)
+    steps, warmup_steps, repeats = schedule
     ratio = ways["bertkit"]["samples_per_second"] / ways["plain"]["samples_per_second"]
     model = cfg.model.config
-    result = {
+    return {
         "recipe": cfg.recipe.name,
         "task": task.name,
         "train_examples": train_examples,
@@ -217,11 +218,10 @@ def _result(cfg: DictConfig, probe, precision: str, ways: dict, runs: dict,
         "ways": ways,
         "ratio": ratio,
     }
-    return result
 
 
 def benchmark_glue_padding(cfg: DictConfig, run_dir: Path | None = None) -> dict:
-    run_dir = Path(run_dir or HydraConfig.get().runtime.output_dir)
+    run_dir = Path(run_dir or hydra_run_dir())
     bench = cfg.bench
     steps, warmup_steps, repeats = _check(cfg)
     if bench.num_threads is not None:
@@ -260,7 +260,8 @@ def benchmark_glue_padding(cfg: DictConfig, run_dir: Path | None = None) -> dict
         scratch.rmdir()
 
     ways = {way: _way_summary(way, runs[way]) for way in WAYS}
-    result = _result(cfg, probe, precision, ways, runs, len(train_split))
+    result = _result(cfg, probe, precision, ways, runs, len(train_split),
+                     (steps, warmup_steps, repeats))
     path = write_json_atomic(run_dir / "bench.json", result)
     print(_table(result, path))
     return result

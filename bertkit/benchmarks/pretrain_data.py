@@ -42,7 +42,6 @@ from pathlib import Path
 import datasets
 import numpy as np
 import torch
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerBase
 
@@ -60,6 +59,7 @@ from bertkit.pretraining.masking import Vocabulary, masking_rule_from_config
 from bertkit.pretraining.phases import Phase, PhasedLengthGroupedSampler
 from bertkit.pretraining.static_masking import static_masked_copies
 from bertkit.training.models import load_tokenizer
+from bertkit.training.run import hydra_run_dir
 
 logger = logging.getLogger(__name__)
 
@@ -239,7 +239,7 @@ def _timed_repeats(cfg: DictConfig, tokenizer, collators: dict, num_proc: int, b
 
 
 def benchmark_pretrain_data(cfg: DictConfig, run_dir: Path | None = None) -> dict:
-    run_dir = Path(run_dir or HydraConfig.get().runtime.output_dir)
+    run_dir = Path(run_dir or hydra_run_dir())
     batch_size, num_proc, repeats = _check(cfg)
     synthetic = OmegaConf.select(cfg.corpus, "synthetic")
     if synthetic is not None:  # corpus=demo: generated on first use (not timed)

@@ -7,15 +7,19 @@ a new object (map, select, concatenate) silently drops such attributes.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 import datasets
 
+from bertkit.data.fingerprints import content_fingerprint
+
 
 @dataclass
-class TaskSplits:
-    """Raw examples per split, and per split a fingerprint of its content and reading rules
-    (the key of its cache entries) and facts about the source (NER: its tag scheme)."""
+class TaskSplits(Mapping):
+    """Raw examples per split (read as a mapping split -> table), and per split a fingerprint
+    of its content and reading rules (the key of its cache entries) and facts about the source
+    (NER: its tag scheme)."""
 
     tables: dict[str, datasets.Dataset]
     fingerprints: dict[str, str]
@@ -24,22 +28,14 @@ class TaskSplits:
     def __getitem__(self, split: str) -> datasets.Dataset:
         return self.tables[split]
 
-    def __contains__(self, split: str) -> bool:
-        return split in self.tables
-
-    def __iter__(self):
+    def __iter__(self) -> Iterator[str]:
         return iter(self.tables)
 
-    def items(self):
-        return self.tables.items()
-
-    def values(self):
-        return self.tables.values()
+    def __len__(self) -> int:
+        return len(self.tables)
 
     def fingerprint(self, *splits: str) -> str:
         """One fingerprint for several splits (all of them when none is named)."""
-        from bertkit.data.fingerprints import content_fingerprint
-
         return content_fingerprint(*(part for split in (splits or sorted(self.tables))
                                      for part in (split, self.fingerprints[split])))
 

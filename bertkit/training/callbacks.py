@@ -36,18 +36,18 @@ def add_early_stopping(cfg: DictConfig, trainer: Trainer) -> None:
 
 
 class StopAtFraction(TrainerCallback):
-    """Stop (and save a checkpoint) once `share` of the planned optimizer steps are done.
+    """Stop (and save a checkpoint) once `fraction` of the planned optimizer steps are done.
 
     The schedule stays the whole run's (learning-rate decay over all planned steps), so a run
     continued with resume=true goes on exactly as if it had never stopped.
     """
 
-    def __init__(self, share: float):
-        self.share = share
+    def __init__(self, fraction: float):
+        self.fraction = fraction
         self.stopped = False
 
     def stop_step(self, max_steps: int) -> int:
-        return max(1, math.ceil(self.share * max_steps))
+        return max(1, math.ceil(self.fraction * max_steps))
 
     def on_step_end(self, args, state, control, **kwargs):
         if state.global_step >= self.stop_step(state.max_steps):

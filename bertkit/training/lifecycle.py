@@ -77,7 +77,9 @@ def resume_checkpoint(resume, args) -> str | None:
     return checkpoint
 
 
-def train(cfg: DictConfig, run_dir: Path, trainer: Trainer, hyperparameters: dict) -> TrainingRun:
+def train(cfg: DictConfig, run_dir: Path, trainer: Trainer, hyperparameters: dict,
+          checkpoint: str | None = None) -> TrainingRun:
+    """Trains from `checkpoint` (resume_checkpoint's choice, made before any data is read)."""
     add_early_stopping(cfg, trainer)
     stopper = add_train_fraction(cfg, trainer)
     main = trainer.is_world_process_zero()
@@ -85,7 +87,6 @@ def train(cfg: DictConfig, run_dir: Path, trainer: Trainer, hyperparameters: dic
     wandb_run = start_wandb_run(cfg, run_dir, hyperparameters) if main and uses_wandb else None
     if main:
         write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-    checkpoint = resume_checkpoint(cfg.resume, trainer.args)
     started = time.perf_counter()
     output = trainer.train(resume_from_checkpoint=checkpoint)
     seconds = time.perf_counter() - started

@@ -22,7 +22,13 @@ from transformers import Trainer, TrainingArguments, set_seed
 from bertkit.data.atomic_files import write_json_atomic
 from bertkit.data.metrics_file import METRICS_FILE
 from bertkit.training.arguments import build_training_arguments
-from bertkit.training.lifecycle import TrainingRun, finish_wandb, report_to, train
+from bertkit.training.lifecycle import (
+    TrainingRun,
+    finish_wandb,
+    report_to,
+    resume_checkpoint,
+    train,
+)
 
 
 @dataclass
@@ -72,12 +78,13 @@ def run_training(cfg: DictConfig, job: TrainingJob, run_dir: Path | None = None)
     run_dir = Path(run_dir or hydra_run_dir())
     job.check(cfg)
     args = build_training_arguments(cfg, run_dir, report_to(cfg))
+    checkpoint = resume_checkpoint(cfg.resume, args)  # a wrong run directory fails here
     set_seed(args.seed)
     with args.main_process_first(desc=job.preparing):
         data = job.prepare(cfg, args)
     pad_to = cfg.pad_to_multiple_of if (args.bf16 or args.fp16) else None
     trainer, hyperparameters = job.build_trainer(cfg, args, data, pad_to)
-    run = train(cfg, run_dir, trainer, hyperparameters)
+    run = train(cfg, run_dir, trainer, hyperparameters, checkpoint)
     outcome = job.outcome(cfg, trainer, data, run, run_dir, hyperparameters)
     if run.main:
         write_json_atomic(run_dir / METRICS_FILE, outcome.record)

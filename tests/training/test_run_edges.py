@@ -46,12 +46,16 @@ def test_a_checkpoint_with_fewer_positions_is_named(glue_dir, vocab_dir, tmp_pat
 
 
 def test_resume_true_without_a_checkpoint_is_refused(glue_dir, vocab_dir, tmp_path):
-    cfg = compose_config(tiny_run_overrides("rte", glue_dir("rte"), vocab_dir, resume=True))
+    cfg = compose_config(tiny_run_overrides("rte", glue_dir("rte"), vocab_dir, resume=True,
+                                            cache_dir=tmp_path / "cache"))
     with pytest.raises(BertkitError, match=r"resume=true but .*run/checkpoints holds no "
                                            r"checkpoint: give hydra.run.dir=<the run to "
                                            r"continue>, or resume=auto"):
         run_job(cfg, run_dir=tmp_path / "run")
     assert not (tmp_path / "run" / "metrics.json").exists()
+    # Refused before the run starts: no resolved config and no tokenised data either.
+    assert not (tmp_path / "run" / "config.yaml").exists()
+    assert not (tmp_path / "cache").exists()
 
 
 def test_resume_auto_starts_without_a_checkpoint(glue_dir, vocab_dir, tmp_path):
