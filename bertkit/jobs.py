@@ -22,6 +22,7 @@ from bertkit.training.finetune import finetune
 JOBS = {
     "pretrain": "bertkit.pretraining.run:pretrain",
     "bench_glue": "bertkit.benchmarks.glue_padding:benchmark_glue_padding",
+    "bench_parity": "bertkit.benchmarks.glue_parity:benchmark_glue_parity",
     "bench_pretrain_data": "bertkit.benchmarks.pretrain_data:benchmark_pretrain_data",
 }
 

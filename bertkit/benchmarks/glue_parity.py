@@ -1,0 +1,248 @@
+"""The bench_parity job: does bertkit's finetuning score what the plain Hugging Face recipe
+scores on the same checkpoint, hyperparameters and seeds, and how much faster does it get there?
+
+  plain:   run_glue.py's recipe written out in full below: the model loaded with
+           AutoModelForSequenceClassification after set_seed, every example tokenised with
+           padding="max_length", random batches, plain Trainer with default_data_collator,
+           one evaluation after training.
+  bertkit: bertkit's own finetune (bertkit.training.finetune with the GLUE family), the very
+           path `bertkit recipe=glue` runs, each seed a normal run directory
+           (bertkit/seed_<n>/metrics.json) that bertkit-report reads like any other run.
+
+Both ways read the same rows (the GLUE family's reader), use the same TrainingArguments values
+(cfg.trainer) and score the dev split with the same scikit-learn/scipy metrics, so what differs
+is the finetuning path: tokenisation, padding, batch order, the trainer and its evaluation.
+Seeds run in alternating order (plain, bertkit, then bertkit, plain, ...) so that a machine that
+slows down over time does not favour one way. Welch's test between the ways comes from
+bertkit-report's statistics. Writes parity.json in the run directory and prints a table.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import math
+import time
+from pathlib import Path
+
+import datasets
+import torch
+from omegaconf import DictConfig, OmegaConf
+from transformers import (
+    AutoModelForSequenceClassification,
+    PreTrainedTokenizerBase,
+    Trainer,
+    TrainingArguments,
+    default_data_collator,
+    set_seed,
+)
+
+from bertkit.data.atomic_files import write_json_atomic
+from bertkit.errors import BertkitError
+from bertkit.reporting.statistics import compare_groups, summarize
+from bertkit.tasks.glue.data import is_validation_split
+from bertkit.tasks.glue.family import FAMILY as GLUE
+from bertkit.tasks.glue.family import logits_of
+from bertkit.tasks.glue.metrics import predictions_from_logits, task_metrics
+from bertkit.training.finetune import finetune
+from bertkit.training.models import load_tokenizer
+from bertkit.training.run import hydra_run_dir
+
+logger = logging.getLogger(__name__)
+
+WAYS = ("plain", "bertkit")
+DESCRIPTIONS = {
+    "plain": "run_glue.py's recipe: padding=max_length, random batches, Trainer + "
+             "default_data_collator, evaluation after training",
+    "bertkit": "bertkit recipe=glue: dynamic padding, length-grouped batches, its finetune "
+               "template",
+}
+# TrainingArguments of cfg.trainer that both ways take as they are (the hyperparameters); the
+# rest (evaluation and saving during training, logging) is each way's own.
+SHARED_ARGUMENTS = (
+    "learning_rate", "per_device_train_batch_size", "per_device_eval_batch_size",
+    "gradient_accumulation_steps", "num_train_epochs", "max_steps", "warmup_steps",
+    "lr_scheduler_type", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon",
+    "max_grad_norm", "optim", "dataloader_num_workers",
+)
+
+
+def _check(cfg: DictConfig) -> list[int]:
+    seeds = [int(seed) for seed in cfg.parity.seeds]
+    if len(seeds) < 2 or len(set(seeds)) != len(seeds):
+        raise BertkitError(f"parity.seeds={seeds}: give at least 2 different seeds (Welch's "
+                           f"test needs 2 runs per way)")
+    if cfg.parity.baseline_max_length < cfg.task.max_seq_length:
+        raise BertkitError(
+            f"parity.baseline_max_length={cfg.parity.baseline_max_length} is below "
+            f"task.max_seq_length={cfg.task.max_seq_length}: both ways truncate at "
+            f"task.max_seq_length, and the plain way pads every example to baseline_max_length")
+    if not cfg.model.name_or_path:
+        raise BertkitError("bench_parity compares finetuning a checkpoint: model.name_or_path "
+                           "is empty (pick model=minilm_l6 or a checkpoint directory)")
+    return seeds
+
+
+def _plain_features(split: datasets.Dataset, tokenizer: PreTrainedTokenizerBase,
+                    cfg: DictConfig) -> datasets.Dataset:
+    """run_glue.py's preprocess_function: one tokenizer call, padded to the fixed length."""
+    pair = "text_b" in split.column_names
+
+    def encode(batch: dict) -> dict:
+        texts = (batch["text_a"], batch["text_b"]) if pair else (batch["text_a"],)
+        # Truncated at task.max_seq_length as bertkit truncates, padded to baseline_max_length
+        # (run_glue.py's max_seq_length: one call when the two are equal, as there).
+        encoded = tokenizer(*texts, truncation=True, max_length=int(cfg.task.max_seq_length))
+        encoded = tokenizer.pad(encoded, padding="max_length",
+                                max_length=int(cfg.parity.baseline_max_length))
+        return {**encoded, "labels": batch["label"]}
+
+    return split.map(encode, batched=True, remove_columns=split.column_names,
+                     keep_in_memory=True, desc="Padding to max_length")
+
+
+def _plain_run(cfg: DictConfig, seed: int, run_dir: Path, splits,
+               tokenizer: PreTrainedTokenizerBase) -> dict:
+    task = cfg.task
+    labels = list(task.labels) if task.labels is not None else None
+    started = time.perf_counter()
+    set_seed(seed)
+    head = {"num_labels": 1} if labels is None else {
+        "num_labels": len(labels), "id2label": dict(enumerate(labels)),
+        "label2id": {label: i for i, label in enumerate(labels)}}
+    model = AutoModelForSequenceClassification.from_pretrained(
+        cfg.model.name_or_path, hidden_dropout_prob=cfg.model.hidden_dropout_prob,
+        attention_probs_dropout_prob=cfg.model.attention_probs_dropout_prob, **head)
+    train = _plain_features(splits["train"], tokenizer, cfg)
+    validation = _plain_features(splits[_dev_split(splits)], tokenizer, cfg)
+    shared = OmegaConf.to_container(cfg.trainer, resolve=True)
+    args = TrainingArguments(
+        output_dir=str(run_dir / "checkpoints"), seed=seed, report_to=[],
+        eval_strategy="no", save_strategy="no", logging_strategy="no", disable_tqdm=True,
+        dataloader_pin_memory=torch.cuda.is_available(),
+        **{name: shared[name] for name in SHARED_ARGUMENTS if name in shared})
+    metrics = task_metrics(task)
+
+    def compute_metrics(prediction) -> dict:
+        return metrics(predictions_from_logits(logits_of(prediction), labels is None),
+                       prediction.label_ids)
+
+    trainer = Trainer(model=model, args=args, train_dataset=train, eval_dataset=validation,
+                      processing_class=tokenizer, data_collator=default_data_collator,
+                      compute_metrics=compute_metrics)
+    output = trainer.train()
+    scores = trainer.evaluate()
+    seconds = time.perf_counter() - started
+    validation_scores = {key[len("eval_"):]: float(value) for key, value in scores.items()
+                         if key[len("eval_"):] in _metric_names(task)}
+    del trainer, model
+    gc.collect()
+    return {"validation": validation_scores, "seconds": seconds,
+            "train_seconds": float(output.metrics["train_runtime"]),
+            "training_loss": float(output.training_loss), "steps": int(output.global_step)}
+
+
+def _metric_names(task: DictConfig) -> set[str]:
+    return {entry for entry in task.metrics if isinstance(entry, str)}
+
+
+def _dev_split(splits) -> str:
+    return next(split for split in splits if is_validation_split(split))
+
+
+def _bertkit_run(cfg: DictConfig, seed: int, run_dir: Path) -> dict:
+    """The real `bertkit recipe=glue` finetune of this seed, in its own run directory."""
+    run_cfg = OmegaConf.merge(cfg, {"seed": seed, "recipe": dict(cfg.parity.bertkit_recipe)})
+    started = time.perf_counter()
+    record = finetune(run_cfg, GLUE, run_dir)
+    seconds = time.perf_counter() - started
+    scores = next(iter(record["validation"].values()))
+    return {"validation": {name: float(value) for name, value in scores.items()},
+            "seconds": seconds, "train_seconds": float(record["train"]["seconds"]),
+            "training_loss": float(record["train"]["loss"]),
+            "steps": int(record["train"]["steps"]), "run_dir": str(run_dir)}
+
+
+def _verdict(cfg: DictConfig, comparison: dict) -> dict:
+    """Parity: no significant difference at parity.alpha and means within parity.max_difference."""
+    p_value, difference = comparison["p_value"], comparison["difference"]
+    significant = not math.isnan(p_value) and p_value < cfg.parity.alpha
+    close = abs(difference) <= cfg.parity.max_difference
+    return {"at_parity": bool(close and not significant), "significant": bool(significant),
+            "within_max_difference": bool(close), "alpha": float(cfg.parity.alpha),
+            "max_difference": float(cfg.parity.max_difference)}
+
+
+def benchmark_glue_parity(cfg: DictConfig, run_dir: Path | None = None) -> dict:
+    run_dir = Path(run_dir or hydra_run_dir())
+    seeds = _check(cfg)
+    GLUE.generate_data(cfg)
+    splits = GLUE.read(cfg)
+    tokenizer = load_tokenizer(cfg.model)
+    main = cfg.task.main_metric
+    runs: dict[str, dict[int, dict]] = {way: {} for way in WAYS}
+    for position, seed in enumerate(seeds):
+        for way in WAYS if position % 2 == 0 else WAYS[::-1]:
+            where = run_dir / way / f"seed_{seed}"
+            logger.info("bench_parity %s: seed %d", way, seed)
+            runs[way][seed] = (_plain_run(cfg, seed, where, splits, tokenizer) if way == "plain"
+                               else _bertkit_run(cfg, seed, where))
+            logger.info("bench_parity %s seed %d: %s=%.4f in %.0f s", way, seed, main,
+                        runs[way][seed]["validation"][main], runs[way][seed]["seconds"])
+    result = _result(cfg, seeds, runs)
+    path = write_json_atomic(run_dir / "parity.json", result)
+    print(_table(result, path))
+    return result
+
+
+def _result(cfg: DictConfig, seeds: list[int], runs: dict) -> dict:
+    main = cfg.task.main_metric
+    scores = {way: [runs[way][seed]["validation"][main] for seed in seeds] for way in WAYS}
+    comparison = compare_groups(scores["plain"], scores["bertkit"])  # bertkit - plain
+    seconds = {way: math.fsum(runs[way][seed]["seconds"] for seed in seeds) for way in WAYS}
+    trainer = cfg.trainer
+    return {
+        "task": cfg.task.name,
+        "model": cfg.model.name_or_path,
+        "main_metric": main,
+        "seeds": seeds,
+        "device": "cuda" if torch.cuda.is_available() else "cpu",
+        "torch_threads": torch.get_num_threads(),
+        "hyperparameters": {name: OmegaConf.select(trainer, name) for name in SHARED_ARGUMENTS},
+        "max_seq_length": int(cfg.task.max_seq_length),
+        "baseline_max_length": int(cfg.parity.baseline_max_length),
+        "ways": {way: {"description": DESCRIPTIONS[way],
+                       "main": summarize(scores[way]),
+                       "per_seed": {str(seed): runs[way][seed] for seed in seeds},
+                       "seconds": seconds[way]} for way in WAYS},
+        "comparison": comparison,
+        "verdict": _verdict(cfg, comparison),
+        "time_ratio": seconds["plain"] / seconds["bertkit"],
+        "timing": "wall time of each whole run (model load, tokenisation, training, dev "
+                  "evaluation and each way's own saving), summed over seeds; ratio plain/bertkit",
+    }
+
+
+def _table(result: dict, path: Path) -> str:
+    main, ways, comparison = result["main_metric"], result["ways"], result["comparison"]
+    verdict = result["verdict"]
+    lines = [f"\nbench_parity {result['task']} ({main}, {len(result['seeds'])} seeds, "
+             f"{result['device']}): {result['model']}",
+             f"  {'way':<8} {'mean':>7} {'std':>7} {'min':>7} {'max':>7} {'seconds':>9}"]
+    for way, values in ways.items():
+        stats = values["main"]
+        lines.append(f"  {way:<8} {100 * stats['mean']:>7.2f} {100 * stats['std']:>7.2f} "
+                     f"{100 * stats['min']:>7.2f} {100 * stats['max']:>7.2f} "
+                     f"{values['seconds']:>9.0f}")
+    lines += [
+        f"  bertkit - plain: {100 * comparison['difference']:+.2f} points, "
+        f"{int(100 * comparison['confidence'])}% CI [{100 * comparison['ci_low']:+.2f}, "
+        f"{100 * comparison['ci_high']:+.2f}], Welch p = {comparison['p_value']:.3f}",
+        f"  at parity: {'yes' if verdict['at_parity'] else 'no'} "
+        f"(p >= {verdict['alpha']} and |difference| <= {100 * verdict['max_difference']:.1f} "
+        f"points)",
+        f"  wall time plain/bertkit: {result['time_ratio']:.2f}x",
+        f"  result: {path}",
+    ]
+    return "\n".join(lines)
+

@@ -1,0 +1,107 @@
+"""The bench_parity recipe: the plain way is run_glue.py's recipe with the same hyperparameters
+(checked by making the two ways train the very same model), the bertkit way is a normal run, and
+the statistics are bertkit-report's."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from transformers import BertConfig, BertModel, BertTokenizerFast
+
+from bertkit.benchmarks.glue_parity import benchmark_glue_parity
+from bertkit.errors import BertkitError
+from bertkit.jobs import run_job
+from bertkit.reporting.collect import collect_runs
+from bertkit.reporting.statistics import compare_groups, summarize
+from tests.conftest import compose_config
+
+
+@pytest.fixture
+def checkpoint(tmp_path, vocab_dir):
+    """A tiny pretrained-style checkpoint: BertModel weights and a tokenizer, no task head."""
+    directory = tmp_path / "checkpoint"
+    tokenizer = BertTokenizerFast(vocab_file=str(vocab_dir / "vocab.txt"))
+    config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
+                        num_hidden_layers=2, num_attention_heads=2, max_position_embeddings=64)
+    BertModel(config).save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+def parity_overrides(data_dir, checkpoint, **extra) -> list[str]:
+    overrides = {
+        "recipe": "bench_parity",
+        "task": "mrpc",
+        "task.data_dir": str(data_dir),
+        "task.max_seq_length": 32,
+        "model.name_or_path": str(checkpoint),
+        "parity.baseline_max_length": 48,
+        "parity.seeds": "[3,1]",
+        "trainer.num_train_epochs": 2,
+        "trainer.per_device_train_batch_size": 8,
+        "trainer.per_device_eval_batch_size": 8,
+        "trainer.learning_rate": 1e-3,
+        "trainer.logging_steps": 1,
+        **extra,
+    }
+    return [f"{key}={value}" for key, value in overrides.items()]
+
+
+def test_both_ways_train_the_same_model_when_only_padding_differs(glue_dir, checkpoint, tmp_path):
+    """With dropout off and bertkit's batches drawn at random as run_glue.py draws them, the only
+    difference left is padding (to 48 vs to each batch's longest), which the attention mask
+    hides: a plain way with other hyperparameters, another init or another order would differ."""
+    cfg = compose_config(parity_overrides(
+        glue_dir("mrpc", n_train=24, n_dev=12), checkpoint,
+        **{"model.hidden_dropout_prob": 0.0, "model.attention_probs_dropout_prob": 0.0,
+           "trainer.train_sampling_strategy": "random"}))
+
+    result = benchmark_glue_parity(cfg, run_dir=tmp_path / "run")
+
+    for seed in ("3", "1"):
+        plain = result["ways"]["plain"]["per_seed"][seed]
+        bertkit = result["ways"]["bertkit"]["per_seed"][seed]
+        assert plain["steps"] == bertkit["steps"] == 6  # 24 examples / 8 x 2 epochs
+        assert plain["training_loss"] == pytest.approx(bertkit["training_loss"], abs=1e-4)
+        assert plain["validation"] == pytest.approx(bertkit["validation"], abs=1e-6)
+    seeds = result["ways"]["plain"]["per_seed"]
+    assert seeds["3"]["training_loss"] != pytest.approx(seeds["1"]["training_loss"], abs=1e-4)
+
+
+def test_result_holds_each_way_statistics_and_bertkit_runs_report_like_any_run(
+        glue_dir, checkpoint, tmp_path):
+    cfg = compose_config(parity_overrides(glue_dir("mrpc", n_train=24, n_dev=12), checkpoint))
+    run_dir = tmp_path / "run"
+
+    result = run_job(cfg, run_dir)
+
+    assert json.loads((run_dir / "parity.json").read_text()) == result
+    assert result["seeds"] == [3, 1] and result["main_metric"] == "f1"
+    scores = {way: [result["ways"][way]["per_seed"][seed]["validation"]["f1"]
+                    for seed in ("3", "1")] for way in ("plain", "bertkit")}
+    for way in ("plain", "bertkit"):
+        assert result["ways"][way]["main"] == summarize(scores[way])
+    assert result["comparison"] == compare_groups(scores["plain"], scores["bertkit"])
+    seconds = {way: sum(run["seconds"] for run in result["ways"][way]["per_seed"].values())
+               for way in ("plain", "bertkit")}
+    assert result["time_ratio"] == pytest.approx(seconds["plain"] / seconds["bertkit"])
+    assert result["hyperparameters"]["learning_rate"] == 1e-3
+    # The bertkit way's seeds are ordinary `recipe=glue` runs of the report.
+    runs, failed = collect_runs(run_dir)
+    assert not failed
+    assert sorted((run.recipe, run.seed) for run in runs) == [("glue", 1), ("glue", 3)]
+    assert {run.seed: run.main_value for run in runs} == {
+        1: scores["bertkit"][1], 3: scores["bertkit"][0]}
+
+
+@pytest.mark.parametrize("override, message", [
+    ({"parity.seeds": "[1]"}, "at least 2 different seeds"),
+    ({"parity.baseline_max_length": 16}, "baseline_max_length=16 is below"),
+    ({"model.name_or_path": "null"}, "model.name_or_path is empty"),
+])
+def test_settings_the_comparison_cannot_use_are_refused(glue_dir, checkpoint, tmp_path,
+                                                        override, message):
+    cfg = compose_config(parity_overrides(glue_dir("mrpc"), checkpoint, **override))
+    with pytest.raises(BertkitError, match=message):
+        benchmark_glue_parity(cfg, run_dir=tmp_path / "run")
