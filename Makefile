@@ -57,7 +57,7 @@ LAUNCH := $(BIN)/torchrun --standalone --nproc_per_node=$(NPROC) -m bertkit
 endif
 
 .PHONY: install demo test lint glue glue-grid $(addprefix glue-,$(GLUE_TASKS)) bench-glue squad \
-	squad2 swag ner pretrain pretrain-ablation bench-pretrain-data minilm bench-parity clean
+	squad2 swag ner pretrain pretrain-ablation bench-pretrain-data minilm bench-parity squad-dev-halves clean
 
 install: $(VENV)/.installed
 
@@ -98,6 +98,14 @@ glue-grid: install
 	  $(if $(GLUE_DIR),task.data_dir=$(GLUE_DIR)/$(glue_dir_$(task))) \
 	  hydra.sweep.dir=$(GLUE_GRID_DIR)/$(task) $(O) && ) true
 	$(BIN)/bertkit-report $(GLUE_GRID_DIR)
+
+# Only the SQuAD dev files at hand (as offline here): each split by article into a first half
+# to train on and a second half to evaluate on, under SQUAD_HALVES_DIR (recipes/cards/squad.md).
+SQUAD_DEV_FILES ?= ../shared/data/squad/dev-v1.1.json ../shared/data/squad/dev-v2.0.reconstructed.json
+SQUAD_HALVES_DIR ?= $(BERTKIT_CACHE)/squad-dev-halves
+squad-dev-halves: install
+	$(foreach file,$(SQUAD_DEV_FILES),$(BIN)/python -m bertkit.tasks.squad.dev_halves \
+	  $(file) $(SQUAD_HALVES_DIR) && ) true
 
 # SQuAD v1.1 and v2.0 with the paper's settings (recipes/family/squad.yaml, recipes/cards/squad.md).
 squad: install

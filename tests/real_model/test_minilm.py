@@ -4,11 +4,13 @@ real MRPC learns more than the majority class. Skipped where the package is not 
 
 from __future__ import annotations
 
+import csv
 import math
 
 import pytest
 import torch
-from transformers import BertModel
+from sklearn.metrics import roc_auc_score
+from transformers import AutoModelForSequenceClassification, AutoTokenizer, BertModel
 
 from bertkit.jobs import run_job
 from bertkit.pretraining.model import load_pretraining_model
@@ -111,14 +113,39 @@ def test_continued_pretraining_from_the_checkpoint_runs_on_wikitext(minilm_dir, 
     assert not torch.equal(continued.encoder.layer[5].output.dense.weight, before)
 
 
+def dev_probabilities(model_dir, dev_file) -> tuple[list[int], list[float]]:
+    """Gold labels and P(paraphrase) of the finetuned model on MRPC's dev file, read here with
+    the csv module and the model's own tokenizer, independently of bertkit's pipeline."""
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir).eval()
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    with open(dev_file, encoding="utf-8-sig", newline="") as handle:
+        rows = list(csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))[1:]
+    probabilities = []
+    with torch.no_grad():
+        for start in range(0, len(rows), 64):
+            batch = rows[start:start + 64]
+            encoded = tokenizer([row[3] for row in batch], [row[4] for row in batch],
+                                padding=True, truncation=True, max_length=128,
+                                return_tensors="pt")
+            probabilities += torch.softmax(model(**encoded).logits, -1)[:, 1].tolist()
+    return [int(row[0]) for row in rows], probabilities
+
+
 @pytest.mark.real_data
 def test_a_short_finetune_on_real_mrpc_beats_the_majority_class(minilm_dir, tmp_path):
+    """150 steps (a CPU's two minutes). At this budget accuracy is still pulled towards the
+    majority class (68.4 %), so the clear signal is the ranking: the majority class, or a model
+    that learned nothing, has a dev ROC-AUC of 0.5 (measured: 0.71 at seed 42)."""
     data = real_data_dir()
     cfg = compose_config([
         "recipe=glue", "task=mrpc", f"task.data_dir={data}/glue/MRPC", "model=minilm_l6",
-        f"model.name_or_path={minilm_dir}", "logger=none", "trainer.max_steps=120",
-        "trainer.learning_rate=5e-5", "trainer.per_device_train_batch_size=16",
+        f"model.name_or_path={minilm_dir}", "logger=none", "trainer.max_steps=150",
+        "trainer.learning_rate=1e-4", "trainer.per_device_train_batch_size=16",
         "trainer.eval_strategy=no", "trainer.save_strategy=no", "trainer.disable_tqdm=true"])
     record = run_job(cfg, tmp_path / "mrpc")
-    accuracy = record["validation"]["validation"]["accuracy"]
-    assert accuracy > MRPC_MAJORITY_ACCURACY + 0.04, accuracy
+    assert record["validation"]["validation"]["accuracy"] > MRPC_MAJORITY_ACCURACY
+    gold, probabilities = dev_probabilities(tmp_path / "mrpc" / "model",
+                                            data / "glue" / "MRPC" / "dev.tsv")
+    assert len(gold) == 408 and sum(gold) == 279
+    # 0.5 plus about five standard errors of an AUC on 408 examples.
+    assert roc_auc_score(gold, probabilities) > 0.65
