@@ -54,8 +54,9 @@ WAYS = ("plain", "bertkit")
 DESCRIPTIONS = {
     "plain": "run_glue.py's recipe: padding=max_length, random batches, Trainer + "
              "default_data_collator, evaluation after training",
-    "bertkit": "bertkit recipe=glue: dynamic padding, length-grouped batches, its finetune "
-               "template",
+    # The batch order is bertkit's setting (length-grouped by default), so the record names it.
+    "bertkit": "bertkit recipe=glue: dynamic padding, batches by "
+               "trainer.train_sampling_strategy={sampling}, its finetune template",
 }
 # TrainingArguments of cfg.trainer that both ways take as they are (the hyperparameters); the
 # rest (evaluation and saving during training, logging) is each way's own.
@@ -211,7 +212,8 @@ def _result(cfg: DictConfig, seeds: list[int], runs: dict) -> dict:
         "hyperparameters": {name: OmegaConf.select(trainer, name) for name in SHARED_ARGUMENTS},
         "max_seq_length": int(cfg.task.max_seq_length),
         "baseline_max_length": int(cfg.parity.baseline_max_length),
-        "ways": {way: {"description": DESCRIPTIONS[way],
+        "ways": {way: {"description": DESCRIPTIONS[way].format(
+                           sampling=trainer.train_sampling_strategy),
                        "main": summarize(scores[way]),
                        "per_seed": {str(seed): runs[way][seed] for seed in seeds},
                        "seconds": seconds[way]} for way in WAYS},

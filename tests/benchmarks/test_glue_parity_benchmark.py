@@ -67,6 +67,7 @@ def test_both_ways_train_the_same_model_when_only_padding_differs(glue_dir, chec
         assert plain["validation"] == pytest.approx(bertkit["validation"], abs=1e-6)
     seeds = result["ways"]["plain"]["per_seed"]
     assert seeds["3"]["training_loss"] != pytest.approx(seeds["1"]["training_loss"], abs=1e-4)
+    assert "train_sampling_strategy=random" in result["ways"]["bertkit"]["description"]
 
 
 def test_result_holds_each_way_statistics_and_bertkit_runs_report_like_any_run(
@@ -87,6 +88,7 @@ def test_result_holds_each_way_statistics_and_bertkit_runs_report_like_any_run(
                for way in ("plain", "bertkit")}
     assert result["time_ratio"] == pytest.approx(seconds["plain"] / seconds["bertkit"])
     assert result["hyperparameters"]["learning_rate"] == 1e-3
+    assert "train_sampling_strategy=group_by_length" in result["ways"]["bertkit"]["description"]
     # The bertkit way's seeds are ordinary `recipe=glue` runs of the report.
     runs, failed = collect_runs(run_dir)
     assert not failed
