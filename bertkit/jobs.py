@@ -15,8 +15,10 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from bertkit.errors import BertkitError
+from bertkit.finetuning.two_stage import finetune_two_stage, is_two_stage
 from bertkit.tasks import finetuning_family
 from bertkit.training.finetune import finetune
+from bertkit.training.run import hydra_run_dir
 
 # recipe.job -> "module:function(cfg, run_dir)" of the jobs that are not finetunes.
 JOBS = {
@@ -42,6 +44,8 @@ def run_job(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     """The job's result record (a finetune's is its metrics.json)."""
     job = cfg.recipe.job
     check_task_family(cfg)
+    if job == "finetune" and is_two_stage(cfg):
+        return finetune_two_stage(cfg, run_dir or hydra_run_dir(), finetune, finetuning_family)
     if job == "finetune":
         return finetune(cfg, finetuning_family(cfg.task.family), run_dir)
     if job not in JOBS:

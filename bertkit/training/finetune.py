@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 from bertkit.data.metrics_file import METRICS_FILE, metrics_record
 from bertkit.data.task_data import TaskData
 from bertkit.errors import BertkitError
+from bertkit.finetuning.toolbox import Toolbox
 from bertkit.training.family import Evaluation, FinetuningFamily
 from bertkit.training.lifecycle import result_header
 from bertkit.training.models import check_sequence_length, load_tokenizer
@@ -40,11 +41,14 @@ def main_value(evaluation: Evaluation, main_metric: str) -> float:
 
 
 class FinetuneJob(TrainingJob):
-    def __init__(self, family: FinetuningFamily):
+    def __init__(self, family: FinetuningFamily, details: dict | None = None):
         self.family = family
         self.preparing = family.preparing
+        self.details = details or {}  # facts of the run's context (two-stage: the first stage)
+        self.toolbox: Toolbox | None = None
 
     def check(self, cfg):
+        self.toolbox = Toolbox(cfg.finetuning)  # checks the finetuning.* keys
         self.family.check(cfg)
 
     def prepare(self, cfg, args) -> _Prepared:
@@ -56,13 +60,18 @@ class FinetuneJob(TrainingJob):
 
     def build_trainer(self, cfg, args, prepared, pad_to_multiple_of):
         model = self.family.build_model(cfg, prepared.tokenizer, prepared.data)
+        hyperparameters = {**paper_hyperparameters(args, model, cfg.task.max_seq_length),
+                           **self.family.hyperparameters(cfg, model),
+                           **self.toolbox.hyperparameters()}
+        model = self.toolbox.prepare(model)
         trainer = self.family.build_trainer(cfg, args, model, prepared.tokenizer,
                                             prepared.data, pad_to_multiple_of)
-        return trainer, {**paper_hyperparameters(args, model, cfg.task.max_seq_length),
-                         **self.family.hyperparameters(cfg, model)}
+        self.toolbox.attach(trainer)
+        return trainer, hyperparameters
 
     def outcome(self, cfg, trainer, prepared, run, run_dir: Path, hyperparameters) -> Outcome:
         family, data = self.family, prepared.data
+        self.toolbox.finish(trainer, run_dir, run.main)
         evaluation = family.evaluate(cfg, trainer, data, run_dir, run.main)
         family.save_model(trainer, run_dir, run.main)
         record = metrics_record(
@@ -71,7 +80,8 @@ class FinetuneJob(TrainingJob):
             validation=evaluation.validation, test=evaluation.test,
             train=run.train_record(**family.train_sizes(data)),
             hyperparameters=hyperparameters, files=evaluation.files,
-            details={**data.facts, **evaluation.details})
+            details={**data.facts, **evaluation.details, **self.details,
+                     **({"finetuning": facts} if (facts := self.toolbox.record()) else {})})
         final = {f"{split}/{metric}": value
                  for split, scores in {**evaluation.validation, **evaluation.test}.items()
                  for metric, value in scores.items()}
@@ -90,6 +100,8 @@ class FinetuneJob(TrainingJob):
         return Outcome(record, final, (record["main_metric"], record["main_value"]), printout)
 
 
-def finetune(cfg: DictConfig, family: FinetuningFamily, run_dir: Path | None = None) -> dict:
-    """Finetunes cfg.task with `family`; returns the metrics.json record."""
-    return run_training(cfg, FinetuneJob(family), run_dir)
+def finetune(cfg: DictConfig, family: FinetuningFamily, run_dir: Path | None = None,
+             details: dict | None = None) -> dict:
+    """Finetunes cfg.task with `family`; returns the metrics.json record (`details`: added to
+    its details)."""
+    return run_training(cfg, FinetuneJob(family, details), run_dir)

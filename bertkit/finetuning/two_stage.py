@@ -1,0 +1,82 @@
+"""Two-stage finetuning (STILTs, Phang et al. 2018) in one command: the intermediate task of
+finetuning.intermediate first, then the run's own task from that encoder with a new head.
+
+    <run dir>/intermediate/   the first stage: a whole finetuning run (metrics.json, model/)
+    <run dir>/intermediate/encoder/   its encoder alone (BertModel), where the second starts
+    <run dir>/                the target task: metrics.json, model/ (details.intermediate)
+
+The first stage is plain full finetuning with the run's trainer settings, plus
+finetuning.intermediate.trainer; the run's finetuning methods apply to the second. Both W&B
+runs share the target's group, tagged stage:intermediate and stage:target.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig, OmegaConf, open_dict
+from transformers import AutoModel
+
+from bertkit.config_tree import compose_config
+from bertkit.errors import BertkitError
+
+INTERMEDIATE = "intermediate"
+
+
+def is_two_stage(cfg: DictConfig) -> bool:
+    return OmegaConf.select(cfg, "finetuning.intermediate.task") is not None
+
+
+def stage_configs(cfg: DictConfig, run_dir: Path) -> tuple[DictConfig, DictConfig]:
+    """(the intermediate task's config, the target's config starting from its encoder)."""
+    settings = cfg.finetuning.intermediate
+    name = str(settings.task)
+    try:
+        defaults = compose_config([f"task={name}"])
+    except Exception as err:  # Hydra's MissingConfigException and friends
+        raise BertkitError(f"finetuning.intermediate.task={name}: not a task of conf/task/ "
+                           f"({str(err).splitlines()[0]})") from None
+    group = OmegaConf.select(cfg, "logger.group")
+    first = copy.deepcopy(cfg)
+    second = copy.deepcopy(cfg)
+    with open_dict(first), open_dict(second):
+        first.task = defaults.task
+        if settings.data_dir is not None:
+            first.task.data_dir = settings.data_dir
+        first.trainer = OmegaConf.merge(cfg.trainer, settings.trainer or {})
+        first.finetuning = defaults.finetuning  # plain full finetuning
+        for stage, label in ((first, INTERMEDIATE), (second, "target")):
+            # The target's group, resolved before the task changes under it; the tags resolve
+            # per stage (task:<its task>).
+            stage.logger.group = group
+            stage.logger.tags = [*OmegaConf.to_container(cfg.logger.tags), f"stage:{label}"]
+        first.logger.name = f"{cfg.logger.name}-{INTERMEDIATE}-{name}"
+        second.model.name_or_path = str(run_dir / INTERMEDIATE / "encoder")
+    return first, second
+
+
+def export_encoder(model_dir: Path, encoder_dir: Path) -> None:
+    """The first stage's BertModel without its task head: the second stage's checkpoint, so
+    that its head is new even when both tasks have as many labels."""
+    distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+    if not distributed or torch.distributed.get_rank() == 0:
+        AutoModel.from_pretrained(str(model_dir)).save_pretrained(str(encoder_dir))
+    if distributed:
+        torch.distributed.barrier()
+
+
+def finetune_two_stage(cfg: DictConfig, run_dir: Path, finetune, family_of) -> dict:
+    """Both stages through `finetune` (bertkit.training.finetune.finetune) with the family
+    `family_of(task.family)`; returns the target's metrics.json record (its details name the
+    first). Both are passed in: this module sits below the template and the families."""
+    first, second = stage_configs(cfg, run_dir)
+    stage_dir = run_dir / INTERMEDIATE
+    record = finetune(first, family_of(first.task.family), stage_dir)
+    export_encoder(stage_dir / "model", stage_dir / "encoder")
+    summary = {"task": record["task"], "main_metric": record["main_metric"],
+               "main_value": record["main_value"], "run_dir": str(stage_dir),
+               "train": record["train"]}
+    return finetune(second, family_of(second.task.family), run_dir,
+                    details={"intermediate": summary})
