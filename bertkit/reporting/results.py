@@ -42,6 +42,8 @@ class RunResult:
     planned_steps: int | None = None
     complete: bool = True
     source: str = METRICS_FILE  # or "wandb": rebuilt from the run's W&B log
+    # The finetuning method (finetuning.name) when not plain full finetuning ("full").
+    method: str = ""
 
 
 @dataclass(frozen=True)
@@ -101,8 +103,15 @@ def read_run(path: Path) -> RunResult | None:
         grid_point=(float(hyper["learning_rate"]), int(hyper["train_batch_size"]),
                     float(hyper["num_train_epochs"])),
         metrics=flatten_validation(data["validation"]),
+        method=finetuning_method(hyper.get("finetuning")),
         **_progress(path, data.get("train")),
     )
+
+
+def finetuning_method(settings: object) -> str:
+    """finetuning.name of a run, "" for plain full finetuning (and runs from before it)."""
+    name = settings.get("name") if isinstance(settings, dict) else None
+    return "" if name in (None, "full") else str(name)
 
 
 def _upgraded(path: Path, data: dict) -> dict:

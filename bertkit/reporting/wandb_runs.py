@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bertkit.errors import BertkitError
-from bertkit.reporting.results import GRID_KEYS, FailedRun, RunResult
+from bertkit.reporting.results import GRID_KEYS, FailedRun, RunResult, finetuning_method
 from bertkit.reporting.wandb_log import read_offline_run
 
 # recipe.job of a finetuning run; older runs had recipe.family, one of FINETUNE_FAMILIES.
@@ -153,6 +153,7 @@ def _run_result(path: Path, run_dir: Path, config: dict, bertkit: dict,
         planned_steps=_number_or_none(summary.get("train/planned_steps")),
         complete=complete,
         source=WANDB_SOURCE,
+        method=finetuning_method(config.get("finetuning")),
     )
 
 

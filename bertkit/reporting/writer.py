@@ -45,7 +45,8 @@ __all__ = ["build_report", "render_markdown", "write_report"]
 
 
 def system_name(run: RunResult) -> str:
-    parts = [p for p in (run.recipe, run.model) if p]
+    recipe = f"{run.recipe} + {run.method}" if run.method else run.recipe
+    parts = [p for p in (recipe, run.model) if p]
     return " / ".join(parts) or "(unnamed)"
 
 

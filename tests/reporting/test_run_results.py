@@ -170,3 +170,18 @@ def test_a_schema_version_this_bertkit_cannot_read_names_the_file(tmp_path):
         with pytest.raises(BertkitError, match=r"rte/metrics.json: schema_version .*: expected a "
                                                r"whole number from 1 to 2"):
             collect_runs(tmp_path)
+
+
+def test_each_finetuning_method_is_its_own_system(tmp_path):
+    """Runs of one sweep over finetuning=full,llrd are two rows of the report, not one."""
+    from bertkit.reporting.writer import system_name
+
+    for method, seed, f1 in (("full", 1, 0.88), ("llrd", 1, 0.89), (None, 2, 0.87)):
+        record = glue_metrics("mrpc", seed, {"validation": {"accuracy": 0.8, "f1": f1}})
+        if method is not None:
+            record["hyperparameters"]["finetuning"] = {"name": method, "layer_lr_decay": 0.95}
+        write(tmp_path / f"{method}-{seed}" / "metrics.json", record)
+    runs, _ = collect_runs(tmp_path)
+    names = {run.run_dir.name: system_name(run) for run in runs}
+    assert names == {"full-1": "glue / bert-base-uncased", "None-2": "glue / bert-base-uncased",
+                     "llrd-1": "glue + llrd / bert-base-uncased"}
