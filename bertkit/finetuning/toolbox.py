@@ -80,6 +80,8 @@ class Toolbox:
             return
         every = unfreeze_every(settings)
         layerwise = settings.layer_lr_decay != 1.0 or settings.head_lr_multiplier != 1.0
+        # The mix's weights and scale are not decayed towards uniform and zero.
+        own_groups = layerwise or every is not None or settings.layer_mix
         if every is not None:
             if trainer.args.world_size > 1:
                 raise BertkitError("finetuning.unfreeze_every does not run under torchrun: "
@@ -88,12 +90,13 @@ class Toolbox:
                                    "be synchronised")
             self.unfreezing = GradualUnfreezing(trainer.model, self.num_layers, every)
             trainer.add_callback(self.unfreezing)
-        if layerwise or every is not None:
+        if own_groups:
             model = trainer.model
+            decay_names = {name for name in trainer.get_decay_parameter_names(model)
+                           if "scalar_mix." not in name}
             groups = parameter_groups(
                 model, base_lr=trainer.args.learning_rate,
-                weight_decay=trainer.args.weight_decay,
-                decay_names=set(trainer.get_decay_parameter_names(model)),
+                weight_decay=trainer.args.weight_decay, decay_names=decay_names,
                 num_layers=self.num_layers, layer_lr_decay=float(settings.layer_lr_decay),
                 head_lr_multiplier=float(settings.head_lr_multiplier),
                 # Gradual unfreezing: the layers trained later are in the optimizer from the
@@ -106,6 +109,10 @@ class Toolbox:
     def finish(self, trainer, run_dir: Path, main: bool) -> None:
         """After training, before evaluation: LoRA's adapter saved, the merged model in the
         trainer (evaluated and saved like any other)."""
+        if self.mix is not None:
+            from bertkit.finetuning.layer_mix import scalar_mix_of
+
+            self.mix = scalar_mix_of(trainer.model)  # under LoRA, peft trains a copy
         if self.settings.lora.enabled:
             from bertkit.finetuning.lora import merge_lora, save_adapter, trainable_summary
 
@@ -126,8 +133,25 @@ class Toolbox:
         if self.mix is not None:
             facts["layer_mix"] = {"weights": [round(float(w), 6)
                                               for w in self.mix.mixture().tolist()],
-                                  "gamma": round(float(self.mix.gamma), 6)}
+                                  "gamma": round(float(self.mix.gamma.detach()), 6)}
         if self.unfreezing is not None:
             facts["unfrozen_at_step"] = {("embeddings" if d == 0 else f"layer_{d - 1}"): s
                                          for d, s in sorted(self.unfreezing.unfrozen_at.items())}
         return facts
+
+    def summary(self) -> dict[str, float]:
+        """The numbers of record() flat, for the W&B summary (final/finetuning/<key>)."""
+        flat: dict[str, float] = {}
+
+        def walk(prefix: str, value) -> None:
+            if isinstance(value, dict):
+                for key, item in value.items():
+                    walk(f"{prefix}/{key}", item)
+            elif isinstance(value, list):
+                for i, item in enumerate(value):
+                    walk(f"{prefix}/{i}", item)
+            elif isinstance(value, (int, float)) and not isinstance(value, bool):
+                flat[prefix] = value
+
+        walk("finetuning", self.record())
+        return flat

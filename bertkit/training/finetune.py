@@ -85,6 +85,7 @@ class FinetuneJob(TrainingJob):
         final = {f"{split}/{metric}": value
                  for split, scores in {**evaluation.validation, **evaluation.test}.items()
                  for metric, value in scores.items()}
+        final.update(self.toolbox.summary())  # the mix's learned weights, LoRA's share, ...
 
         def printout(where: str) -> str:
             width = max(len(name) + 1 for name in ["checkpoint", *evaluation.files])
