@@ -46,7 +46,9 @@ class GradualUnfreezing(TrainerCallback):
     def __init__(self, model, num_layers: int, every: int | str):
         self.model, self.num_layers, self.every = model, num_layers, every
         self.stage = None
-        self.unfrozen_at: dict[int, int] = {}  # depth -> the global step it started training
+        # depth -> when its stage began (an optimizer step, or an epoch with every="epoch"):
+        # the schedule's, so a resumed run records what the uninterrupted one would.
+        self.unfrozen_at: dict[int, int] = {}
 
     def trainable_depths(self, stage: int) -> set[int]:
         top = self.num_layers  # depth of the top layer
@@ -59,7 +61,8 @@ class GradualUnfreezing(TrainerCallback):
         set_trainable(self.model, depths, True)
         set_trainable(self.model, set(range(self.num_layers + 1)) - depths, False)
         for depth in sorted(depths - set(self.unfrozen_at)):
-            self.unfrozen_at[depth] = step
+            began = self.num_layers - depth  # the stage that unfroze it
+            self.unfrozen_at[depth] = began if self.every == "epoch" else began * self.every
         self.stage = stage
         logger.info("gradual unfreezing: step %d, training depths %s (0: embeddings)",
                     step, sorted(depths))

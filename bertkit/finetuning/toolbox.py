@@ -135,7 +135,8 @@ class Toolbox:
                                               for w in self.mix.mixture().tolist()],
                                   "gamma": round(float(self.mix.gamma.detach()), 6)}
         if self.unfreezing is not None:
-            facts["unfrozen_at_step"] = {("embeddings" if d == 0 else f"layer_{d - 1}"): s
+            unit = "epoch" if self.unfreezing.every == "epoch" else "step"
+            facts[f"unfrozen_at_{unit}"] = {("embeddings" if d == 0 else f"layer_{d - 1}"): s
                                          for d, s in sorted(self.unfreezing.unfrozen_at.items())}
         return facts
 
