@@ -80,3 +80,18 @@ class GradualUnfreezing(TrainerCallback):
         if self.every == "epoch":
             return int(state.epoch or 0)
         return state.global_step // self.every
+
+
+class LogR3F(TrainerCallback):
+    """The R3F term (unweighted, of the latest batch) in each training log as r3f: how far the
+    predictions move under the noise. First among the callbacks, like GroupLearningRates."""
+
+    def __init__(self, r3f):
+        self.r3f = r3f
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs is not None and "loss" in logs and self.r3f.last_value is not None:
+            logs["r3f"] = float(self.r3f.last_value)
+            if state.log_history and state.log_history[-1].get("step") == state.global_step:
+                state.log_history[-1]["r3f"] = logs["r3f"]
+        return control

@@ -18,7 +18,7 @@ from omegaconf import DictConfig
 from torch import nn
 
 from bertkit.errors import BertkitError
-from bertkit.finetuning.callbacks import GradualUnfreezing, GroupLearningRates
+from bertkit.finetuning.callbacks import GradualUnfreezing, GroupLearningRates, LogR3F
 from bertkit.finetuning.freezing import freeze
 from bertkit.finetuning.layers import HEAD, depth_of, num_layers
 from bertkit.finetuning.optimizer import build_optimizer, parameter_groups
@@ -90,6 +90,8 @@ class Toolbox:
                                    "be synchronised")
             self.unfreezing = GradualUnfreezing(trainer.model, self.num_layers, every)
             trainer.add_callback(self.unfreezing)
+        if self.r3f is not None:
+            trainer.callback_handler.callbacks.insert(0, LogR3F(self.r3f))
         if own_groups:
             model = trainer.model
             decay_names = {name for name in trainer.get_decay_parameter_names(model)
