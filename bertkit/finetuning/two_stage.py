@@ -53,6 +53,11 @@ def stage_configs(cfg: DictConfig, run_dir: Path) -> tuple[DictConfig, DictConfi
             stage.logger.group = group
             stage.logger.tags = [*OmegaConf.to_container(cfg.logger.tags), f"stage:{label}"]
         first.logger.name = f"{cfg.logger.name}-{INTERMEDIATE}-{name}"
+        # The tokenizer stays the run's (model configs name it after the checkpoint, e.g.
+        # tokenizer: ${.name_or_path}): resolved before the checkpoint changes under it.
+        tokenizer = OmegaConf.select(cfg, "model.tokenizer")
+        if tokenizer is not None:
+            second.model.tokenizer = str(tokenizer)
         second.model.name_or_path = str(run_dir / INTERMEDIATE / "encoder")
     return first, second
 

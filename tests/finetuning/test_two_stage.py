@@ -66,3 +66,6 @@ def test_both_stages_share_the_w_and_b_group_and_tag_their_stage(tmp_path):
     assert first.trainer.max_steps == 100 and second.trainer.max_steps == -1
     assert first.finetuning.name == "full" and first.finetuning.intermediate.task is None
     assert second.model.name_or_path == str(tmp_path / "intermediate" / "encoder")
+    # bert_base_uncased names its tokenizer after its checkpoint (${.name_or_path}): the target
+    # keeps the run's tokenizer, not the encoder directory's.
+    assert second.model.tokenizer == cfg.model.name_or_path == first.model.tokenizer
