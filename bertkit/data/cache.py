@@ -5,15 +5,18 @@ the data's fingerprint (file bytes and reading rules, bertkit.data.task_data), t
 and the family's settings (max length, stride, ...). Never by path or run, so that two jobs
 that read the same data with the same tokenizer share one entry, and no other job does.
 
-Two ways to fill an entry: `cached_map` (datasets.map with a fixed cache file; datasets writes
-it to a temporary file and renames it, so a reader never sees half of it), and `cached_build`
-for features built in Python with facts beside them (NER's counts), saved with save_to_disk
-to a temporary directory and renamed.
+Two ways to fill an entry: `cached_map` (datasets.map with a fixed cache file) and
+`cached_build` (features built in Python with facts beside them, NER's counts). Hydra's
+parallel launchers (joblib, submitit) start sweep jobs at the same moment in separate
+processes, so each item is built under an inter-process file lock beside it: the first job
+builds it, the others wait and read its result. Items are still written to a temporary file
+or directory and renamed, so a crashed job leaves no half item behind.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -21,9 +24,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import datasets
+from filelock import FileLock
 from transformers import PreTrainedTokenizerBase
 
 from bertkit.data.fingerprints import content_fingerprint, tokenizer_fingerprint
+
+logger = logging.getLogger(__name__)
 
 
 def cache_entry(cache_dir: str | os.PathLike, kind: str, *, data: str,
@@ -37,11 +43,39 @@ def cache_entry(cache_dir: str | os.PathLike, kind: str, *, data: str,
     return entry
 
 
+def _lock(entry: Path, name: str) -> FileLock:
+    """Held while an item is built or read: one job builds it, the others wait for it."""
+    return FileLock(entry / f".{name}.lock")
+
+
+def _log(built: bool, entry: Path, name: str) -> None:
+    if built:
+        logger.info("tokenised %s into %s", name, entry)
+    else:
+        logger.info("read %s from the cache %s", name, entry)
+
+
+def _map_files(entry: Path, name: str) -> dict[str, tuple[int, int]]:
+    """The item's files (<name>.arrow, or one per shard with num_proc > 1): a file datasets
+    (re)wrote has a new inode and mtime."""
+    files = [entry / f"{name}.arrow", *entry.glob(f"{name}_?????_of_?????.arrow")]
+    return {file.name: (file.stat().st_ino, file.stat().st_mtime_ns)
+            for file in files if file.is_file()}
+
+
 def cached_map(table: datasets.Dataset, function: Callable, entry: Path, name: str,
                num_proc: int = 1, **map_kwargs) -> datasets.Dataset:
-    """table.map(function, batched=True, ...) cached as <entry>/<name>.arrow."""
-    return table.map(function, batched=True, num_proc=num_proc if num_proc > 1 else None,
-                     cache_file_name=str(entry / f"{name}.arrow"), **map_kwargs)
+    """table.map(function, batched=True, ...) cached as <entry>/<name>.arrow.
+
+    datasets.map itself loads the file when it exists (unless load_from_cache_file=False),
+    and writes a temporary file and renames it otherwise; whether it built is read from
+    the item's files changing."""
+    with _lock(entry, name):
+        before = _map_files(entry, name)
+        result = table.map(function, batched=True, num_proc=num_proc if num_proc > 1 else None,
+                           cache_file_name=str(entry / f"{name}.arrow"), **map_kwargs)
+        _log(_map_files(entry, name) != before, entry, name)
+    return result
 
 
 def cached_build(entry: Path, name: str,
@@ -50,19 +84,18 @@ def cached_build(entry: Path, name: str,
     """(table, facts) saved under <entry>/<name>/, built once; loaded memory-mapped after."""
     directory = entry / name
     facts_file = directory / "facts.json"
-    if not facts_file.is_file():
-        table, facts = build()
-        tmp = Path(tempfile.mkdtemp(dir=entry, prefix=f".{name}."))
-        try:
-            table.save_to_disk(str(tmp / "table"))
-            (tmp / "facts.json").write_text(json.dumps(facts))
+    with _lock(entry, name):
+        built = not facts_file.is_file()
+        if built:
+            table, facts = build()
+            tmp = Path(tempfile.mkdtemp(dir=entry, prefix=f".{name}."))
             try:
+                table.save_to_disk(str(tmp / "table"))
+                (tmp / "facts.json").write_text(json.dumps(facts))
                 os.replace(tmp, directory)
-            except OSError:  # another process got there first: its copy is the same
-                if not facts_file.is_file():
-                    raise
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp)
-    return (datasets.load_from_disk(str(directory / "table")),
-            json.loads(facts_file.read_text()))
+            finally:
+                if tmp.exists():
+                    shutil.rmtree(tmp)
+        _log(built, entry, name)
+        return (datasets.load_from_disk(str(directory / "table")),
+                json.loads(facts_file.read_text()))
