@@ -22,7 +22,7 @@ from bertkit.config_tree import config_dir
 from bertkit.data.atomic_files import write_json_atomic
 from bertkit.errors import BertkitError
 from bertkit.jobs import run_job
-from bertkit.training.distributed import run_stamp
+from bertkit.training.distributed import join_submitit_tasks, run_stamp
 
 logger = logging.getLogger("bertkit")
 
@@ -87,6 +87,7 @@ def main_value(result: dict | None) -> float | None:
 
 def _hydra_task(cfg: DictConfig) -> float | None:
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
+    join_submitit_tasks()
     try:
         return main_value(run_job(cfg))
     except BertkitError as err:

@@ -1,5 +1,5 @@
 """Process-rank facts for torchrun / accelerate launches, readable before torch.distributed
-starts."""
+starts; and the same facts for a SLURM job whose tasks are the processes (submitit)."""
 
 from __future__ import annotations
 
@@ -34,3 +34,19 @@ def run_stamp() -> str:
     if world_size() > 1:
         started = psutil.Process(os.getppid()).create_time()
     return time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(started))
+
+
+def join_submitit_tasks() -> bool:
+    """Inside a submitit job with several tasks (hydra/launcher=slurm_multi_gpu: one task per
+    GPU), make each task one process of a data-parallel run by exporting what torchrun would:
+    RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT (submitit's own helper derives them
+    from SLURM's variables). CUDA_VISIBLE_DEVICES is left to SLURM; Trainer picks the GPU by
+    LOCAL_RANK. True when it exported them."""
+    if not os.environ.get("SUBMITIT_EXECUTOR") or "RANK" in os.environ:
+        return False
+    import submitit
+
+    if submitit.JobEnvironment().num_tasks < 2:
+        return False
+    submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+    return True

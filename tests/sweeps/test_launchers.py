@@ -1,0 +1,151 @@
+"""Sweeps through Hydra's launcher plugins (joblib, submitit_local), as a user launches them:
+`bertkit -m ... hydra/launcher=...` in its own process. Every job's results, one tokenisation
+shared by parallel jobs, a failed job recorded while the others finish, one W&B group, and the
+report; successive halving through joblib equal to the sequential launcher; one grid point
+data-parallel over the tasks of a submitit job."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from bertkit.reporting.cli import main as report_main
+from tests.sweeps.test_successive_halving import tiny_sweep_overrides
+
+# The job made to fail: its run directory holds a directory where the job writes config.yaml.
+# (A monkeypatch, as in test_sweep_end_to_end.py, cannot reach the launchers' worker processes.)
+FAILING_JOB = "wnli/bs16-lr0.0003-ep2/seed2"
+GRID_JOBS = sorted(f"wnli/bs{b}-lr{lr}-ep2/seed{s}" for b in (8, 16)
+                   for lr in ("0.001", "0.0003") for s in (1, 2))
+
+
+def run_bertkit(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path / "wandb"),
+           "OMP_NUM_THREADS": "1"}
+    result = subprocess.run([sys.executable, "-m", "bertkit", *overrides], cwd=tmp_path,
+                            env=env, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result
+
+
+def grid_overrides(data: Path, vocab: Path, sweep_dir: Path, cache: Path) -> list[str]:
+    """The 2 x 2 grid x 2 seeds of test_sweep_end_to_end.py, with W&B on (offline) so that
+    each job's config names its group."""
+    overrides = [o for o in tiny_sweep_overrides(data, vocab, sweep_dir)
+                 if not o.startswith("logger=")]
+    return [*overrides, "logger=wandb", f"cache_dir={cache}"]
+
+
+def tokenisations(sweep_dir: Path) -> list[str]:
+    """The cache's "tokenised ..." lines over every job's log (cli.log, Hydra's job log)."""
+    return [line for log in sweep_dir.rglob("cli.log") for line in log.read_text().splitlines()
+            if "] - tokenised " in line]
+
+
+def check_grid_sweep(sweep_dir: Path) -> None:
+    finished = sorted(p.parent.relative_to(sweep_dir).as_posix()
+                      for p in sweep_dir.rglob("metrics.json"))
+    assert finished == [job for job in GRID_JOBS if job != FAILING_JOB]
+    failure = json.loads((sweep_dir / FAILING_JOB / "failed.json").read_text())
+    assert "IsADirectoryError" in failure["error"] and "seed=2" in failure["overrides"]
+
+    # Tokenised once for the whole sweep (train, dev and test of one task), although jobs
+    # started side by side; every job read the same entry.
+    lines = tokenisations(sweep_dir)
+    assert sorted(line.split(" - tokenised ")[1].split()[0] for line in lines) == [
+        "test", "train", "validation"], lines
+    assert len({line.split(" into ")[1] for line in lines}) == 1
+
+    # One W&B group for the launch: the multirun directory's name, in every job.
+    groups = {OmegaConf.load(sweep_dir / job / "config.yaml").logger.group for job in finished}
+    assert groups == {f"paper_grid-glue-wnli-{sweep_dir.name}"}
+
+    assert report_main([str(sweep_dir)]) == 0
+    report = (sweep_dir / "report" / "report.md").read_text()
+    assert "7 finished run(s) and 1 failed job(s)" in report
+    summary = json.loads((sweep_dir / "report" / "report.json").read_text())
+    assert summary["systems"][0]["tasks"]["wnli"]["runs_tried"] == 7
+
+
+def block_failing_job(sweep_dir: Path) -> None:
+    (sweep_dir / FAILING_JOB / "config.yaml").mkdir(parents=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", [
+    ["hydra/launcher=local_parallel", "hydra.launcher.n_jobs=2"],
+    ["hydra/launcher=submitit_local", "hydra.launcher.timeout_min=10"],
+], ids=["joblib", "submitit_local"])
+def test_paper_grid_through_a_launcher(launcher, glue_dir, vocab_dir, tmp_path):
+    data = glue_dir("wnli", n_train=64)
+    sweep_dir = tmp_path / "multirun" / "2026-01-01_00-00-00"
+    block_failing_job(sweep_dir)
+    run_bertkit(tmp_path, "-m", "sweep=paper_grid", *launcher,
+                *grid_overrides(data, vocab_dir, sweep_dir, tmp_path / "cache"))
+    check_grid_sweep(sweep_dir)
+    if launcher[0].endswith("submitit_local"):  # submitit's own records, one per job
+        assert len(list((sweep_dir / ".submitit").glob("*/*_result.pkl"))) == 8
+
+
+@pytest.mark.slow
+def test_successive_halving_through_joblib_matches_the_sequential_launcher(
+        glue_dir, vocab_dir, tmp_path):
+    data = glue_dir("wnli", n_train=64)
+    results = {}
+    for name, launcher in [("sequential", []),
+                           ("joblib", ["hydra/launcher=local_parallel",
+                                       "hydra.launcher.n_jobs=2"])]:
+        sweep_dir = tmp_path / name
+        run_bertkit(tmp_path, "-m", "sweep=paper_grid_halving", *launcher,
+                    *grid_overrides(data, vocab_dir, sweep_dir, tmp_path / "cache"))
+        ledger = json.loads((sweep_dir / "halving.json").read_text())
+        rungs = [sorted(Path(job["run_dir"]).relative_to(sweep_dir).as_posix()
+                        for job in rung["jobs_detail"] if job["continues"])
+                 for rung in ledger["rungs"]]
+        scores = {p.parent.relative_to(sweep_dir).as_posix():
+                  (json.loads(p.read_text())["main_value"],
+                   json.loads(p.read_text())["train"]["steps"])
+                  for p in sweep_dir.rglob("metrics.json")}
+        results[name] = rungs, scores, ledger["compute"]
+    (seq_rungs, seq_scores, seq_compute), (par_rungs, par_scores, par_compute) = (
+        results["sequential"], results["joblib"])
+    assert [len(r) for r in seq_rungs] == [4, 2, 2]  # 4 -> 2 -> 1 configurations x 2 seeds
+    assert par_rungs == seq_rungs
+    assert par_scores.keys() == seq_scores.keys() and len(seq_scores) == 8
+    for job, (value, steps) in seq_scores.items():
+        assert par_scores[job][1] == steps
+        assert par_scores[job][0] == pytest.approx(value, abs=1e-6), job
+    # The same training examples (the seconds are each launch's own).
+    assert ({k: v for k, v in par_compute.items() if "seconds" not in k}
+            == {k: v for k, v in seq_compute.items() if "seconds" not in k})
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_one_grid_point_data_parallel_over_the_tasks_of_a_submitit_job(
+        glue_dir, vocab_dir, tmp_path):
+    """hydra/launcher=slurm_multi_gpu's mechanism on this machine: 2 tasks of one submitit job
+    become ranks 0 and 1 of one run (gloo on CPU), as under torchrun."""
+    data = glue_dir("wnli", n_train=40)
+    sweep_dir = tmp_path / "sweep"
+    run_bertkit(tmp_path, "-m", "recipe=glue", "task=wnli", f"task.data_dir={data}",
+                "model=scratch_tiny", f"model.tokenizer={vocab_dir}",
+                "model.config.hidden_size=32", "model.config.intermediate_size=64",
+                "logger=none", "trainer.max_steps=3", "trainer.per_device_train_batch_size=4",
+                "trainer.disable_tqdm=true", "seed=1,2", f"hydra.sweep.dir={sweep_dir}",
+                "hydra.sweep.subdir=seed${seed}", f"cache_dir={tmp_path / 'cache'}",
+                "hydra/launcher=submitit_local", "hydra.launcher.tasks_per_node=2",
+                "hydra.launcher.timeout_min=10")
+    for seed in (1, 2):
+        metrics = json.loads((sweep_dir / f"seed{seed}" / "metrics.json").read_text())
+        assert metrics["train"]["steps"] == 3
+        assert metrics["hyperparameters"]["train_batch_size"] == 8  # 4 per process x 2
+    # Each job ran as two tasks (submitit writes one log per task).
+    logs = sorted((sweep_dir / ".submitit").glob("*/*_log.out"))
+    assert sorted(log.name.split("_")[1] for log in logs) == ["0", "0", "1", "1"]
