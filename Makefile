@@ -57,7 +57,7 @@ LAUNCH := $(BIN)/torchrun --standalone --nproc_per_node=$(NPROC) -m bertkit
 endif
 
 .PHONY: install demo test lint glue glue-grid $(addprefix glue-,$(GLUE_TASKS)) bench-glue squad \
-	squad2 swag ner pretrain pretrain-ablation bench-pretrain-data minilm bench-parity squad-dev-halves clean
+	squad2 swag ner pretrain pretrain-ablation bench-pretrain-data minilm bench-parity bench-sweep squad-dev-halves clean
 
 install: $(VENV)/.installed
 
@@ -155,6 +155,11 @@ $(MINILM_DIR)/config.json:
 bench-parity: minilm
 	$(foreach task,$(PARITY_TASKS),$(LAUNCH) recipe=bench_parity task=$(task) \
 	  task.data_dir=$(BENCH_GLUE_DIR)/$(glue_dir_$(task)) $(O) && ) true
+
+# make bench-sweep: one small MRPC grid launched one job after another and with joblib
+# (hydra/launcher=local_parallel), wall time of each; O="bench_sweep.n_jobs=4" for more at once.
+bench-sweep: minilm
+	$(BIN)/bertkit recipe=bench_sweep task.data_dir=$(BENCH_GLUE_DIR)/MRPC $(O)
 
 clean:
 	rm -rf outputs multirun .pytest_cache .ruff_cache

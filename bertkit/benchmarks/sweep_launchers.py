@@ -1,0 +1,96 @@
+"""The bench_sweep job: the wall time of one small grid launched sequentially (Hydra's basic
+launcher, one process) and in parallel (hydra/launcher=local_parallel, joblib), on this machine.
+
+Both ways are the `bertkit -m` command a user types, run as child processes with the task,
+model and data of this job's own command line; a warm-up job fills the tokenisation cache first.
+Parallel jobs on a CPU share its cores (joblib gives each worker cores / n_jobs threads), so
+the ratio says what the launcher gains from overlapping each job's serial parts (start-up,
+loading, evaluation), not from more compute.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from bertkit.data.atomic_files import write_json_atomic
+from bertkit.data.metrics_file import METRICS_FILE
+from bertkit.errors import BertkitError
+
+WAYS = ("sequential", "parallel")
+
+
+def _job_overrides(cfg: DictConfig) -> list[str]:
+    """This job's command line as a finetune's: recipe=glue, its task and model, and the
+    user's other overrides (data directory, ...) without the benchmark's own keys."""
+    choices = HydraConfig.get().runtime.choices
+    own = ("recipe=", "bench_sweep.", "hydra.", "task=", "model=")
+    passed = [o for o in HydraConfig.get().overrides.task if not o.lstrip("+~").startswith(own)]
+    return ["recipe=glue", f"task={choices['task']}", f"model={choices['model']}",
+            *passed, *cfg.bench_sweep.job, f"cache_dir={cfg.cache_dir}"]
+
+
+def _launch(overrides: list[str], log: Path) -> float:
+    started = time.perf_counter()
+    with open(log, "w") as handle:
+        done = subprocess.run([sys.executable, "-m", "bertkit", *overrides], stdout=handle,
+                              stderr=subprocess.STDOUT)
+    seconds = time.perf_counter() - started
+    if done.returncode != 0:
+        raise BertkitError(f"bench_sweep: `bertkit {' '.join(overrides)}` failed "
+                           f"(exit {done.returncode}); its output is in {log}")
+    return seconds
+
+
+def _scores(sweep_dir: Path) -> dict[str, float]:
+    return {p.parent.relative_to(sweep_dir).as_posix(): json.loads(p.read_text())["main_value"]
+            for p in sorted(sweep_dir.rglob(METRICS_FILE))}
+
+
+def benchmark_sweep_launchers(cfg: DictConfig, run_dir: Path | None = None) -> dict:
+    run_dir = Path(run_dir or HydraConfig.get().runtime.output_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    job = _job_overrides(cfg)
+    seeds = ",".join(str(seed) for seed in cfg.bench_sweep.seeds)
+    _launch([*job, "trainer.max_steps=1", f"hydra.run.dir={run_dir / 'warmup'}"],
+            run_dir / "warmup.log")
+    launchers = {"sequential": [],
+                 "parallel": ["hydra/launcher=local_parallel",
+                              f"hydra.launcher.n_jobs={cfg.bench_sweep.n_jobs}"]}
+    ways = {}
+    for way in WAYS:
+        sweep_dir = run_dir / way
+        seconds = _launch(["-m", *job, *cfg.bench_sweep.grid, f"seed={seeds}",
+                           f"hydra.sweep.dir={sweep_dir}", *launchers[way]],
+                          run_dir / f"{way}.log")
+        ways[way] = {"wall_seconds": round(seconds, 2), "scores": _scores(sweep_dir),
+                     "launcher": launchers[way] or ["hydra/launcher=basic"]}
+    jobs = len(ways["sequential"]["scores"])
+    if jobs == 0 or ways["parallel"]["scores"].keys() != ways["sequential"]["scores"].keys():
+        raise BertkitError(f"bench_sweep: the two ways finished different jobs; see "
+                           f"{run_dir}/sequential.log and parallel.log")
+    difference = max(abs(ways["parallel"]["scores"][j] - ways["sequential"]["scores"][j])
+                     for j in ways["sequential"]["scores"])
+    result = {"task": cfg.task.name, "jobs": jobs, "n_jobs": int(cfg.bench_sweep.n_jobs),
+              "grid": list(cfg.bench_sweep.grid), "seeds": list(cfg.bench_sweep.seeds),
+              "job_settings": list(cfg.bench_sweep.job), **ways,
+              "speedup": round(ways["sequential"]["wall_seconds"]
+                               / ways["parallel"]["wall_seconds"], 2),
+              "max_score_difference": difference}
+    path = write_json_atomic(run_dir / "sweep_bench.json", result)
+    print(f"\n{jobs} jobs ({cfg.task.name}), wall time:\n"
+          f"| launcher | wall time | per job |\n|---|---|---|\n"
+          f"| sequential (basic) | {ways['sequential']['wall_seconds']:.1f} s | "
+          f"{ways['sequential']['wall_seconds'] / jobs:.1f} s |\n"
+          f"| parallel (joblib, {result['n_jobs']} at a time) | "
+          f"{ways['parallel']['wall_seconds']:.1f} s | "
+          f"{ways['parallel']['wall_seconds'] / jobs:.1f} s |\n"
+          f"speed-up: {result['speedup']:.2f}x; largest score difference between the ways: "
+          f"{difference:.2g}\n{path}")
+    return result
