@@ -19,7 +19,7 @@ from transformers.utils import ModelOutput
 
 from bertkit.errors import BertkitError
 from bertkit.pretraining.masking import IGNORE_INDEX
-from bertkit.training.models import dropout_settings, hub_error
+from bertkit.training.models import attention_setting, dropout_settings, hub_error
 
 
 @dataclass
@@ -85,7 +85,8 @@ def load_pretraining_model(model: DictConfig, tokenizer: PreTrainedTokenizerBase
     if model.name_or_path:
         name = str(model.name_or_path)
         try:
-            loaded = MaskedOnlyBertForPreTraining.from_pretrained(name, **dropout)
+            loaded = MaskedOnlyBertForPreTraining.from_pretrained(name, **dropout,
+                                                                  **attention_setting(model))
         except (OSError, ValueError) as err:
             raise hub_error("model", name, "model.name_or_path", err) from None
         if loaded.config.vocab_size < len(tokenizer):
@@ -93,5 +94,6 @@ def load_pretraining_model(model: DictConfig, tokenizer: PreTrainedTokenizerBase
                                f"embeddings but model.tokenizer has {len(tokenizer)} tokens")
         return loaded
     config = BertConfig(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
-                        **OmegaConf.to_container(model.config), **dropout)
+                        **OmegaConf.to_container(model.config), **dropout,
+                        **attention_setting(model))
     return MaskedOnlyBertForPreTraining(config)

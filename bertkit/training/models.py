@@ -16,6 +16,7 @@ from transformers import (
 )
 
 from bertkit.errors import BertkitError
+from bertkit.training.attention import attention_implementation
 
 
 def hub_error(what: str, name: str, key: str, err: Exception) -> BertkitError:
@@ -58,6 +59,12 @@ def dropout_settings(model: DictConfig) -> dict:
             "attention_probs_dropout_prob": model.attention_probs_dropout_prob}
 
 
+def attention_setting(model: DictConfig) -> dict:
+    """The attention kernel for from_pretrained / the config (model.attn_implementation)."""
+    return {"attn_implementation": attention_implementation(
+        OmegaConf.select(model, "attn_implementation"))}
+
+
 def count_parameters(model: PreTrainedModel) -> int:
     return sum(p.numel() for p in model.parameters())
 
@@ -70,7 +77,7 @@ def load_with_head(model: DictConfig, tokenizer: PreTrainedTokenizerBase, auto_c
         name = str(model.name_or_path)
         try:
             config = AutoConfig.from_pretrained(name, **head, **dropout)
-            return auto_class.from_pretrained(name, config=config)
+            return auto_class.from_pretrained(name, config=config, **attention_setting(model))
         except (OSError, ValueError) as err:
             raise hub_error("model", name, "model.name_or_path", err) from None
     config = BertConfig(
@@ -79,6 +86,7 @@ def load_with_head(model: DictConfig, tokenizer: PreTrainedTokenizerBase, auto_c
         **OmegaConf.to_container(model.config),
         **head,
         **dropout,
+        **attention_setting(model),
     )
     return bert_class(config)
 
