@@ -58,6 +58,7 @@ def stage_configs(cfg: DictConfig, run_dir: Path) -> tuple[DictConfig, DictConfi
         tokenizer = OmegaConf.select(cfg, "model.tokenizer")
         if tokenizer is not None:
             second.model.tokenizer = str(tokenizer)
+        second.model.started_from = cfg.model.name_or_path or "from_scratch"
         second.model.name_or_path = str(run_dir / INTERMEDIATE / "encoder")
     return first, second
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from bertkit.data.metrics_file import METRICS_FILE, SCHEMA_VERSION, upgrade
 from bertkit.errors import BertkitError
+from bertkit.reporting.methods import finetuning_method
 
 GRID_KEYS = ("learning_rate", "train_batch_size", "num_train_epochs")
 
@@ -106,12 +107,6 @@ def read_run(path: Path) -> RunResult | None:
         method=finetuning_method(hyper.get("finetuning")),
         **_progress(path, data.get("train")),
     )
-
-
-def finetuning_method(settings: object) -> str:
-    """finetuning.name of a run, "" for plain full finetuning (and runs from before it)."""
-    name = settings.get("name") if isinstance(settings, dict) else None
-    return "" if name in (None, "full") else str(name)
 
 
 def _upgraded(path: Path, data: dict) -> dict:

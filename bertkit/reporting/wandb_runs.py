@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bertkit.errors import BertkitError
-from bertkit.reporting.results import GRID_KEYS, FailedRun, RunResult, finetuning_method
+from bertkit.reporting.methods import finetuning_method
+from bertkit.reporting.results import GRID_KEYS, FailedRun, RunResult
 from bertkit.reporting.wandb_log import read_offline_run
 
 # recipe.job of a finetuning run; older runs had recipe.family, one of FINETUNE_FAMILIES.

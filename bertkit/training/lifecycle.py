@@ -51,7 +51,10 @@ def result_header(cfg: DictConfig, family: str, seed: int, main_value: float) ->
     """The keys every finetuning metrics.json starts with: what bertkit-report identifies and
     ranks a run by (bertkit.data.metrics_file)."""
     return {"recipe": cfg.recipe.name, "family": family, "task": cfg.task.name,
-            "model": cfg.model.name_or_path or "from_scratch", "seed": seed,
+            # Two-stage finetuning's target starts from the first stage's encoder; the run is
+            # still named by the checkpoint it all started from (model.started_from).
+            "model": (OmegaConf.select(cfg, "model.started_from") or cfg.model.name_or_path
+                      or "from_scratch"), "seed": seed,
             "main_metric": cfg.task.main_metric, "main_value": main_value}
 
 

@@ -35,6 +35,9 @@ def test_the_target_starts_from_the_intermediate_encoder_with_a_new_head(glue_di
     assert first["task"] == "stsb" and first["train"]["steps"] == 6
     assert first["hyperparameters"]["finetuning"]["name"] == "full"  # plain first stage
     assert record["task"] == "mrpc" and record["train"]["steps"] == 4
+    # Named by the checkpoint it all started from (a from-scratch model here), not by the
+    # per-run intermediate encoder: seeds of one STILTs setting are one system of the report.
+    assert record["model"] == first["model"] == "from_scratch"
     assert record["details"]["intermediate"]["task"] == "stsb"
     assert record["details"]["intermediate"]["main_value"] == first["main_value"]
     assert record["hyperparameters"]["finetuning"]["intermediate"]["task"] == "stsb"
@@ -66,6 +69,7 @@ def test_both_stages_share_the_w_and_b_group_and_tag_their_stage(tmp_path):
     assert first.trainer.max_steps == 100 and second.trainer.max_steps == -1
     assert first.finetuning.name == "full" and first.finetuning.intermediate.task is None
     assert second.model.name_or_path == str(tmp_path / "intermediate" / "encoder")
+    assert second.model.started_from == cfg.model.name_or_path
     # bert_base_uncased names its tokenizer after its checkpoint (${.name_or_path}): the target
     # keeps the run's tokenizer, not the encoder directory's.
     assert second.model.tokenizer == cfg.model.name_or_path == first.model.tokenizer

@@ -176,12 +176,38 @@ def test_each_finetuning_method_is_its_own_system(tmp_path):
     """Runs of one sweep over finetuning=full,llrd are two rows of the report, not one."""
     from bertkit.reporting.writer import system_name
 
+    decay = {"full": 1.0, "llrd": 0.95}
     for method, seed, f1 in (("full", 1, 0.88), ("llrd", 1, 0.89), (None, 2, 0.87)):
         record = glue_metrics("mrpc", seed, {"validation": {"accuracy": 0.8, "f1": f1}})
         if method is not None:
-            record["hyperparameters"]["finetuning"] = {"name": method, "layer_lr_decay": 0.95}
+            record["hyperparameters"]["finetuning"] = {"name": method,
+                                                       "layer_lr_decay": decay[method]}
         write(tmp_path / f"{method}-{seed}" / "metrics.json", record)
     runs, _ = collect_runs(tmp_path)
     names = {run.run_dir.name: system_name(run) for run in runs}
     assert names == {"full-1": "glue / bert-base-uncased", "None-2": "glue / bert-base-uncased",
                      "llrd-1": "glue + llrd / bert-base-uncased"}
+
+
+def test_a_sweep_over_a_methods_setting_is_one_system_per_value(tmp_path):
+    """finetuning=llrd finetuning.layer_lr_decay=0.95,0.9 seed=1,2: two systems of two seeds
+    each (the preset's own value keeps its plain name), not one averaged over both values; a
+    setting changed on full finetuning names it too."""
+    from bertkit.reporting.writer import system_name
+
+    cases = [("llrd", 0.95, 1, 0.80), ("llrd", 0.95, 2, 0.82), ("llrd", 0.9, 1, 0.70),
+             ("llrd", 0.9, 2, 0.72), ("full", 0.8, 1, 0.60)]
+    for name, decay, seed, f1 in cases:
+        record = glue_metrics("mrpc", seed, {"validation": {"accuracy": 0.8, "f1": f1}})
+        record["hyperparameters"]["finetuning"] = {
+            "name": name, "layer_lr_decay": decay, "freeze_layers": 0,
+            "lora": {"enabled": False}, "intermediate": {"task": None}}
+        write(tmp_path / f"{name}-{decay}-{seed}" / "metrics.json", record)
+    runs, _ = collect_runs(tmp_path)
+    systems: dict[str, list[float]] = {}
+    for run in runs:
+        systems.setdefault(system_name(run), []).append(run.main_value)
+    assert systems == {
+        "glue + llrd / bert-base-uncased": [0.80, 0.82],
+        "glue + llrd[layer_lr_decay=0.9] / bert-base-uncased": [0.70, 0.72],
+        "glue + full[layer_lr_decay=0.8] / bert-base-uncased": [0.60]}
