@@ -36,6 +36,10 @@ class PreTrainingStepOutput(ModelOutput):
 
 
 class MaskedOnlyBertForPreTraining(BertForPreTraining):
+    # The vocabulary projection runs on the labelled positions only: what
+    # bertkit.training.throughput counts its FLOPs on (transformers' class: every position).
+    mlm_on_labelled_positions_only = True
+
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor,
                 attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None,

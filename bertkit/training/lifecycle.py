@@ -1,7 +1,8 @@
 """What every recipe family does around Trainer.train, in one place: the tracker Trainer
 reports to, early stopping, stopping at a share of the schedule (successive halving), the W&B
 run and the resolved config.yaml on the main process, resuming from the last checkpoint when
-asked, the training time, and closing the W&B run with the final scores.
+asked, the training time and throughput (bertkit.training.throughput), and closing the W&B run
+with the final scores.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from bertkit.data.atomic_files import write_text_atomic
 from bertkit.errors import BertkitError
 from bertkit.training.arguments import last_checkpoint
 from bertkit.training.callbacks import add_early_stopping, add_train_fraction
+from bertkit.training.throughput import add_throughput
 from bertkit.training.wandb_logging import resolve_wandb_mode, start_wandb_run
 
 logger = logging.getLogger(__name__)
@@ -38,13 +40,15 @@ class TrainingRun:
     seconds: float
     planned_steps: int  # the whole schedule's optimizer steps
     complete: bool  # False when train_fraction stopped it before the end of its schedule
+    throughput: dict | None = None  # the whole run's ThroughputMeter.record (None: disabled)
 
     def train_record(self, **sizes) -> dict:
         """metrics.json's "train": the loss, how far training went of its schedule (successive
-        halving's accounting), its time, and the family's data sizes."""
+        halving's accounting), its time, the family's data sizes, and the throughput."""
+        throughput = {"throughput": self.throughput} if self.throughput is not None else {}
         return {"loss": self.output.training_loss, "steps": self.output.global_step,
                 "planned_steps": self.planned_steps, "complete": self.complete,
-                "seconds": round(self.seconds, 2), **sizes}
+                "seconds": round(self.seconds, 2), **sizes, **throughput}
 
 
 def result_header(cfg: DictConfig, family: str, seed: int, main_value: float) -> dict:
@@ -85,6 +89,7 @@ def train(cfg: DictConfig, run_dir: Path, trainer: Trainer, hyperparameters: dic
     """Trains from `checkpoint` (resume_checkpoint's choice, made before any data is read)."""
     add_early_stopping(cfg, trainer)
     stopper = add_train_fraction(cfg, trainer)
+    meter = add_throughput(cfg, trainer)
     main = trainer.is_world_process_zero()
     uses_wandb = "wandb" in (trainer.args.report_to or [])
     wandb_run = start_wandb_run(cfg, run_dir, hyperparameters) if main and uses_wandb else None
@@ -96,7 +101,8 @@ def train(cfg: DictConfig, run_dir: Path, trainer: Trainer, hyperparameters: dic
     state = trainer.state
     # Early stopping also ends a run before max_steps; only the step share leaves it incomplete.
     complete = stopper is None or state.global_step >= state.max_steps
-    return TrainingRun(main, wandb_run, output, seconds, state.max_steps, complete)
+    return TrainingRun(main, wandb_run, output, seconds, state.max_steps, complete,
+                       meter.record if meter is not None else None)
 
 
 def finish_wandb(run: TrainingRun, final: dict[str, float], num_parameters: int,
@@ -111,6 +117,9 @@ def finish_wandb(run: TrainingRun, final: dict[str, float], num_parameters: int,
     run.wandb_run.summary["num_parameters"] = num_parameters
     run.wandb_run.summary["train/complete"] = run.complete
     run.wandb_run.summary["train/planned_steps"] = run.planned_steps
+    for key, value in (run.throughput or {}).items():  # the whole run's, beside the curves
+        if value is not None:
+            run.wandb_run.summary[f"throughput/{key}"] = value
     if headline is not None:
         run.wandb_run.summary["main_metric"], run.wandb_run.summary["main_value"] = headline
     where = f"W&B run: {run.wandb_run.dir if run.wandb_run.offline else run.wandb_run.url}"

@@ -135,21 +135,20 @@ def test_optuna_study_and_its_report(glue_dir, vocab_dir, tmp_path, monkeypatch)
     assert len({m["main_value"] for m in finished.values()}) > 1  # a best to find
     best = check_results_name_the_best(sweep_dir, finished)
 
-    # bertkit-report: every trial is its own grid point (one seed each); it picks the best
-    # mean, equal means going to the smaller (learning_rate, batch, epochs), where Optuna
-    # keeps the earlier trial: the two may name different trials of equal scores.
+    # bertkit-report: each trial samples its own finetuning.layer_lr_decay, so each is its own
+    # system (named by the decay it ran with, bertkit.reporting.methods), one run each; the
+    # best trial's row holds the best score.
     assert report_main([str(sweep_dir)]) == 0
     report = json.loads((sweep_dir / "report" / "report.json").read_text())
-    (system,) = report["systems"]
-    chosen = system["tasks"]["stsb"]
-    def rank(name: str) -> tuple[float, float, int, float]:
-        hyper = finished[name]["hyperparameters"]
-        return (-finished[name]["main_value"], hyper["learning_rate"],
-                hyper["train_batch_size"], hyper["num_train_epochs"])
-    report_best = min(finished, key=rank)
-    assert finished[report_best]["main_value"] == finished[best]["main_value"]
-    assert chosen["run_dirs"] == [f"stsb/{report_best}"]
-    assert chosen["grid_points_tried"] == 4 and chosen["runs_tried"] == 4
+    systems = {system["system"]: system["tasks"]["stsb"] for system in report["systems"]}
+    assert len(systems) == 4
+    for name, record in finished.items():
+        decay = record["hyperparameters"]["finetuning"]["layer_lr_decay"]
+        chosen = systems[f"glue + full[layer_lr_decay={decay}] / from_scratch"]
+        assert chosen["run_dirs"] == [f"stsb/{name}"] and chosen["runs_tried"] == 1
+    best_decay = finished[best]["hyperparameters"]["finetuning"]["layer_lr_decay"]
+    best_row = systems[f"glue + full[layer_lr_decay={best_decay}] / from_scratch"]
+    assert best_row["run_dirs"] == [f"stsb/{best}"]
 
 
 def test_optuna_study_goes_on_after_a_failed_trial(glue_dir, vocab_dir, tmp_path, monkeypatch):

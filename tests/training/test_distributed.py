@@ -34,6 +34,9 @@ def test_two_process_finetune_writes_one_set_of_results(glue_dir, vocab_dir, tmp
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["train"]["steps"] == 3
     assert metrics["hyperparameters"]["train_batch_size"] == 8  # 4 per process x 2
+    # The throughput counts the batches of both processes: 3 steps x 4 examples x 2.
+    throughput = metrics["train"]["throughput"]
+    assert throughput["processes"] == 2 and throughput["samples"] == 24
 
     with open(run_dir / "predictions" / "validation.tsv", newline="") as handle:
         rows = list(csv.reader(handle, delimiter="\t"))[1:]
