@@ -14,6 +14,11 @@ Each way first runs bench.warmup_steps steps on
 a throwaway copy (not timed), then bench.steps timed steps from the start, so that the timed
 run sees the first batches of an epoch just as a real run does. Only trainer.train() is timed.
 The padding share is counted from the batches the collator actually built for the timed steps.
+Real tokens/s, FLOPs and MFU (on a GPU of throughput.peak_tflops) come from the throughput
+meter every bertkit run carries (bertkit.training.throughput), attached to both ways' trainers:
+MFU counts the useful FLOPs on real tokens for both, so the padding the plain way computes
+lowers its MFU. Peak memory is per run on a GPU (reset before each); on a CPU the process's
+peak cannot be told apart by run, so it is left out.
 
 Writes bench.json in the run directory and prints a table.
 """
@@ -47,6 +52,7 @@ from bertkit.training.arguments import build_training_arguments
 from bertkit.training.length_grouped_trainer import LengthGroupedTrainer
 from bertkit.training.models import count_parameters, load_tokenizer
 from bertkit.training.run import hydra_run_dir
+from bertkit.training.throughput import add_throughput
 
 logger = logging.getLogger(__name__)
 
@@ -115,6 +121,9 @@ def _train(cfg: DictConfig, way: str, steps: int, run_dir: Path, build_model,
     trainer = trainer_class(model=model, args=args, train_dataset=train,
                             processing_class=tokenizer, data_collator=counter)
     trainer.remove_callback(PrinterCallback)  # its end-of-train line would only repeat ours
+    meter = add_throughput(cfg, trainer)
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
     _synchronize()
     started = time.perf_counter()
     output = trainer.train()
@@ -130,6 +139,7 @@ def _train(cfg: DictConfig, way: str, steps: int, run_dir: Path, build_model,
         "positions": sum(positions for _, _, positions in fed),
         "training_loss": output.training_loss,
         "num_parameters": count_parameters(model),
+        "throughput": meter.record if meter is not None else None,
     }
     del trainer, model
     gc.collect()
@@ -169,6 +179,10 @@ def _way_summary(way: str, runs: list[dict]) -> dict:
     repeat feeds the same batches)."""
     first = runs[0]
     seconds = statistics.median(run["seconds"] for run in runs)
+    meter = first["throughput"] or {}
+    peak = meter.get("peak_tflops")
+    flops = meter.get("flops")
+    gpu = torch.cuda.is_available()
     return {
         "description": DESCRIPTIONS[way],
         "train_sampling_strategy": SAMPLING[way],
@@ -182,6 +196,11 @@ def _way_summary(way: str, runs: list[dict]) -> dict:
         "mean_padded_length": first["positions"] / first["examples"],
         "mean_length": first["real_tokens"] / first["examples"],
         "training_loss": first["training_loss"],
+        "real_tokens_per_second": first["real_tokens"] / seconds,
+        "flops": flops,
+        "mfu": flops / (seconds * peak * 1e12) if flops and peak else None,
+        "peak_memory_gb": max(run["throughput"]["peak_memory_gb"] for run in runs)
+        if gpu and meter else None,
     }
 
 
@@ -193,6 +212,7 @@ def _result(cfg: DictConfig, probe, precision: str, ways: dict, runs: dict,
     steps, warmup_steps, repeats = schedule
     ratio = ways["bertkit"]["samples_per_second"] / ways["plain"]["samples_per_second"]
     model = cfg.model.config
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
     return {
         "recipe": cfg.recipe.name,
         "task": task.name,
@@ -201,7 +221,7 @@ def _result(cfg: DictConfig, probe, precision: str, ways: dict, runs: dict,
                   "num_hidden_layers": model.num_hidden_layers,
                   "hidden_size": model.hidden_size,
                   "num_parameters": runs["plain"][0]["num_parameters"]},
-        "device": "cuda" if torch.cuda.is_available() else "cpu",
+        "device": device,
         "torch_threads": torch.get_num_threads(),
         "precision": precision,
         "steps": steps,
@@ -274,12 +294,17 @@ def _table(result: dict, path: Path) -> str:
         f"({result['warmup_steps']} warm-up steps not timed, {result['repeats']} repeat(s)), "
         f"{model['num_hidden_layers']}x{model['hidden_size']} BERT, {result['device']} "
         f"{result['precision']}, {result['torch_threads']} threads",
-        f"  {'way':<8} {'samples/s':>10} {'seconds':>9} {'padding':>8} {'positions/example':>18}",
+        f"  {'way':<8} {'samples/s':>10} {'tokens/s':>10} {'seconds':>9} {'padding':>8} "
+        f"{'positions/example':>18} {'MFU':>6} {'memory':>8}",
     ]
     for way, values in result["ways"].items():
+        mfu = f"{values['mfu']:.1%}" if values["mfu"] is not None else "n/a"
+        memory = (f"{values['peak_memory_gb']:.1f} GiB" if values["peak_memory_gb"] is not None
+                  else "n/a")
         lines.append(f"  {way:<8} {values['samples_per_second']:>10.1f} "
+                     f"{values['real_tokens_per_second']:>10.0f} "
                      f"{values['seconds']:>9.2f} {values['padding_share']:>8.1%} "
-                     f"{values['mean_padded_length']:>18.1f}")
+                     f"{values['mean_padded_length']:>18.1f} {mfu:>6} {memory:>8}")
     lines.append(f"  ratio bertkit/plain: {result['ratio']:.2f}x")
     lines.append(f"  result: {path}")
     return "\n".join(lines)

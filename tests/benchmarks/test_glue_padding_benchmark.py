@@ -76,6 +76,15 @@ def test_benchmark_compares_plain_and_bertkit_padding(glue_dir, vocab_dir, tmp_p
     assert plain["padding_share"] > bertkit["padding_share"]
     assert not (run_dir / "checkpoints").exists()
 
+    # Tokens/s, FLOPs and MFU: the same real tokens, so the same useful FLOPs both ways (the
+    # meter counts the real tokens of every batch fed, as the collator's counter does here);
+    # no MFU and no per-run memory on a CPU.
+    for way in (plain, bertkit):
+        assert way["real_tokens_per_second"] == pytest.approx(sum(lengths) / way["seconds"])
+        assert way["flops"] > 0 and way["mfu"] is None and way["peak_memory_gb"] is None
+    assert plain["flops"] == pytest.approx(bertkit["flops"])
+    assert result["device"] == "cpu"
+
 
 def test_only_the_batches_of_the_timed_steps_are_counted(glue_dir, vocab_dir, tmp_path):
     # More examples than the steps take: the batch the loader builds ahead is not counted.
@@ -113,3 +122,18 @@ def test_unknown_job_names_bench_glue():
     cfg = OmegaConf.create({"recipe": {"job": "nope"}, "task": {"family": "glue"}})
     with pytest.raises(BertkitError, match="recipe.job='nope'.*bench_glue"):
         run_job(cfg)
+
+
+def test_mfu_of_each_way_on_a_device_with_a_known_peak(glue_dir, vocab_dir, tmp_path,
+                                                      monkeypatch):
+    """The GPU path's arithmetic on this CPU: a device name the peak table knows (a made-up
+    card at 0.5 TFLOP/s fp32) gives each way MFU = its useful FLOPs / (seconds x peak)."""
+    from bertkit.training import throughput
+
+    monkeypatch.setattr(throughput, "device_name", lambda device: "NVIDIA Testcard 9000")
+    cfg = compose_config(bench_overrides(glue_dir("mrpc", n_train=N_TRAIN), vocab_dir) + [
+        "+throughput.peak_tflops.Testcard_9000={fp32: 0.5}"])
+    result = benchmark_glue_padding(cfg, run_dir=tmp_path / "run")
+    for way in result["ways"].values():
+        assert way["mfu"] == pytest.approx(way["flops"] / (way["seconds"] * 0.5e12))
+        assert 0 < way["mfu"] < 1
