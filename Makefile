@@ -57,7 +57,7 @@ LAUNCH := $(BIN)/torchrun --standalone --nproc_per_node=$(NPROC) -m bertkit
 endif
 
 .PHONY: install demo test lint glue glue-grid $(addprefix glue-,$(GLUE_TASKS)) bench-glue squad \
-	squad2 swag ner pretrain pretrain-ablation bench-pretrain-data minilm bench-parity bench-sweep squad-dev-halves clean
+	squad2 swag ner pretrain pretrain-ablation bench-pretrain-data bench-pretrain minilm bench-parity bench-sweep squad-dev-halves clean
 
 install: $(VENV)/.installed
 
@@ -132,6 +132,12 @@ pretrain-ablation: install
 # MB/s of each pretraining preprocessing stage, and masking vs DataCollatorForLanguageModeling.
 bench-pretrain-data: install
 	$(BIN)/bertkit recipe=bench_pretrain_data $(O)
+
+# Pretraining samples/s and tokens/s of the plain Hugging Face way (BertForPreTraining, padded
+# to 128, random batches) vs bertkit's, same model, instances and steps (bench_pretrain.json).
+# On a GPU: O="model=scratch_base bench.batch_size=256 bench.steps=200".
+bench-pretrain: install
+	$(BIN)/bertkit recipe=bench_pretrain $(O)
 
 # Samples/s of finetuning padded run_glue.py's way vs bertkit's, one run per task (bench.json).
 bench-glue: install

@@ -43,7 +43,7 @@ IGNORE_INDEX = -100  # labels of positions without a prediction
 GIB = 2**30
 # Counted per micro-batch: on the device (data-dependent) and on the host (shapes).
 DEVICE_COUNTS = ("real_tokens", "squared_lengths", "predicted_tokens")
-HOST_COUNTS = ("positions", "samples", "sequences", "all_positions_predicted")
+HOST_COUNTS = ("positions", "samples", "sequences")
 
 
 def device_name(device: torch.device) -> str:
@@ -86,7 +86,8 @@ class ModelShape:
 
     config: BertConfig
     pooled: bool  # the pooler (and a sequence head) runs on every sequence
-    vocabulary: str | None  # the MLM head on "labelled" positions, on "all", or no MLM head
+    vocabulary: str | None  # the MLM head on "labelled" positions, on "all" (counted on the
+    # real ones: the padding it also runs on is no useful work), or no MLM head
     backward: bool  # False: the encoder is frozen and run forward only (feature-based NER)
 
 
@@ -148,6 +149,8 @@ class ThroughputMeter(TrainerCallback):
         vocabulary = self.shape.vocabulary if self.shape is not None else None
         if vocabulary == "labelled" and isinstance(labels, torch.Tensor):
             predicted = (labels != IGNORE_INDEX).sum()
+        elif vocabulary == "all":  # the full head on every position: useful on the real ones
+            predicted = lengths.sum()
         else:
             predicted = torch.zeros((), dtype=torch.int64, device=ids.device)
         counts = torch.stack([lengths.sum(), (lengths * lengths).sum(),
@@ -158,8 +161,6 @@ class ThroughputMeter(TrainerCallback):
         host["positions"] += rows.numel()
         host["samples"] += ids.shape[0]
         host["sequences"] += rows.shape[0]
-        if vocabulary == "all":
-            host["all_positions_predicted"] += rows.numel()
 
     # -- time -------------------------------------------------------------------------------
     def _now(self) -> float:
@@ -191,7 +192,6 @@ class ThroughputMeter(TrainerCallback):
             vector = torch.cat([table[:, :-1].sum(0), table[:, -1].max()[None]])
         values = dict(zip((*DEVICE_COUNTS, *HOST_COUNTS, "memory"), vector.tolist(),
                           strict=True))
-        values["predicted_tokens"] += values.pop("all_positions_predicted")
         seconds = self._seconds
         self._start_window()
         return values, seconds

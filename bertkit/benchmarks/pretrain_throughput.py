@@ -1,0 +1,503 @@
+"""The bench_pretrain family: pretraining throughput two ways, in one process.
+
+  plain:   the Hugging Face way: transformers' BertForPreTraining (the vocabulary head on every
+           position), every instance padded to pretraining.max_seq_length when the data is
+           prepared, batches drawn at random, masks drawn by
+           DataCollatorForLanguageModeling(bench.mlm_probability) on input_ids (token_type_ids
+           and next_sentence_label pass through it untouched), plain Trainer;
+  bertkit: what recipe=pretrain runs: MaskedOnlyBertForPreTraining (the head on the masked
+           positions only), DynamicMaskingCollator padding each batch to its longest instance,
+           length-grouped batches (the phases sampler), PretrainingTrainer.
+
+The one wrapper the plain way needs: BertForPreTraining returns no loss without
+next_sentence_label, so under objective=mlm PlainBertForPreTraining adds the MLM loss on its
+full-vocabulary logits (with NSP or SOP it is BertForPreTraining unchanged).
+
+Same for both ways: the model config and initial weights (one seeded init, copied), the
+instances (built once by recipe=pretrain's pipeline: PretrainingJob.prepare), the number of
+optimizer steps and the trainer settings (learning rate, schedule, fused AdamW, clipping) but
+those in bench.plain_trainer, and the precision: bertkit's mixed_precision (fp32 on a CPU,
+bf16 or fp16 on a GPU); the plain way runs with the same flag a Trainer user would set
+(bf16=True / fp16=True), so that the ratio measures the pipeline, not the precision. Attention
+is each way's default: transformers' for the plain model, model.attn_implementation (auto:
+SDPA, or FlashAttention-2 where installed on a GPU) for bertkit's.
+
+Each timed run feeds steps x batch_size instances exactly once: a seeded permutation of the
+instances, cycled when there are fewer (training_indices). Both ways get the same multiset, each
+in its own order, so both see the same real tokens. Each way first trains bench.warmup_steps
+steps on a throwaway model (not timed); then the timed runs alternate (plain, bertkit, bertkit,
+plain, ...) and the median time counts. Only trainer.train() is timed, between CUDA
+synchronisations on a GPU.
+
+Reported per way: samples/s, real (non-padding) tokens/s, seconds, peak memory
+(torch.cuda.max_memory_allocated on a GPU; on a CPU the process's peak RSS during the run,
+sampled with psutil: it includes whatever the process already held), the MLM loss of the
+trained model on the same masked instances for both ways, and on a GPU whose peak is in
+throughput.peak_tflops the MFU. MFU counts each model's useful FLOPs (bertkit.training.flops):
+the encoder on the real tokens for both ways, so the plain way gets no credit for the padding
+its encoder computes; the vocabulary head where the model runs it (bertkit: the masked
+positions; plain: every position fed, as bertkit.training.throughput counts BertForPreTraining).
+Hardware FLOPs (and HFU) count what the kernels ran over: padded positions as tokens. Both ways
+carry the throughput meter every bertkit run carries (its record is kept per way), so that the
+bertkit way is recipe=pretrain's trainer and the plain way pays the same small cost.
+
+Writes bench_pretrain.json in the run directory and prints a markdown table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import logging
+import statistics
+import threading
+import time
+from pathlib import Path
+
+import datasets
+import numpy as np
+import psutil
+import torch
+from omegaconf import DictConfig, OmegaConf, open_dict
+from torch.nn import functional
+from transformers import (
+    BertConfig,
+    BertForPreTraining,
+    DataCollatorForLanguageModeling,
+    PreTrainedTokenizerBase,
+    PrinterCallback,
+    Trainer,
+    set_seed,
+)
+
+from bertkit.benchmarks.glue_padding import pad_to_max_length
+from bertkit.data.atomic_files import write_json_atomic
+from bertkit.errors import BertkitError
+from bertkit.pretraining.masking import IGNORE_INDEX
+from bertkit.pretraining.model import load_pretraining_model
+from bertkit.pretraining.phases import Phase
+from bertkit.pretraining.run import PretrainingJob, check_pretraining_config, is_streaming
+from bertkit.training.arguments import build_training_arguments
+from bertkit.training.flops import peak_flops, training_flops
+from bertkit.training.models import count_parameters, dropout_settings
+from bertkit.training.run import hydra_run_dir
+from bertkit.training.throughput import add_throughput, precision_of
+
+logger = logging.getLogger(__name__)
+
+RESULT_FILE = "bench_pretrain.json"
+WAYS = ("plain", "bertkit")
+DESCRIPTIONS = {
+    "plain": "BertForPreTraining (vocabulary head on every position), padded to max_seq_length, "
+             "random batches, DataCollatorForLanguageModeling, Trainer",
+    "bertkit": "MaskedOnlyBertForPreTraining (head on masked positions), dynamic masking with "
+               "per-batch padding, length-grouped batches, PretrainingTrainer",
+}
+RSS_SAMPLE_SECONDS = 0.02
+
+
+class PlainBertForPreTraining(BertForPreTraining):
+    """BertForPreTraining, with the MLM loss alone when there is no sentence label (objective=
+    mlm), where transformers returns no loss at all."""
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, labels=None,
+                next_sentence_label=None, **kwargs):
+        output = super().forward(input_ids, attention_mask=attention_mask,
+                                 token_type_ids=token_type_ids, labels=labels,
+                                 next_sentence_label=next_sentence_label, **kwargs)
+        if output.loss is None and labels is not None:
+            logits = output.prediction_logits
+            output.loss = functional.cross_entropy(logits.view(-1, logits.shape[-1]),
+                                                   labels.view(-1))
+        return output
+
+
+class BatchCounter:
+    """Wraps a collator; records what each batch it builds holds. The training loop may build
+    a batch ahead of the step it runs: the first n records are the first n steps' batches."""
+
+    def __init__(self, collate):
+        self.collate = collate
+        self.batches: list[dict[str, int]] = []
+
+    def __call__(self, features: list[dict]) -> dict:
+        batch = self.collate(features)
+        mask, labels = batch["attention_mask"], batch["labels"]
+        rows, width = mask.shape
+        lengths = mask.sum(dim=1)
+        self.batches.append({
+            "sequences": int(rows),
+            "real_tokens": int(lengths.sum()),
+            "positions": int(rows * width),
+            "sum_squared_lengths": int((lengths * lengths).sum()),
+            "sum_squared_widths": int(rows * width * width),
+            "masked_tokens": int((labels != IGNORE_INDEX).sum()),
+        })
+        return batch
+
+    def totals(self, steps: int) -> dict[str, int]:
+        fed = self.batches[:steps]
+        return {key: sum(batch[key] for batch in fed) for key in fed[0]} if fed else {}
+
+
+def training_indices(n: int, count: int, seed: int) -> list[int]:
+    """count indices into n instances: a seeded permutation, cycled. Every instance appears
+    count // n or count // n + 1 times."""
+    order = np.random.default_rng(seed).permutation(n)
+    return order[np.arange(count) % n].tolist()
+
+
+def plain_model(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase, initial: dict):
+    """The plain model: transformers' defaults (attention included), bertkit's initial weights."""
+    config = BertConfig(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
+                        **OmegaConf.to_container(cfg.model.config),
+                        **dropout_settings(cfg.model))
+    model = PlainBertForPreTraining(config)
+    model.load_state_dict(initial)
+    return model
+
+
+def device_name() -> str:
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+
+
+def _synchronize() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+class PeakMemory:
+    """Peak memory while the block runs: CUDA's max_memory_allocated on a GPU; else the
+    process's RSS, sampled by a thread (the process peak: it includes what it held before)."""
+
+    def __init__(self):
+        self.cuda = torch.cuda.is_available()
+        self.kind = ("torch.cuda.max_memory_allocated" if self.cuda else
+                     f"process peak RSS during the run (psutil, every {RSS_SAMPLE_SECONDS} s)")
+        self.peak = 0
+        self._stop = threading.Event()
+
+    def _sample(self) -> None:
+        process = psutil.Process()
+        while not self._stop.wait(RSS_SAMPLE_SECONDS):
+            self.peak = max(self.peak, process.memory_info().rss)
+
+    def __enter__(self):
+        if self.cuda:
+            torch.cuda.reset_peak_memory_stats()
+        else:
+            self.peak = psutil.Process().memory_info().rss
+            self._thread = threading.Thread(target=self._sample, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.cuda:
+            self.peak = torch.cuda.max_memory_allocated()
+        else:
+            self._stop.set()
+            self._thread.join()
+            self.peak = max(self.peak, psutil.Process().memory_info().rss)
+
+
+@dataclasses.dataclass
+class _Data:
+    """The pipeline's output, and the plain way's copy of the instances padded to length."""
+
+    prepared: object  # PretrainingJob.prepare's result
+    padded: datasets.Dataset
+    eval_batches: list[dict]
+
+
+def _check(cfg: DictConfig) -> tuple[int, int, int]:
+    bench = cfg.bench
+    steps, warmup_steps, repeats = int(bench.steps), int(bench.warmup_steps), int(bench.repeats)
+    if steps < 1 or warmup_steps < 0 or repeats < 1 or int(bench.eval_instances) < 1:
+        raise BertkitError(f"bench: steps ({steps}), repeats ({repeats}) and eval_instances "
+                           f"({bench.eval_instances}) must be at least 1, warmup_steps "
+                           f"({warmup_steps}) at least 0")
+    if cfg.masking.kind != "dynamic":
+        raise BertkitError("bench_pretrain compares dynamic masking (the plain way masks in "
+                           "DataCollatorForLanguageModeling); use masking=dynamic")
+    if cfg.pretraining.long_phase.fraction != 0:
+        raise BertkitError("bench_pretrain times one sequence length: set "
+                           "pretraining.long_phase.fraction=0")
+    if is_streaming(cfg.corpus):
+        raise BertkitError("bench_pretrain needs the instances stored (the plain way pads them "
+                           "all); set corpus.hub.streaming=false")
+    if cfg.trainer.gradient_accumulation_steps != 1:
+        raise BertkitError("bench: trainer.gradient_accumulation_steps must be 1 (one batch a "
+                           "step, so that samples/s is steps x batch / seconds)")
+    check_pretraining_config(_with_trainer(cfg, {"max_steps": steps}))
+    return steps, warmup_steps, repeats
+
+
+def _with_trainer(cfg: DictConfig, options: dict) -> DictConfig:
+    """cfg with these trainer options (TrainingArguments names the trainer group may lack)."""
+    cfg = cfg.copy()
+    with open_dict(cfg):
+        cfg.trainer = OmegaConf.merge(cfg.trainer, options)
+    return cfg
+
+
+def _arguments(cfg: DictConfig, way: str, steps: int, run_dir: Path):
+    options = {"max_steps": steps}
+    if way == "plain":
+        options.update(OmegaConf.to_container(cfg.bench.plain_trainer, resolve=True))
+    return build_training_arguments(_with_trainer(cfg, options), run_dir, [])
+
+
+def _prepare(cfg: DictConfig, run_dir: Path, steps: int) -> _Data:
+    """The instances by recipe=pretrain's own pipeline; the plain way's padded copy; the masked
+    instances the MLM loss is measured on (bertkit's rule, seeded: the same for both ways)."""
+    args = _arguments(cfg, "bertkit", steps, run_dir)
+    set_seed(args.seed)
+    prepared = PretrainingJob().prepare(cfg, args)
+    instances = prepared.train_dataset
+    length = int(cfg.pretraining.max_seq_length)
+    padded = pad_to_max_length(instances, prepared.tokenizer, length)
+    columns = [name for name in instances.column_names if name != "length"]
+    evaluated = instances.select(range(min(len(instances), int(cfg.bench.eval_instances))))
+    rows = evaluated.select_columns(columns).to_list()
+    batch = int(cfg.bench.batch_size)
+    torch.manual_seed(args.seed)  # the collator masks from torch's RNG
+    eval_batches = [prepared.collator(rows[start:start + batch])
+                    for start in range(0, len(rows), batch)]
+    return _Data(prepared, padded, eval_batches)
+
+
+def masked_lm_loss(model, batches: list[dict]) -> float:
+    """Mean MLM loss over every masked token of the batches, the head run on the masked
+    positions (the same for both model classes: they share BertForPreTraining's modules)."""
+    model.eval()
+    device = next(model.parameters()).device
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for batch in batches:
+            batch = {name: value.to(device) for name, value in batch.items()}
+            hidden = model.bert(batch["input_ids"], attention_mask=batch["attention_mask"],
+                                token_type_ids=batch.get("token_type_ids"), return_dict=False)[0]
+            labels = batch["labels"]
+            masked = labels != IGNORE_INDEX
+            logits = model.cls.predictions(hidden[masked]).float()
+            total += float(functional.cross_entropy(logits, labels[masked], reduction="sum"))
+            count += int(masked.sum())
+    return total / max(count, 1)
+
+
+def _trainer(cfg: DictConfig, way: str, args, data: _Data, indices: list[int], counter):
+    """(Trainer, model) of one way, from the seeded initial weights."""
+    prepared = data.prepared
+    set_seed(args.seed)
+    if way == "bertkit":
+        instances = prepared.train_dataset.select(indices)
+        lengths = np.asarray(instances["length"])
+        subset = dataclasses.replace(prepared, train_dataset=instances, collator=counter,
+                                     phases=[Phase(0, lengths, len(indices))])
+        trainer, _ = PretrainingJob().build_trainer(cfg, args, subset, None)
+        return trainer, trainer.model
+    initial = load_pretraining_model(cfg.model, prepared.tokenizer).state_dict()
+    model = plain_model(cfg, prepared.tokenizer, initial)
+    trainer = Trainer(model=model, args=args, train_dataset=data.padded.select(indices),
+                      data_collator=counter, processing_class=prepared.tokenizer)
+    return trainer, model
+
+
+def _train(cfg: DictConfig, way: str, steps: int, data: _Data, run_dir: Path,
+           timed: bool = True) -> dict:
+    """One run of `steps` optimizer steps from the seeded initial weights."""
+    args = _arguments(cfg, way, steps, run_dir)
+    indices = training_indices(len(data.prepared.train_dataset),
+                               steps * args.per_device_train_batch_size, args.seed)
+    prepared = data.prepared
+    collate = prepared.collator if way == "bertkit" else DataCollatorForLanguageModeling(
+        prepared.tokenizer, mlm_probability=float(cfg.bench.mlm_probability))
+    counter = BatchCounter(collate)
+    trainer, model = _trainer(cfg, way, args, data, indices, counter)
+    trainer.remove_callback(PrinterCallback)  # its end-of-train line would only repeat ours
+    meter = add_throughput(cfg, trainer)
+    with PeakMemory() as memory:
+        _synchronize()
+        started = time.perf_counter()
+        output = trainer.train()
+        _synchronize()
+        seconds = time.perf_counter() - started
+    if output.global_step != steps:
+        raise BertkitError(f"bench: the {way} run made {output.global_step} steps, not {steps}")
+    result = {"seconds": seconds, **counter.totals(steps), "peak_memory_bytes": memory.peak,
+              "memory_kind": memory.kind, "training_loss": output.training_loss,
+              "num_parameters": count_parameters(model),
+              "attn_implementation": model.config._attn_implementation,
+              "config": model.config, "meter": meter.record if meter is not None else None}
+    if timed:
+        result["mlm_loss"] = masked_lm_loss(model, data.eval_batches)
+    del trainer, model
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return result
+
+
+def _flops(way: str, config, counts: dict) -> tuple[float, float]:
+    """(useful FLOPs: what the model's design computes on the real tokens; hardware FLOPs: on
+    every position fed, padding included). The vocabulary head runs where the model runs it:
+    bertkit's on the masked positions, the plain one on every real position (useful) and on
+    every position fed, padding too (hardware)."""
+    masked = counts["masked_tokens"]
+    useful_head = masked if way == "bertkit" else counts["real_tokens"]
+    hardware_head = masked if way == "bertkit" else counts["positions"]
+    useful = training_flops(config, real_tokens=counts["real_tokens"],
+                            sum_squared_lengths=counts["sum_squared_lengths"],
+                            predicted_tokens=useful_head, sequences=counts["sequences"])
+    hardware = training_flops(config, real_tokens=counts["positions"],
+                              sum_squared_lengths=counts["sum_squared_widths"],
+                              predicted_tokens=hardware_head, sequences=counts["sequences"])
+    return useful, hardware
+
+
+def _way_summary(way: str, runs: list[dict], peak: float | None) -> dict:
+    """One way's figures: the median time over repeats; counts from the first run (every
+    repeat feeds the same batches)."""
+    first = runs[0]
+    seconds = statistics.median(run["seconds"] for run in runs)
+    useful, hardware = _flops(way, first["config"], first)
+    counts = {key: first[key] for key in ("sequences", "real_tokens", "positions",
+                                          "sum_squared_lengths", "sum_squared_widths",
+                                          "masked_tokens")}
+    return {
+        "description": DESCRIPTIONS[way],
+        "samples_per_second": first["sequences"] / seconds,
+        "real_tokens_per_second": first["real_tokens"] / seconds,
+        "seconds": seconds,
+        "seconds_each_repeat": [run["seconds"] for run in runs],
+        **counts,
+        "real_token_share": first["real_tokens"] / first["positions"],
+        "peak_memory_bytes": max(run["peak_memory_bytes"] for run in runs),
+        "peak_memory_kind": first["memory_kind"],
+        "mlm_loss": statistics.median(run["mlm_loss"] for run in runs),
+        "training_loss": first["training_loss"],
+        "attn_implementation": first["attn_implementation"],
+        "meter": first["meter"],
+        "flops": useful,
+        "hardware_flops": hardware,
+        "mfu": None if peak is None else useful / (seconds * peak),
+        "hfu": None if peak is None else hardware / (seconds * peak),
+    }
+
+
+def _peak(cfg: DictConfig, name: str, precision: str) -> float | None:
+    """The device's peak FLOP/s at this precision (throughput.peak_tflops); none on a CPU."""
+    if name == "cpu":
+        return None
+    table = OmegaConf.select(cfg, "throughput.peak_tflops", default=None)
+    return peak_flops(name, precision, OmegaConf.to_container(table) if table else {})
+
+
+def benchmark_pretrain_throughput(cfg: DictConfig, run_dir: Path | None = None) -> dict:
+    run_dir = Path(run_dir or hydra_run_dir())
+    steps, warmup_steps, repeats = _check(cfg)
+    if cfg.bench.num_threads is not None:
+        torch.set_num_threads(int(cfg.bench.num_threads))
+    probe = _arguments(cfg, "bertkit", steps, run_dir)
+    if probe.world_size > 1:
+        raise BertkitError("bench: run on one process (it compares single-process throughput)")
+    data = _prepare(cfg, run_dir, steps)
+
+    for way in WAYS if warmup_steps else ():
+        logger.info("bench %s: warm-up, %d steps (not timed)", way, warmup_steps)
+        _train(cfg, way, warmup_steps, data, run_dir, timed=False)
+    runs: dict[str, list[dict]] = {way: [] for way in WAYS}
+    for repeat in range(repeats):  # alternating order: plain, bertkit, bertkit, plain, ...
+        for way in WAYS if repeat % 2 == 0 else WAYS[::-1]:
+            logger.info("bench %s: timed run %d of %d, %d steps", way, repeat + 1, repeats, steps)
+            runs[way].append(_train(cfg, way, steps, data, run_dir))
+    scratch = run_dir / "checkpoints"
+    if scratch.is_dir() and not any(scratch.iterdir()):
+        scratch.rmdir()
+
+    name, precision = device_name(), precision_of(probe)
+    peak = _peak(cfg, name, precision)
+    ways = {way: _way_summary(way, runs[way], peak) for way in WAYS}
+    result = _result(cfg, probe, data, ways, runs, (steps, warmup_steps, repeats))
+    result.update(device_name=name, precision=precision, peak_flops=peak)
+    path = write_json_atomic(run_dir / RESULT_FILE, result)
+    print(table(result, path))
+    return result
+
+
+def _result(cfg: DictConfig, probe, data: _Data, ways: dict, runs: dict,
+            schedule: tuple[int, int, int]) -> dict:
+    steps, warmup_steps, repeats = schedule
+    config = runs["plain"][0]["config"]
+    masking = cfg.masking
+    return {
+        "recipe": cfg.recipe.name,
+        "corpus": cfg.corpus.name,
+        "objective": cfg.objective.name,
+        "instances": len(data.prepared.train_dataset),
+        "instance_tokens": int(np.sum(data.prepared.train_dataset["length"])),
+        "model": {"num_hidden_layers": config.num_hidden_layers,
+                  "hidden_size": config.hidden_size, "vocab_size": config.vocab_size,
+                  "num_parameters": runs["plain"][0]["num_parameters"]},
+        "device": "cuda" if torch.cuda.is_available() else "cpu",
+        "torch_threads": torch.get_num_threads(),
+        "steps": steps,
+        "warmup_steps": warmup_steps,
+        "repeats": repeats,
+        "batch_size": probe.per_device_train_batch_size,
+        "learning_rate": probe.learning_rate,
+        "optim": str(probe.optim),
+        "seed": probe.seed,
+        "max_seq_length": int(cfg.pretraining.max_seq_length),
+        "masking": {"plain_mlm_probability": float(cfg.bench.mlm_probability),
+                    "bertkit_mlm_probability": masking.mlm_probability,
+                    "bertkit_max_predictions_per_seq": masking.max_predictions_per_seq},
+        "pad_to_multiple_of": cfg.pad_to_multiple_of if (probe.bf16 or probe.fp16) else None,
+        "timing": "wall time of trainer.train() per timed run (CUDA synchronised), median over "
+                  "repeats in alternating order; each way first ran warmup_steps steps on a "
+                  "throwaway model (not timed)",
+        "mlm_loss": f"each trained model on the first {len(data.eval_batches)} batch(es) of "
+                    f"the instances, masked once by bertkit's rule (seeded), median over repeats",
+        "flops": "fwd+bwd matmuls (bertkit.training.flops); useful: the encoder on the real "
+                 "tokens, hardware: on every position fed; the head on the masked positions "
+                 "(bertkit) or on every position fed (plain)",
+        "ways": ways,
+        "ratio": {key: ways["bertkit"][key] / ways["plain"][key]
+                  for key in ("samples_per_second", "real_tokens_per_second")},
+    }
+
+
+def _memory(value: int) -> str:
+    return f"{value / 2**30:.2f} GiB"
+
+
+def table(result: dict, path: Path | None = None) -> str:
+    """The markdown table of both ways and the ratio."""
+    model, ways = result["model"], result["ways"]
+    gpu = result["peak_flops"] is not None
+    lines = [
+        f"\nbench_pretrain {result['corpus']} ({result['objective']}, {result['instances']:,} "
+        f"instances): {result['steps']} steps x batch {result['batch_size']}, "
+        f"{result['warmup_steps']} warm-up steps not timed, {result['repeats']} repeat(s); "
+        f"{model['num_hidden_layers']}x{model['hidden_size']} BERT "
+        f"({model['num_parameters'] / 1e6:.1f}M parameters, vocab {model['vocab_size']:,}), "
+        f"{result['device_name']} {result['precision']}, {result['torch_threads']} threads\n",
+        "| way | samples/s | real tokens/s | seconds | real-token share | peak memory "
+        "| MLM loss | MFU | HFU |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for way, values in ways.items():
+        mfu = f"{values['mfu']:.1%}" if gpu else "n/a"
+        hfu = f"{values['hfu']:.1%}" if gpu else "n/a"
+        lines.append(f"| {way} | {values['samples_per_second']:.1f} "
+                     f"| {values['real_tokens_per_second']:,.0f} | {values['seconds']:.2f} "
+                     f"| {values['real_token_share']:.1%} "
+                     f"| {_memory(values['peak_memory_bytes'])} | {values['mlm_loss']:.3f} "
+                     f"| {mfu} | {hfu} |")
+    ratio = result["ratio"]
+    lines.append(f"| bertkit/plain | **{ratio['samples_per_second']:.2f}x** "
+                 f"| **{ratio['real_tokens_per_second']:.2f}x** | | | | | | |")
+    lines.append(f"\npeak memory: {ways['plain']['peak_memory_kind']}")
+    if path is not None:
+        lines.append(f"result: {path}")
+    return "\n".join(lines)

@@ -1,0 +1,192 @@
+"""The bench_pretrain recipe: both ways train the same steps on the same instances (counted
+here from the pipeline's own instances), from the same initial weights; the plain way's padding
+is to max_seq_length; the ratios and MFU follow from the recorded figures."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+import torch
+from torch.nn import functional
+from transformers import BertForPreTraining, set_seed
+
+from bertkit.benchmarks import pretrain_throughput
+from bertkit.benchmarks.pretrain_throughput import (
+    RESULT_FILE,
+    PlainBertForPreTraining,
+    benchmark_pretrain_throughput,
+    plain_model,
+    training_indices,
+)
+from bertkit.errors import BertkitError
+from bertkit.jobs import run_job
+from bertkit.pretraining.corpora import corpus_documents
+from bertkit.pretraining.demo_corpus import ensure_demo_corpus
+from bertkit.pretraining.instances import (
+    packed_sequences_dataset,
+    pair_instances_dataset,
+    tokenize_documents,
+)
+from bertkit.pretraining.model import load_pretraining_model
+from bertkit.training.flops import training_flops
+from bertkit.training.models import load_tokenizer
+from tests.conftest import compose_config
+
+BATCH, STEPS, WARMUP, REPEATS, MAX_LENGTH = 8, 3, 1, 2, 128
+
+
+def bench_overrides(tmp_path, **extra) -> list[str]:
+    overrides = {
+        "recipe": "bench_pretrain",
+        "cache_dir": str(tmp_path / "cache"),
+        "corpus.synthetic.num_documents": 40,
+        # The demo corpus's own whole-word vocabulary, written beside it.
+        "model.tokenizer": str(tmp_path / "cache" / "pretrain_demo"),
+        "model.config.hidden_size": 32,
+        "model.config.intermediate_size": 64,
+        "model.config.num_hidden_layers": 2,
+        "model.config.num_attention_heads": 2,
+        "bench.steps": STEPS,
+        "bench.warmup_steps": WARMUP,
+        "bench.repeats": REPEATS,
+        "bench.batch_size": BATCH,
+        "bench.eval_instances": 2 * BATCH,
+        **extra,
+    }
+    return [f"{key}={value}" for key, value in overrides.items()]
+
+
+def instance_lengths(cfg, cache_dir) -> list[int]:
+    """The instances recipe=pretrain trains on, built here in a cache of our own."""
+    ensure_demo_corpus(cfg.corpus.files[0], dict(cfg.corpus.synthetic))
+    documents = corpus_documents(cfg.corpus, str(cache_dir))
+    tokenizer = load_tokenizer(cfg.model)
+    tokenized = tokenize_documents(documents, tokenizer)
+    if cfg.objective.packing == "full_sentences":
+        instances = packed_sequences_dataset(tokenized, tokenizer, max_seq_length=MAX_LENGTH)
+    else:
+        instances = pair_instances_dataset(
+            tokenized, tokenizer, max_seq_length=MAX_LENGTH,
+            short_seq_prob=cfg.pretraining.short_seq_prob, seed=cfg.seed, copies=1,
+            sentence_task=cfg.objective.sentence_task)
+    return [len(ids) for ids in instances["input_ids"]]
+
+
+@pytest.mark.parametrize("objective", ["mlm_nsp", "mlm"])
+def test_both_ways_train_the_same_steps_on_the_same_instances(objective, tmp_path):
+    cfg = compose_config(bench_overrides(tmp_path, objective=objective))
+    run_dir = tmp_path / "run"
+
+    result = run_job(cfg, run_dir)
+
+    assert json.loads((run_dir / RESULT_FILE).read_text()) == result
+    lengths = instance_lengths(cfg, tmp_path / "independent")
+    assert result["instances"] == len(lengths) > STEPS * BATCH
+    assert result["instance_tokens"] == sum(lengths)
+    fed = training_indices(len(lengths), STEPS * BATCH, cfg.seed)
+    real_tokens = sum(lengths[i] for i in fed)
+    plain, bertkit = result["ways"]["plain"], result["ways"]["bertkit"]
+    for way in (plain, bertkit):
+        assert way["sequences"] == STEPS * BATCH
+        assert way["real_tokens"] == real_tokens
+        assert way["sum_squared_lengths"] == sum(lengths[i] ** 2 for i in fed)
+        assert len(way["seconds_each_repeat"]) == REPEATS
+        assert way["seconds"] > 0 and way["peak_memory_bytes"] > 0
+        assert way["samples_per_second"] == pytest.approx(STEPS * BATCH / way["seconds"])
+        assert way["real_tokens_per_second"] == pytest.approx(real_tokens / way["seconds"])
+        assert 0 < way["masked_tokens"] < real_tokens
+        assert 0 < way["mlm_loss"] < 20 and way["training_loss"] > 0
+        assert way["mfu"] is None and way["hfu"] is None  # a CPU: no peak to divide by
+    # The plain way pads every instance to max_seq_length; bertkit each batch to its longest.
+    assert plain["positions"] == STEPS * BATCH * MAX_LENGTH
+    assert plain["sum_squared_widths"] == STEPS * BATCH * MAX_LENGTH ** 2
+    assert plain["real_token_share"] == pytest.approx(real_tokens / (STEPS * BATCH * MAX_LENGTH))
+    assert real_tokens <= bertkit["positions"] <= plain["positions"]
+    assert bertkit["real_token_share"] == pytest.approx(real_tokens / bertkit["positions"])
+    # The plain model's head runs on every position, bertkit's on the masked ones; the FLOPs
+    # counted here from the batches are those the throughput meter counted in the model.
+    assert bertkit["flops"] < plain["flops"] < plain["hardware_flops"]
+    assert bertkit["flops"] <= bertkit["hardware_flops"]
+    for way in (plain, bertkit):
+        assert way["meter"]["flops"] == pytest.approx(way["flops"])
+        assert way["meter"]["real_tokens"] == real_tokens
+    for key in ("samples_per_second", "real_tokens_per_second"):
+        assert result["ratio"][key] == pytest.approx(bertkit[key] / plain[key])
+    assert (result["device"], result["precision"], result["peak_flops"]) == ("cpu", "fp32", None)
+    assert result["steps"] == STEPS and result["batch_size"] == BATCH
+    assert not (run_dir / "checkpoints").exists()
+
+
+def test_mfu_is_useful_flops_over_seconds_times_the_peak(tmp_path, monkeypatch):
+    asked = []
+
+    def fake_peak(device_name, precision, table):
+        asked.append((device_name, precision))
+        return 2e12
+
+    monkeypatch.setattr(pretrain_throughput, "device_name", lambda: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(pretrain_throughput, "peak_flops", fake_peak)
+    cfg = compose_config(bench_overrides(tmp_path, **{"bench.repeats": 1}))
+
+    result = benchmark_pretrain_throughput(cfg, run_dir=tmp_path / "run")
+
+    assert asked == [("NVIDIA H100 80GB HBM3", "fp32")]
+    assert result["peak_flops"] == 2e12
+    config = load_pretraining_model(cfg.model, load_tokenizer(cfg.model)).config
+    for name, way in result["ways"].items():
+        counts = {key: way[key] for key in ("real_tokens", "sum_squared_lengths", "sequences")}
+        head = way["masked_tokens"] if name == "bertkit" else way["real_tokens"]
+        flops = training_flops(config, **counts, predicted_tokens=head)
+        assert way["flops"] == pytest.approx(flops)
+        assert way["mfu"] == pytest.approx(flops / (way["seconds"] * 2e12))
+        assert way["hfu"] == pytest.approx(way["hardware_flops"] / (way["seconds"] * 2e12))
+    assert "MFU" in pretrain_throughput.table(result)
+
+
+def test_training_indices_feed_every_instance_equally_often():
+    for n, count in ((10, 25), (10, 10), (30, 7)):
+        indices = training_indices(n, count, seed=3)
+        assert len(indices) == count
+        times = Counter(indices)
+        assert set(times.values()) <= {count // n, count // n + 1}
+        assert len(times) == min(n, count)
+    assert training_indices(30, 7, seed=3) == training_indices(30, 7, seed=3)
+
+
+def test_the_plain_model_starts_from_bertkits_weights_with_transformers_loss(tmp_path):
+    cfg = compose_config(bench_overrides(tmp_path))
+    ensure_demo_corpus(cfg.corpus.files[0], dict(cfg.corpus.synthetic))
+    tokenizer = load_tokenizer(cfg.model)
+    set_seed(cfg.seed)
+    reference = load_pretraining_model(cfg.model, tokenizer)
+    model = plain_model(cfg, tokenizer, reference.state_dict())
+    assert isinstance(model, BertForPreTraining)
+    for key, value in reference.state_dict().items():
+        assert torch.equal(model.state_dict()[key], value), key
+
+    model.eval()
+    ids = torch.randint(5, len(tokenizer), (2, 9))
+    labels = torch.full_like(ids, -100)
+    labels[:, 3] = ids[:, 3]
+    sentence = torch.tensor([0, 1])
+    with torch.no_grad():
+        full = BertForPreTraining.forward(model, ids, labels=labels, next_sentence_label=sentence)
+        assert model(ids, labels=labels, next_sentence_label=sentence).loss == full.loss
+        alone = model(ids, labels=labels).loss  # objective=mlm: transformers gives no loss
+    logits = full.prediction_logits
+    assert alone == pytest.approx(float(functional.cross_entropy(
+        logits.view(-1, logits.shape[-1]), labels.view(-1))))
+    assert isinstance(model, PlainBertForPreTraining)
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("masking=static", "masking=dynamic"),
+    ("pretraining.long_phase.fraction=0.1", "long_phase.fraction=0"),
+    ("bench.steps=0", "at least 1"),
+])
+def test_settings_the_comparison_cannot_use_are_refused(override, message, tmp_path):
+    cfg = compose_config([*bench_overrides(tmp_path), override])
+    with pytest.raises(BertkitError, match=message):
+        benchmark_pretrain_throughput(cfg, run_dir=tmp_path / "run")
