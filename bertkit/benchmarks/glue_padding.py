@@ -45,6 +45,7 @@ from transformers import (
 )
 from transformers.data.data_collator import pad_without_fast_tokenizer_warning
 
+from bertkit.benchmarks.timing import device_name, synchronize
 from bertkit.data.atomic_files import write_json_atomic
 from bertkit.errors import BertkitError
 from bertkit.tasks.glue.family import FAMILY as GLUE
@@ -103,11 +104,6 @@ def pad_to_max_length(
                      keep_in_memory=cache_file is None, desc=f"Padding to {max_length}")
 
 
-def _synchronize() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-
-
 def _train(cfg: DictConfig, way: str, steps: int, run_dir: Path, build_model,
            train: datasets.Dataset, collate, tokenizer: PreTrainedTokenizerBase) -> dict:
     """One training run of `steps` optimizer steps from the seeded initial weights."""
@@ -124,10 +120,10 @@ def _train(cfg: DictConfig, way: str, steps: int, run_dir: Path, build_model,
     meter = add_throughput(cfg, trainer)
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
-    _synchronize()
+    synchronize()
     started = time.perf_counter()
     output = trainer.train()
-    _synchronize()
+    synchronize()
     seconds = time.perf_counter() - started
     if output.global_step != steps:
         raise BertkitError(f"bench: the {way} run made {output.global_step} steps, not {steps}")
@@ -212,7 +208,6 @@ def _result(cfg: DictConfig, probe, precision: str, ways: dict, runs: dict,
     steps, warmup_steps, repeats = schedule
     ratio = ways["bertkit"]["samples_per_second"] / ways["plain"]["samples_per_second"]
     model = cfg.model.config
-    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
     return {
         "recipe": cfg.recipe.name,
         "task": task.name,
@@ -221,7 +216,7 @@ def _result(cfg: DictConfig, probe, precision: str, ways: dict, runs: dict,
                   "num_hidden_layers": model.num_hidden_layers,
                   "hidden_size": model.hidden_size,
                   "num_parameters": runs["plain"][0]["num_parameters"]},
-        "device": device,
+        "device": device_name(),
         "torch_threads": torch.get_num_threads(),
         "precision": precision,
         "steps": steps,

@@ -71,6 +71,7 @@ from transformers import (
 )
 
 from bertkit.benchmarks.glue_padding import pad_to_max_length
+from bertkit.benchmarks.timing import device_name, synchronize
 from bertkit.data.atomic_files import write_json_atomic
 from bertkit.errors import BertkitError
 from bertkit.pretraining.masking import IGNORE_INDEX
@@ -155,15 +156,6 @@ def plain_model(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase, initial: di
     model = PlainBertForPreTraining(config)
     model.load_state_dict(initial)
     return model
-
-
-def device_name() -> str:
-    return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
-
-
-def _synchronize() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
 
 
 class PeakMemory:
@@ -317,10 +309,10 @@ def _train(cfg: DictConfig, way: str, steps: int, data: _Data, run_dir: Path,
     trainer.remove_callback(PrinterCallback)  # its end-of-train line would only repeat ours
     meter = add_throughput(cfg, trainer)
     with PeakMemory() as memory:
-        _synchronize()
+        synchronize()
         started = time.perf_counter()
         output = trainer.train()
-        _synchronize()
+        synchronize()
         seconds = time.perf_counter() - started
     if output.global_step != steps:
         raise BertkitError(f"bench: the {way} run made {output.global_step} steps, not {steps}")

@@ -56,16 +56,16 @@ def bench_overrides(corpus_file, vocab, tmp_path, **extra) -> list[str]:
     return [f"{key}={value}" for key, value in overrides.items()]
 
 
-def pipeline_lengths(cfg, cache_dir) -> tuple[int, list[int]]:
+def pipeline_lengths(cfg, cache_dir, max_length: int = MAX_LENGTH) -> tuple[int, list[int]]:
     """(documents, instance lengths) from the pipeline's own functions, in a cache of our own."""
     documents = corpus_documents(cfg.corpus, str(cache_dir))
     tokenizer = load_tokenizer(cfg.model)
     tokenized = tokenize_documents(documents, tokenizer)
     if cfg.objective.packing == "full_sentences":
-        instances = packed_sequences_dataset(tokenized, tokenizer, max_seq_length=MAX_LENGTH)
+        instances = packed_sequences_dataset(tokenized, tokenizer, max_seq_length=max_length)
     else:
         instances = pair_instances_dataset(
-            tokenized, tokenizer, max_seq_length=MAX_LENGTH,
+            tokenized, tokenizer, max_seq_length=max_length,
             short_seq_prob=cfg.pretraining.short_seq_prob, seed=cfg.seed, copies=1,
             sentence_task=cfg.objective.sentence_task)
     return len(documents), [len(ids) for ids in instances["input_ids"]]

@@ -22,16 +22,11 @@ from bertkit.benchmarks.pretrain_throughput import (
 )
 from bertkit.errors import BertkitError
 from bertkit.jobs import run_job
-from bertkit.pretraining.corpora import corpus_documents
 from bertkit.pretraining.demo_corpus import ensure_demo_corpus
-from bertkit.pretraining.instances import (
-    packed_sequences_dataset,
-    pair_instances_dataset,
-    tokenize_documents,
-)
 from bertkit.pretraining.model import load_pretraining_model
 from bertkit.training.flops import training_flops
 from bertkit.training.models import load_tokenizer
+from tests.benchmarks.test_pretrain_data_benchmark import pipeline_lengths
 from tests.conftest import compose_config
 
 BATCH, STEPS, WARMUP, REPEATS, MAX_LENGTH = 8, 3, 1, 2, 128
@@ -61,17 +56,7 @@ def bench_overrides(tmp_path, **extra) -> list[str]:
 def instance_lengths(cfg, cache_dir) -> list[int]:
     """The instances recipe=pretrain trains on, built here in a cache of our own."""
     ensure_demo_corpus(cfg.corpus.files[0], dict(cfg.corpus.synthetic))
-    documents = corpus_documents(cfg.corpus, str(cache_dir))
-    tokenizer = load_tokenizer(cfg.model)
-    tokenized = tokenize_documents(documents, tokenizer)
-    if cfg.objective.packing == "full_sentences":
-        instances = packed_sequences_dataset(tokenized, tokenizer, max_seq_length=MAX_LENGTH)
-    else:
-        instances = pair_instances_dataset(
-            tokenized, tokenizer, max_seq_length=MAX_LENGTH,
-            short_seq_prob=cfg.pretraining.short_seq_prob, seed=cfg.seed, copies=1,
-            sentence_task=cfg.objective.sentence_task)
-    return [len(ids) for ids in instances["input_ids"]]
+    return pipeline_lengths(cfg, cache_dir, MAX_LENGTH)[1]
 
 
 @pytest.mark.parametrize("objective", ["mlm_nsp", "mlm"])

@@ -108,10 +108,10 @@ def test_successive_halving_through_joblib_matches_the_sequential_launcher(
         rungs = [sorted(Path(job["run_dir"]).relative_to(sweep_dir).as_posix()
                         for job in rung["jobs_detail"] if job["continues"])
                  for rung in ledger["rungs"]]
-        scores = {p.parent.relative_to(sweep_dir).as_posix():
-                  (json.loads(p.read_text())["main_value"],
-                   json.loads(p.read_text())["train"]["steps"])
-                  for p in sweep_dir.rglob("metrics.json")}
+        records = {p.parent.relative_to(sweep_dir).as_posix(): json.loads(p.read_text())
+                   for p in sweep_dir.rglob("metrics.json")}
+        scores = {job: (record["main_value"], record["train"]["steps"])
+                  for job, record in records.items()}
         results[name] = rungs, scores, ledger["compute"]
     (seq_rungs, seq_scores, seq_compute), (par_rungs, par_scores, par_compute) = (
         results["sequential"], results["joblib"])
