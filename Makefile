@@ -57,7 +57,7 @@ LAUNCH := $(BIN)/torchrun --standalone --nproc_per_node=$(NPROC) -m bertkit
 endif
 
 .PHONY: install demo test lint glue glue-grid $(addprefix glue-,$(GLUE_TASKS)) bench-glue squad \
-	squad2 swag ner pretrain pretrain-ablation bench-pretrain-data bench-pretrain minilm bench-parity bench-sweep squad-dev-halves clean
+	squad2 swag ner pretrain pretrain-ablation bench-pretrain-data bench-pretrain bench-pretrain-quality minilm bench-parity bench-sweep squad-dev-halves clean
 
 install: $(VENV)/.installed
 
@@ -138,6 +138,11 @@ bench-pretrain-data: install
 # On a GPU: O="model=scratch_base bench.batch_size=256 bench.steps=200".
 bench-pretrain: install
 	$(BIN)/bertkit recipe=bench_pretrain $(O)
+
+# Time to quality: bertkit's budget pretraining vs the plain run_mlm.py way, same budget, model,
+# vocabulary and text, scored on the same held-out masked positions (recipes/cards/pretrain.md).
+bench-pretrain-quality: install
+	$(BIN)/bertkit experiment=bench_pretrain_quality $(O)
 
 # Samples/s of finetuning padded run_glue.py's way vs bertkit's, one run per task (bench.json).
 bench-glue: install

@@ -27,6 +27,7 @@ JOBS = {
     "bench_parity": "bertkit.benchmarks.glue_parity:benchmark_glue_parity",
     "bench_pretrain_data": "bertkit.benchmarks.pretrain_data:benchmark_pretrain_data",
     "bench_pretrain": "bertkit.benchmarks.pretrain_throughput:benchmark_pretrain_throughput",
+    "bench_pretrain_quality": "bertkit.benchmarks.pretrain_quality:benchmark_pretrain_quality",
     "bench_sweep": "bertkit.benchmarks.sweep_launchers:benchmark_sweep_launchers",
 }
 

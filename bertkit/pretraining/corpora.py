@@ -80,29 +80,51 @@ def files_fingerprint(files: list[Path], corpus_format: str, max_documents: int 
     return hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _generate(paths: list[str], corpus_format: str, max_documents: int | None,
+def _generate(sources: list[tuple[list[str], str]], max_documents: int | None,
               fingerprint: str) -> Iterator[dict]:
     """`fingerprint` is unused here: being in gen_kwargs, it keys the Arrow cache."""
-    documents = pretrain_corpus.read_documents(paths, corpus_format)
+    documents = itertools.chain.from_iterable(
+        pretrain_corpus.read_documents(paths, corpus_format) for paths, corpus_format in sources)
     for document in itertools.islice(documents, max_documents):
         yield {"sentences": document}
 
 
+def corpus_parts(corpus: DictConfig) -> list[DictConfig]:
+    """corpus.parts (files in several formats, e.g. WikiText articles and plain-text books), or
+    the corpus itself as its one part (corpus.files in corpus.format)."""
+    parts = OmegaConf.select(corpus, "parts")
+    if not parts:
+        return [corpus]
+    for number, part in enumerate(parts):
+        if not OmegaConf.is_dict(part) or "files" not in part or "format" not in part:
+            raise BertkitError(f"corpus.parts[{number}]: expected {{format: ..., files: [...]}}")
+    return list(parts)
+
+
 def local_documents(corpus: DictConfig, cache_dir: str, num_proc: int | None = None,
                     max_documents: int | None = None) -> datasets.Dataset:
-    if corpus.format not in pretrain_corpus.FORMATS:
-        raise BertkitError(f"corpus.format={corpus.format!r}: expected one of "
-                           f"{', '.join(pretrain_corpus.FORMATS)}")
-    files = corpus_files(corpus)
-    fingerprint = files_fingerprint(files, corpus.format, max_documents)
+    sources = []
+    for part in corpus_parts(corpus):
+        if part.format not in pretrain_corpus.FORMATS:
+            raise BertkitError(f"corpus.format={part.format!r}: expected one of "
+                               f"{', '.join(pretrain_corpus.FORMATS)}")
+        sources.append(([str(path) for path in corpus_files(part)], part.format))
+    files = [Path(path) for paths, _ in sources for path in paths]
+    fingerprint = files_fingerprint(files, "+".join(fmt for _, fmt in sources), max_documents)
     # Several processes each read a share of the files (order kept); not with max_documents,
-    # which counts across all files.
-    processes = min(num_proc or 1, len(files)) if max_documents is None else 1
+    # which counts across all files, nor with several parts.
+    processes = min(num_proc or 1, len(files)) if max_documents is None and len(sources) == 1 \
+        else 1
+    if processes > 1:  # datasets shards list-valued gen_kwargs: one shard per file
+        paths, corpus_format = sources[0]
+        sources_kwarg = [([path], corpus_format) for path in paths]
+    else:
+        sources_kwarg = sources
     try:
         documents = datasets.Dataset.from_generator(
             _generate, features=FEATURES, cache_dir=str(Path(cache_dir) / "corpus"),
-            gen_kwargs={"paths": [str(path) for path in files], "corpus_format": corpus.format,
-                        "max_documents": max_documents, "fingerprint": fingerprint},
+            gen_kwargs={"sources": sources_kwarg, "max_documents": max_documents,
+                        "fingerprint": fingerprint},
             num_proc=processes if processes > 1 else None,
             # The key is exactly the files and reading rules, not a hash of _generate's code.
             fingerprint=fingerprint,
@@ -117,7 +139,7 @@ def local_documents(corpus: DictConfig, cache_dir: str, num_proc: int | None = N
         documents = None
     if documents is None or len(documents) == 0:
         raise BertkitError(f"corpus.files ({', '.join(map(str, files))}) hold no document in "
-                           f"corpus.format={corpus.format}")
+                           f"their corpus.format")
     return documents
 
 

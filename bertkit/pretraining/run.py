@@ -5,6 +5,10 @@ packed full sentences for MLM alone) at each phase's sequence length -> static m
 on disk, or dynamic masks drawn in the collator -> PretrainingTrainer. Every step runs
 through datasets.map and is cached by fingerprint, so a rerun or a sweep job reuses it.
 
+A share of the documents is held out first (heldout.fraction; bertkit/pretraining/heldout.py):
+the vocabulary and the training data come from the rest, and the model is scored during
+training on held-out masked positions that are the same for every arm of a comparison.
+
 Leaves in the run directory: config.yaml, metrics.json, and model/ (weights and tokenizer),
 which the GLUE recipe finetunes with model.name_or_path=<run dir>/model.
 """
@@ -29,6 +33,15 @@ from bertkit.pretraining.corpora import corpus_documents
 from bertkit.pretraining.demo_corpus import ensure_demo_corpus
 from bertkit.pretraining.downstream import finetune_downstream
 from bertkit.pretraining.dynamic_masking import DynamicMaskingCollator, padding_collator
+from bertkit.pretraining.heldout import (
+    HeldoutSet,
+    build_heldout,
+    check_heldout_config,
+    heldout_enabled,
+    heldout_settings,
+    split_documents,
+)
+from bertkit.pretraining.heldout_evaluation import HeldoutEvaluation, heldout_record
 from bertkit.pretraining.instances import (
     packed_sequences_dataset,
     pair_instances_dataset,
@@ -41,6 +54,7 @@ from bertkit.pretraining.phases import Phase, phase_steps
 from bertkit.pretraining.static_masking import static_masked_copies
 from bertkit.pretraining.trainer import PretrainingTrainer
 from bertkit.pretraining.wordpiece import ensure_trained_tokenizer, trained_tokenizer_dir
+from bertkit.training.clock import TrainingClock
 from bertkit.training.models import load_tokenizer
 from bertkit.training.run import Outcome, TrainingJob, run_training
 from bertkit.training.wandb_logging import paper_hyperparameters
@@ -82,6 +96,7 @@ def check_pretraining_config(cfg: DictConfig) -> None:
     if longest > positions:
         raise BertkitError(f"sequences of {longest} tokens do not fit "
                            f"model.config.max_position_embeddings={positions}")
+    check_heldout_config(cfg)
     if is_streaming(cfg.corpus):
         if masking.kind == "static":
             raise BertkitError("masking=static with corpus.hub.streaming=true: static masks are "
@@ -91,6 +106,11 @@ def check_pretraining_config(cfg: DictConfig) -> None:
             raise BertkitError("pretraining.long_phase.fraction>0 with corpus.hub.streaming=true: "
                                "the 512-token phase needs its own stored instances; set "
                                "pretraining.long_phase.fraction=0 or corpus.hub.streaming=false")
+        if heldout_enabled(cfg):
+            raise BertkitError("heldout.fraction>0 with corpus.hub.streaming=true: the held-out "
+                               "documents are chosen from the stored corpus before training, "
+                               "which a stream cannot do; set heldout.fraction=0 or "
+                               "corpus.hub.streaming=false")
 
 
 def is_streaming(corpus: DictConfig) -> bool:
@@ -102,6 +122,22 @@ def _corpus_fingerprint(corpus: DictConfig, documents) -> str:
     if isinstance(documents, datasets.Dataset):
         return documents._fingerprint
     return hashlib.sha256(OmegaConf.to_yaml(corpus, resolve=True).encode()).hexdigest()[:16]
+
+
+def pretraining_documents(cfg: DictConfig):
+    """The corpus's documents (the demo corpus generated first if it is the one)."""
+    synthetic = OmegaConf.select(cfg.corpus, "synthetic")
+    if synthetic is not None:
+        ensure_demo_corpus(Path(cfg.corpus.files[0]), OmegaConf.to_container(synthetic))
+    return corpus_documents(cfg.corpus, cfg.cache_dir, num_proc=cfg.preprocessing_num_workers)
+
+
+def split_corpus(cfg: DictConfig):
+    """(training documents, held-out documents or None): the corpus split by heldout.fraction,
+    as every pretraining run (and a benchmark scoring another model alike) splits it."""
+    documents = pretraining_documents(cfg)
+    return split_documents(documents, heldout_settings(cfg).fraction,
+                           num_proc=cfg.preprocessing_num_workers)
 
 
 def pretraining_tokenizer(cfg: DictConfig, documents) -> PreTrainedTokenizerBase:
@@ -218,6 +254,19 @@ def pretraining_hyperparameters(cfg: DictConfig, args: TrainingArguments, model)
     }
 
 
+def _heldout_line(heldout: dict | None, sentence_task: str | None) -> str:
+    """The printout's held-out scores (at the last evaluation), or nothing when off."""
+    final = (heldout or {}).get("final")
+    if not final:
+        return ""
+    line = (f"  held-out ({heldout['sequences']} sequences, {heldout['masked_positions']} masked "
+            f"positions): MLM loss {final['mlm_loss']:.4f}, MLM accuracy "
+            f"{final['mlm_accuracy']:.4f}")
+    if sentence_task and f"{sentence_task}_accuracy" in final:
+        line += f", {sentence_task.upper()} accuracy {final[f'{sentence_task}_accuracy']:.4f}"
+    return line + "\n"
+
+
 def _training_lines(history: list[dict]) -> list[dict]:
     return [dict(line) for line in history if "mlm_loss" in line]
 
@@ -229,6 +278,8 @@ class _Prepared:
     phases: list[Phase] | None
     collator: object
     seconds: float
+    heldout: HeldoutSet | None = None  # None: heldout.fraction=0
+    train_documents: int | None = None  # None: a stream
 
 
 class PretrainingJob(TrainingJob):
@@ -239,15 +290,14 @@ class PretrainingJob(TrainingJob):
 
     def prepare(self, cfg, args) -> _Prepared:
         started = time.perf_counter()
-        synthetic = OmegaConf.select(cfg.corpus, "synthetic")
-        if synthetic is not None:
-            ensure_demo_corpus(Path(cfg.corpus.files[0]), OmegaConf.to_container(synthetic))
-        documents = corpus_documents(cfg.corpus, cfg.cache_dir,
-                                     num_proc=cfg.preprocessing_num_workers)
+        # Held-out documents never reach the vocabulary nor the training data.
+        documents, heldout_docs = split_corpus(cfg)
         tokenizer = pretraining_tokenizer(cfg, documents)
         train_dataset, phases, collator = build_training_data(cfg, documents, tokenizer, args)
+        heldout = None if heldout_docs is None else build_heldout(cfg, tokenizer, heldout_docs)
+        train_documents = len(documents) if isinstance(documents, datasets.Dataset) else None
         return _Prepared(tokenizer, train_dataset, phases, collator,
-                         time.perf_counter() - started)
+                         time.perf_counter() - started, heldout, train_documents)
 
     def build_trainer(self, cfg, args, prepared, pad_to_multiple_of):
         model = load_pretraining_model(cfg.model, prepared.tokenizer)
@@ -256,6 +306,16 @@ class PretrainingJob(TrainingJob):
             data_collator=prepared.collator, processing_class=prepared.tokenizer,
             phases=prepared.phases, sentence_task=cfg.objective.sentence_task)
         return trainer, pretraining_hyperparameters(cfg, args, model)
+
+    def callbacks(self, cfg, trainer, prepared, clock: TrainingClock) -> list:
+        """The held-out evaluation, on the run's training clock."""
+        if prepared.heldout is None:
+            return []
+        settings = heldout_settings(cfg)
+        return [HeldoutEvaluation(trainer, prepared.heldout, clock,
+                                  batch_size=settings.batch_size,
+                                  every_seconds=settings.every_seconds,
+                                  every_steps=settings.every_steps)]
 
     def outcome(self, cfg, trainer, prepared, run, run_dir: Path, hyperparameters) -> Outcome:
         trainer.save_model(str(run_dir / "model"))
@@ -282,9 +342,13 @@ class PretrainingJob(TrainingJob):
                 "preprocessing_seconds": round(prepared.seconds, 2),
             },
             "hyperparameters": hyperparameters,
+            "heldout": None if prepared.heldout is None else heldout_record(
+                prepared.heldout, prepared.train_documents, trainer.state.log_history,
+                heldout_settings(cfg)),
             "log": lines,  # every training log line, for curves without W&B
         }
         last = record["last_log"]
+        heldout_final = (record["heldout"] or {}).get("final") or {}
 
         def printout(where: str) -> str:
             sentence = cfg.objective.sentence_task
@@ -296,11 +360,14 @@ class PretrainingJob(TrainingJob):
             model_dir = run_dir / "model"
             return (f"\npretraining on {cfg.corpus.name}: {scores} after "
                     f"{run.output.global_step} steps\n"
+                    f"{_heldout_line(record['heldout'], sentence)}"
                     f"  metrics:  {run_dir / METRICS_FILE}\n"
                     f"  model:    {model_dir}\n"
                     f"  finetune: bertkit recipe=glue task=mrpc model.name_or_path={model_dir}")
 
-        return Outcome(record, last, None, printout)
+        final = {**last, **{f"heldout/{key}": value for key, value in heldout_final.items()
+                            if key != "step"}}
+        return Outcome(record, final, None, printout)
 
     def after(self, cfg, record, run_dir: Path, main: bool) -> dict:
         """The downstream finetunes, once the pretraining W&B run is closed (they open their

@@ -1,8 +1,8 @@
 """What every recipe family does around Trainer.train, in one place: the tracker Trainer
 reports to, early stopping, stopping at a share of the schedule (successive halving), the W&B
 run and the resolved config.yaml on the main process, resuming from the last checkpoint when
-asked, the training time and throughput (bertkit.training.throughput), and closing the W&B run
-with the final scores.
+asked, training to a time budget (bertkit.training.budget), the training time and throughput
+(bertkit.training.throughput), and closing the W&B run with the final scores.
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ from transformers import Trainer
 from bertkit.data.atomic_files import write_text_atomic
 from bertkit.errors import BertkitError
 from bertkit.training.arguments import last_checkpoint
+from bertkit.training.budget import add_budget
 from bertkit.training.callbacks import add_early_stopping, add_train_fraction
+from bertkit.training.clock import TrainingClock
 from bertkit.training.throughput import add_throughput
 from bertkit.training.wandb_logging import resolve_wandb_mode, start_wandb_run
 
@@ -41,14 +43,21 @@ class TrainingRun:
     planned_steps: int  # the whole schedule's optimizer steps
     complete: bool  # False when train_fraction stopped it before the end of its schedule
     throughput: dict | None = None  # the whole run's ThroughputMeter.record (None: disabled)
+    training_seconds: float | None = None  # the training clock at the end, earlier runs' included
+    budget: dict | None = None  # {"minutes", "ended_by_budget"} when budget.minutes is set
 
     def train_record(self, **sizes) -> dict:
         """metrics.json's "train": the loss, how far training went of its schedule (successive
-        halving's accounting), its time, the family's data sizes, and the throughput."""
+        halving's accounting), its time (seconds: this train() call's; training_seconds: the
+        training clock's, across resumes), the time budget, the family's data sizes, and the
+        throughput."""
         throughput = {"throughput": self.throughput} if self.throughput is not None else {}
+        clock = {} if self.training_seconds is None \
+            else {"training_seconds": round(self.training_seconds, 2)}
+        budget = {"budget": self.budget} if self.budget is not None else {}
         return {"loss": self.output.training_loss, "steps": self.output.global_step,
                 "planned_steps": self.planned_steps, "complete": self.complete,
-                "seconds": round(self.seconds, 2), **sizes, **throughput}
+                "seconds": round(self.seconds, 2), **clock, **budget, **sizes, **throughput}
 
 
 def result_header(cfg: DictConfig, family: str, seed: int, main_value: float) -> dict:
@@ -85,10 +94,12 @@ def resume_checkpoint(resume, args) -> str | None:
 
 
 def train(cfg: DictConfig, run_dir: Path, trainer: Trainer, hyperparameters: dict,
-          checkpoint: str | None = None) -> TrainingRun:
-    """Trains from `checkpoint` (resume_checkpoint's choice, made before any data is read)."""
+          checkpoint: str | None = None, *, clock: TrainingClock) -> TrainingRun:
+    """Trains from `checkpoint` (resume_checkpoint's choice, made before any data is read);
+    `clock` is the run's training clock, started by the trainer's ClockCallback."""
     add_early_stopping(cfg, trainer)
     stopper = add_train_fraction(cfg, trainer)
+    budget = add_budget(cfg, trainer, clock)
     meter = add_throughput(cfg, trainer)
     main = trainer.is_world_process_zero()
     uses_wandb = "wandb" in (trainer.args.report_to or [])
@@ -98,11 +109,13 @@ def train(cfg: DictConfig, run_dir: Path, trainer: Trainer, hyperparameters: dic
     started = time.perf_counter()
     output = trainer.train(resume_from_checkpoint=checkpoint)
     seconds = time.perf_counter() - started
+    training_seconds = clock.elapsed()
     state = trainer.state
     # Early stopping also ends a run before max_steps; only the step share leaves it incomplete.
     complete = stopper is None or state.global_step >= state.max_steps
     return TrainingRun(main, wandb_run, output, seconds, state.max_steps, complete,
-                       meter.record if meter is not None else None)
+                       meter.record if meter is not None else None, training_seconds,
+                       budget.record() if budget is not None else None)
 
 
 def finish_wandb(run: TrainingRun, final: dict[str, float], num_parameters: int,

@@ -1,8 +1,9 @@
 """The one run skeleton every training job goes through, finetunes and pretraining alike.
 
-    check -> TrainingArguments -> seed -> data (under main_process_first) -> trainer
-    -> train (lifecycle: early stopping, train_fraction, resume, W&B) -> outcome (evaluate,
-    save the model) -> metrics.json, W&B summary, printout (main process) -> after
+    check -> TrainingArguments -> seed -> data (under main_process_first) -> trainer (its
+    training clock, the job's callbacks) -> train (lifecycle: early stopping, train_fraction,
+    time budget, resume, W&B) -> outcome (evaluate, save the model) -> metrics.json, W&B
+    summary, printout (main process) -> after
 
 A job (TrainingJob) supplies the steps: bertkit.training.finetune adapts any task family to
 it, bertkit.pretraining.run is the pretraining job.
@@ -22,6 +23,8 @@ from transformers import Trainer, TrainingArguments, set_seed
 from bertkit.data.atomic_files import write_json_atomic
 from bertkit.data.metrics_file import METRICS_FILE
 from bertkit.training.arguments import build_training_arguments
+from bertkit.training.budget import ClockCallback, budget_hyperparameters, budget_settings
+from bertkit.training.clock import TrainingClock
 from bertkit.training.lifecycle import (
     TrainingRun,
     finish_wandb,
@@ -58,6 +61,12 @@ class TrainingJob:
         """(the Trainer, the hyperparameters recorded in W&B and metrics.json)."""
         raise NotImplementedError
 
+    def callbacks(self, cfg: DictConfig, trainer: Trainer, data: Any,
+                  clock: TrainingClock) -> list:
+        """The job's own Trainer callbacks, given the run's training clock (which they may
+        read, or pause while they measure)."""
+        return []
+
     def outcome(self, cfg: DictConfig, trainer: Trainer, data: Any, run: TrainingRun,
                 run_dir: Path, hyperparameters: dict) -> Outcome:
         """Evaluate the final model and save it; files are written by the main process."""
@@ -72,19 +81,30 @@ def hydra_run_dir() -> Path:
     return Path(HydraConfig.get().runtime.output_dir)
 
 
+def training_clock() -> TrainingClock:
+    """The run's training clock (a function: tests hand in one with a fake time)."""
+    return TrainingClock()
+
+
 def run_training(cfg: DictConfig, job: TrainingJob, run_dir: Path | None = None) -> dict:
     """Runs the job; returns its metrics.json record (every process computes it, the main
     process writes it)."""
     run_dir = Path(run_dir or hydra_run_dir())
     job.check(cfg)
+    budget_settings(cfg)  # checked before any data is read
     args = build_training_arguments(cfg, run_dir, report_to(cfg))
     checkpoint = resume_checkpoint(cfg.resume, args)  # a wrong run directory fails here
     set_seed(args.seed)
     with args.main_process_first(desc=job.preparing):
         data = job.prepare(cfg, args)
     pad_to = cfg.pad_to_multiple_of if (args.bf16 or args.fp16) else None
+    clock = training_clock()
     trainer, hyperparameters = job.build_trainer(cfg, args, data, pad_to)
-    run = train(cfg, run_dir, trainer, hyperparameters, checkpoint)
+    trainer.add_callback(ClockCallback(clock, checkpoint))
+    for callback in job.callbacks(cfg, trainer, data, clock):
+        trainer.add_callback(callback)
+    hyperparameters = {**hyperparameters, **budget_hyperparameters(cfg)}
+    run = train(cfg, run_dir, trainer, hyperparameters, checkpoint, clock=clock)
     outcome = job.outcome(cfg, trainer, data, run, run_dir, hyperparameters)
     if run.main:
         write_json_atomic(run_dir / METRICS_FILE, outcome.record)

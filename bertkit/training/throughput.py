@@ -16,10 +16,11 @@ the GPU. Multiple choice (SWAG) feeds [batch, choices, length]: a sample is an e
 FLOPs count batch x choices sequences. R3F's second, noisy forward pass (inputs_embeds, no
 input_ids) is not counted. Under DDP the counts are summed over processes at log time.
 
-Time: from the start of training to each log line, less evaluation and checkpoint saving
-(a window restarts at their end), so a window's figures are the training's alone; on a GPU the
-clock is read after a synchronisation at log lines only. The whole run's figures are those of
-this train() call (after resume=true: the part that ran).
+Time: from the start of training to each log line, less evaluation, checkpoint saving and
+bertkit's held-out evaluations (ThroughputMeter.excluded; a window restarts at their end), so
+a window's figures are the training's alone; on a GPU the clock is read after a
+synchronisation at log lines only. The whole run's figures are those of this train() call
+(after resume=true: the part that ran).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -242,6 +244,18 @@ class ThroughputMeter(TrainerCallback):
                 else self._totals[name] + value
         self._total_seconds += seconds
 
+    @contextmanager
+    def excluded(self) -> Iterator[None]:
+        """Work beside training inside a step's events (bertkit's held-out evaluation): its
+        time is left out of the window, as evaluation's and checkpoint saving's are."""
+        if self._handle is not None:
+            self._lap(synchronize=True)  # the step's own device work is training time
+        try:
+            yield
+        finally:
+            if self._handle is not None:
+                self._restart_clock()
+
     # -- Trainer's events -------------------------------------------------------------------
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         self.shape = model_shape(model)
@@ -289,6 +303,14 @@ class ThroughputMeter(TrainerCallback):
             self._handle.remove()
             self._handle = None
         return control
+
+
+def excluded_from_throughput(trainer: Trainer) -> AbstractContextManager:
+    """The trainer's meter's `excluded()`, or nothing to exclude from when it has none."""
+    for callback in trainer.callback_handler.callbacks:
+        if isinstance(callback, ThroughputMeter):
+            return callback.excluded()
+    return nullcontext()
 
 
 def add_throughput(cfg: DictConfig, trainer: Trainer) -> ThroughputMeter | None:

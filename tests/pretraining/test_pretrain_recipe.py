@@ -162,7 +162,7 @@ def test_streaming_hub_corpus_trains_with_dynamic_masking(tmp_path, monkeypatch)
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
     summary = pretrain(compose_config(small_run(**{
         "corpus": "wikipedia", "corpus.hub.streaming": True, "masking": "dynamic",
-        "pretraining.long_phase.fraction": 0.0,
+        "pretraining.long_phase.fraction": 0.0, "heldout.fraction": 0.0,
         "model.tokenizer": str(corpus.parent), "pretraining.streaming_buffer_documents": 8,
         "trainer.max_steps": 6})), tmp_path / "run")
     assert calls == [("wikimedia/wikipedia", True)]
@@ -212,3 +212,9 @@ def test_wikitext2_with_the_bert_vocabulary_learns(tmp_path):
     assert last["mlm_accuracy"] > 0.05
     (phase,) = summary["data"]["instances"]
     assert phase["instances"] > 1000 and phase["mean_length"] > 100
+    # The held-out articles (never trained on) are predicted better too.
+    heldout = summary["heldout"]
+    assert heldout["documents"] > 0 and heldout["masked_positions"] > 1000
+    start, final = heldout["curve"][0], heldout["final"]
+    assert start["step"] == 0 and final["step"] == 250
+    assert start["mlm_loss"] > 9.5 and final["mlm_loss"] < start["mlm_loss"] - 2.0

@@ -1,0 +1,309 @@
+"""Held-out masked-LM quality: one set of masked positions that every arm of a pretraining
+comparison is scored on.
+
+A training log's MLM loss is measured on the arm's own training masks, so static and dynamic
+masking, MLM alone and MLM + NSP, or a plain Hugging Face run are not scored on the same
+thing. Here a share of the corpus's documents is held out from training (whole documents,
+chosen by a hash of their text: the same whatever the document order, seed or arm), packed
+and masked once with a fixed rule and seed, and every model is scored on exactly those
+positions. For objectives with a sentence task, a held-out pair set scores NSP/SOP as well.
+
+Usable outside the pretraining job (a benchmark's plain BertForMaskedLM):
+
+    train_docs, heldout_docs = split_documents(documents, cfg.heldout.fraction)
+    heldout = build_heldout(cfg, tokenizer, heldout_docs)
+    scores = score_heldout(model, heldout.mlm, heldout_collator(tokenizer),
+                           cfg.heldout.batch_size)
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import datasets
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+from torch.nn import functional
+from transformers import PreTrainedTokenizerBase
+
+from bertkit.errors import BertkitError
+from bertkit.pretraining.dynamic_masking import padding_collator
+from bertkit.pretraining.instances import (
+    packed_sequences_dataset,
+    pair_instances_dataset,
+    tokenize_documents,
+)
+from bertkit.pretraining.masking import IGNORE_INDEX, Vocabulary, masking_rule_from_config
+from bertkit.pretraining.static_masking import static_masked_copies
+
+KEY_COLUMN = "heldout_key"
+KEY_BITS = 52  # a float64 holds a 52-bit integer over 2**52 exactly, so keys stay below 1
+MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+STATISTICS = ("mlm_loss_sum", "mlm_correct", "mlm_count", "sentence_loss_sum",
+              "sentence_correct", "sentence_count")
+MASKING_KEYS = ("mlm_probability", "mask_token_fraction", "random_token_fraction",
+                "max_predictions_per_seq", "unit", "span_geometric_p", "span_max_words")
+
+
+# Settings
+
+
+def heldout_settings(cfg: DictConfig) -> DictConfig:
+    settings = OmegaConf.select(cfg, "heldout")
+    if settings is None:
+        raise BertkitError("heldout: missing from the config (recipes/family/pretrain.yaml "
+                           "defines it; heldout.fraction=0 turns the held-out set off)")
+    return settings
+
+
+def heldout_enabled(cfg: DictConfig) -> bool:
+    return heldout_settings(cfg).fraction > 0
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_heldout_config(cfg: DictConfig) -> None:
+    """Every heldout.* setting, before any data is read."""
+    heldout = heldout_settings(cfg)
+    fraction = heldout.get("fraction")
+    if not _is_number(fraction) or not 0 <= fraction < 1:
+        raise BertkitError(f"heldout.fraction={fraction!r}: expected a share of the documents "
+                           f"in [0, 1) (0: no held-out set)")
+    if fraction == 0:
+        return
+    for key in ("max_sequences", "batch_size"):
+        value = heldout.get(key)
+        if not _is_int(value) or value < 1:
+            raise BertkitError(f"heldout.{key}={value!r}: expected a positive integer")
+    if not _is_int(heldout.get("seed")):
+        raise BertkitError(f"heldout.seed={heldout.get('seed')!r}: expected an integer")
+    seconds, steps = heldout.get("every_seconds"), heldout.get("every_steps")
+    if (seconds is None) == (steps is None):
+        raise BertkitError(f"heldout.every_seconds={seconds!r} and heldout.every_steps="
+                           f"{steps!r}: give exactly one of them (the other null)")
+    if seconds is not None and (not _is_number(seconds) or seconds <= 0):
+        raise BertkitError(f"heldout.every_seconds={seconds!r}: expected a positive number")
+    if steps is not None and (not _is_int(steps) or steps < 1):
+        raise BertkitError(f"heldout.every_steps={steps!r}: expected a positive integer")
+    heldout_rule(heldout)
+
+
+def heldout_rule(heldout: DictConfig):
+    """heldout.masking as a MaskingRule; its errors name the heldout.masking keys."""
+    masking = heldout.get("masking")
+    missing = [key for key in MASKING_KEYS if masking is None or key not in masking]
+    if missing:
+        raise BertkitError(f"heldout.masking: missing {', '.join(missing)} (the held-out masks' "
+                           f"own rule, independent of the arm's masking group)")
+    try:
+        return masking_rule_from_config(masking)
+    except BertkitError as err:  # "masking.<key>=...": the held-out rule's key
+        raise BertkitError(f"heldout.{err}") from None
+
+
+# The split
+
+
+def _document_keys(batch: dict) -> dict:
+    """Each document's place in [0, 1): sha256 of its sentences joined by newlines."""
+    keys = []
+    for sentences in batch["sentences"]:
+        digest = hashlib.sha256("\n".join(sentences).encode("utf-8")).digest()
+        keys.append((int.from_bytes(digest[:8], "big") >> (64 - KEY_BITS)) / 2.0 ** KEY_BITS)
+    return {KEY_COLUMN: keys}
+
+
+def document_keys(documents: datasets.Dataset, num_proc: int | None = None) -> np.ndarray:
+    """The documents' hash keys, in their order (a datasets.map: cached with the corpus)."""
+    keyed = documents.map(_document_keys, batched=True, num_proc=num_proc,
+                          remove_columns=documents.column_names, desc="Hashing documents")
+    return np.asarray(keyed[KEY_COLUMN], dtype=np.float64)
+
+
+def split_documents(documents: datasets.Dataset, fraction: float,
+                    num_proc: int | None = None
+                    ) -> tuple[datasets.Dataset, datasets.Dataset | None]:
+    """(training documents, held-out documents): whole documents whose hash key is below
+    `fraction`, so the same text is held out whatever the order, seed or arm (identical
+    documents share a key: never one copy on each side). When the fraction selects none of
+    two or more documents, the smallest key is held out, so a tiny corpus still has a
+    held-out set. fraction=0: (documents, None)."""
+    if fraction <= 0:
+        return documents, None
+    if not isinstance(documents, datasets.Dataset):
+        raise BertkitError("heldout.fraction>0 needs the corpus as a stored dataset, not a "
+                           "stream: set heldout.fraction=0 or corpus.hub.streaming=false")
+    keys = document_keys(documents, num_proc)
+    held = keys < fraction
+    if not held.any():
+        if len(keys) < 2:
+            raise BertkitError(f"heldout.fraction={fraction}: the corpus has {len(keys)} "
+                               f"document, none to spare for a held-out set; set "
+                               f"heldout.fraction=0 (or use a larger corpus)")
+        held = keys == keys.min()
+    if held.all():
+        raise BertkitError(f"heldout.fraction={fraction}: every document of the corpus would "
+                           f"be held out; lower heldout.fraction")
+    return (documents.select(np.flatnonzero(~held)), documents.select(np.flatnonzero(held)))
+
+
+# The held-out sets
+
+
+@dataclass
+class HeldoutSet:
+    """The masked sets every arm is scored on: `mlm` (full-sentence packed sequences) and, for
+    a sentence task, `pairs` (NSP/SOP instances). Columns input_ids, attention_mask,
+    token_type_ids, labels (-100 where nothing is predicted), and next_sentence_label."""
+
+    mlm: datasets.Dataset
+    pairs: datasets.Dataset | None
+    sentence_task: str | None
+    documents: int
+
+
+def _with_attention_mask(batch: dict) -> dict:
+    return {"attention_mask": [[1] * len(ids) for ids in batch["input_ids"]]}
+
+
+def _masked(instances: datasets.Dataset, max_sequences: int, vocab: Vocabulary, rule,
+            seed: int) -> datasets.Dataset:
+    """The first max_sequences instances, masked once (static masking's code, one copy)."""
+    first = instances.select(range(min(len(instances), max_sequences)))
+    masked = static_masked_copies(first, vocab, rule, dupe_factor=1, seed=seed)
+    masked = masked.map(_with_attention_mask, batched=True, desc="Held-out attention masks")
+    return masked.remove_columns("length")
+
+
+def build_heldout(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase,
+                  heldout_docs: datasets.Dataset) -> HeldoutSet:
+    """The held-out sets from split_documents' held-out documents. They depend on the
+    documents, the tokenizer, pretraining.max_seq_length (and short_seq_prob for pairs),
+    objective.sentence_task and heldout.* only: not on the arm's masking, seed or process
+    count (packing and masking run in one process, each row seeded by heldout.seed)."""
+    heldout = heldout_settings(cfg)
+    rule, vocab = heldout_rule(heldout), Vocabulary.from_tokenizer(tokenizer)
+    length = cfg.pretraining.max_seq_length
+    tokenized = tokenize_documents(heldout_docs, tokenizer)
+    packed = packed_sequences_dataset(tokenized, tokenizer, max_seq_length=length)
+    if len(packed) == 0:
+        raise BertkitError(f"heldout: the {len(heldout_docs)} held-out documents hold no "
+                           f"sentence to score; raise heldout.fraction or set it to 0")
+    mlm = _masked(packed, heldout.max_sequences, vocab, rule, heldout.seed)
+    sentence_task = cfg.objective.sentence_task
+    pairs = None
+    if sentence_task is not None:
+        instances = pair_instances_dataset(
+            tokenized, tokenizer, max_seq_length=length,
+            short_seq_prob=cfg.pretraining.short_seq_prob, seed=heldout.seed, copies=1,
+            sentence_task=sentence_task)
+        if len(instances) == 0:
+            raise BertkitError(f"heldout: the {len(heldout_docs)} held-out documents give no "
+                               f"{sentence_task.upper()} pair; raise heldout.fraction")
+        pairs = _masked(instances, heldout.max_sequences, vocab, rule, heldout.seed)
+    return HeldoutSet(mlm, pairs, sentence_task, len(heldout_docs))
+
+
+def heldout_fingerprint(dataset: datasets.Dataset) -> str:
+    """sha256 over every row's input_ids, token_type_ids, labels (and next_sentence_label):
+    equal fingerprints, equal sets, whichever run or arm built them."""
+    digest = hashlib.sha256()
+    columns = [name for name in ("input_ids", "token_type_ids", "labels",
+                                 "next_sentence_label") if name in dataset.column_names]
+    for batch in dataset.select_columns(columns).iter(batch_size=1000):
+        for values in zip(*(batch[name] for name in columns), strict=True):
+            for value in values:
+                row = np.asarray(value, dtype=np.int64).reshape(-1)
+                digest.update(np.int64(row.size).tobytes() + row.tobytes())
+    return digest.hexdigest()[:16]
+
+
+def describe_set(dataset: datasets.Dataset) -> dict:
+    """sequences, real tokens, masked positions and fingerprint (for metrics.json)."""
+    labels = dataset["labels"]
+    return {"sequences": len(dataset),
+            "real_tokens": int(sum(len(row) for row in labels)),
+            "masked_positions": int(sum(int((np.asarray(row) != IGNORE_INDEX).sum())
+                                        for row in labels)),
+            "fingerprint": heldout_fingerprint(dataset)}
+
+
+# Scoring
+
+
+def heldout_collator(tokenizer: PreTrainedTokenizerBase):
+    """Pads each batch of a held-out set (labels with -100); padding does not change scores."""
+    return padding_collator(tokenizer, None)
+
+
+def _logit_statistics(model, batch: dict) -> dict:
+    """Any transformers BERT with an MLM head (BertForMaskedLM, BertForPreTraining): the
+    vocabulary logits of every position, cross-entropy on the labelled ones."""
+    output = model(**{name: batch[name] for name in MODEL_INPUTS if name in batch})
+    logits = output.get("prediction_logits")
+    if logits is None:
+        logits = output.logits
+    labels = batch["labels"]
+    masked = labels != IGNORE_INDEX
+    chosen, targets = logits[masked].float(), labels[masked]
+    statistics = {"mlm_loss_sum": functional.cross_entropy(chosen, targets, reduction="sum"),
+                  "mlm_correct": (chosen.argmax(-1) == targets).sum(),
+                  "mlm_count": masked.sum()}
+    sentence_logits = output.get("seq_relationship_logits")
+    if sentence_logits is not None and "next_sentence_label" in batch:
+        sentence, target = sentence_logits.float(), batch["next_sentence_label"]
+        statistics.update(
+            sentence_loss_sum=functional.cross_entropy(sentence, target, reduction="sum"),
+            sentence_correct=(sentence.argmax(-1) == target).sum(),
+            sentence_count=torch.tensor(target.numel()))
+    return statistics
+
+
+def _batch_statistics(model, batch: dict) -> dict:
+    if getattr(model, "mlm_on_labelled_positions_only", False):
+        # bertkit's pretraining model computes these sums itself, on the masked positions.
+        output = model(**batch)
+        return {name: getattr(output, name) for name in STATISTICS
+                if getattr(output, name, None) is not None}
+    return _logit_statistics(model, batch)
+
+
+def score_heldout(model, dataset: datasets.Dataset, collator, batch_size: int,
+                  sentence_task: str | None = None) -> dict:
+    """mlm_loss (sum of the token losses over the number of masked positions of the whole set,
+    not a mean of batch means), mlm_accuracy, masked_positions, sequences; for a set with
+    next_sentence_label and a model with a sentence head, <sentence_task>_loss and
+    _accuracy too. In eval mode without gradients; the model's mode is restored after."""
+    if batch_size < 1:
+        raise BertkitError(f"heldout.batch_size={batch_size}: expected a positive integer")
+    device = next(model.parameters()).device
+    totals = dict.fromkeys(STATISTICS, 0.0)
+    training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            for start in range(0, len(dataset), batch_size):
+                rows = dataset.select(range(start, min(start + batch_size, len(dataset))))
+                batch = {name: value.to(device)
+                         for name, value in collator(rows.to_list()).items()}
+                for name, value in _batch_statistics(model, batch).items():
+                    totals[name] += float(value)
+    finally:
+        model.train(training)
+    count = max(totals["mlm_count"], 1.0)
+    scores = {"mlm_loss": totals["mlm_loss_sum"] / count,
+              "mlm_accuracy": totals["mlm_correct"] / count,
+              "masked_positions": int(totals["mlm_count"]), "sequences": len(dataset)}
+    if totals["sentence_count"]:
+        name = sentence_task or "sentence"
+        scores[f"{name}_loss"] = totals["sentence_loss_sum"] / totals["sentence_count"]
+        scores[f"{name}_accuracy"] = totals["sentence_correct"] / totals["sentence_count"]
+    return scores

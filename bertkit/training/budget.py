@@ -1,0 +1,217 @@
+"""Training to a time budget (budget.minutes), and the training clock kept across resumes.
+
+With a budget, the learning rate is a function of the elapsed training time rather than of the
+step: warm-up over the first budget.warmup_fraction of the time, then a decay that reaches
+budget.min_lr_ratio x the peak when the time is spent, and the run stops (with a checkpoint)
+at the first optimizer step that ends at or past the budget. Runs compared at equal time then
+each get a whole schedule, whatever their speed. trainer.max_steps / num_train_epochs stay an
+upper bound.
+
+Every run (budget or not) leaves the clock's reading in each checkpoint (training_clock.json),
+so that resume=true counts the time already spent; a checkpoint without it (older runs)
+carries 0.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+from torch.optim.lr_scheduler import LambdaLR
+from transformers import Trainer, TrainerCallback
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+from bertkit.data.atomic_files import write_json_atomic
+from bertkit.errors import BertkitError
+from bertkit.training.clock import TrainingClock
+
+logger = logging.getLogger(__name__)
+
+CLOCK_FILE = "training_clock.json"
+DECAYS = ("linear", "cosine", "constant")
+
+
+# -- the clock across resumes ---------------------------------------------------------------
+def carried_seconds(checkpoint: str | None) -> float:
+    """The training seconds recorded in `checkpoint` (0 for a fresh run or an older one)."""
+    if checkpoint is None:
+        return 0.0
+    path = Path(checkpoint) / CLOCK_FILE
+    if not path.is_file():
+        logger.info("%s has no %s: the training clock starts at 0", checkpoint, CLOCK_FILE)
+        return 0.0
+    return float(json.loads(path.read_text())["seconds"])
+
+
+class ClockCallback(TrainerCallback):
+    """Starts the run's clock on top of the seconds the resumed checkpoint recorded, and
+    records the clock in every checkpoint saved (main process)."""
+
+    def __init__(self, clock: TrainingClock, checkpoint: str | None):
+        self.clock = clock
+        self.checkpoint = checkpoint
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.clock.start(carried_seconds(self.checkpoint))
+
+    def on_save(self, args, state, control, **kwargs):
+        folder = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
+        # Only into a checkpoint Trainer wrote: a folder holding the clock alone would look
+        # like a checkpoint to resume from.
+        if state.is_world_process_zero and folder.is_dir():
+            write_json_atomic(folder / CLOCK_FILE, {"seconds": self.clock.elapsed()})
+
+
+# -- the settings -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Budget:
+    minutes: float
+    warmup_fraction: float
+    decay: str
+    min_lr_ratio: float
+
+    @property
+    def seconds(self) -> float:
+        return self.minutes * 60.0
+
+    def multiplier(self, elapsed: float) -> float:
+        return budget_multiplier(elapsed / self.seconds, self.warmup_fraction, self.decay,
+                                 self.min_lr_ratio)
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def budget_settings(cfg: DictConfig) -> Budget | None:
+    """budget.* checked, one message naming the key; None when budget.minutes is null (or the
+    config has no budget node)."""
+    node = OmegaConf.select(cfg, "budget")
+    if node is None or node.get("minutes") is None:
+        return None
+    minutes, warmup = node.minutes, node.get("warmup_fraction", 0.0)
+    decay, floor = node.get("decay", "linear"), node.get("min_lr_ratio", 0.0)
+    if not _number(minutes) or not minutes > 0:
+        raise BertkitError(f"budget.minutes={minutes!r}: expected a positive number of minutes "
+                           f"of training, or null (off)")
+    if not _number(warmup) or not 0 <= warmup < 1:
+        raise BertkitError(f"budget.warmup_fraction={warmup!r}: expected a share of the "
+                           f"budget's time in [0, 1)")
+    if decay not in DECAYS:
+        raise BertkitError(f"budget.decay={decay!r}: expected one of {', '.join(DECAYS)}")
+    if not _number(floor) or not 0 <= floor <= 1:
+        raise BertkitError(f"budget.min_lr_ratio={floor!r}: expected a share of the peak "
+                           f"learning rate in [0, 1]")
+    if OmegaConf.select(cfg, "train_fraction") is not None:
+        raise BertkitError("budget.minutes with train_fraction: both cut the schedule short; "
+                           "set one of them to null")
+    return Budget(float(minutes), float(warmup), str(decay), float(floor))
+
+
+def budget_hyperparameters(cfg: DictConfig) -> dict:
+    """The budget's settings under plain names for W&B and metrics.json ({} when off)."""
+    budget = budget_settings(cfg)
+    if budget is None:
+        return {}
+    return {"budget_minutes": budget.minutes, "budget_warmup_fraction": budget.warmup_fraction,
+            "budget_decay": budget.decay, "budget_min_lr_ratio": budget.min_lr_ratio}
+
+
+# -- the schedule -----------------------------------------------------------------------------
+def budget_multiplier(fraction: float, warmup_fraction: float, decay: str,
+                      min_lr_ratio: float) -> float:
+    """The learning rate's share of its peak at `fraction` of the budget's time: linear
+    warm-up from 0 over the first `warmup_fraction`, then `decay` from 1 down to
+    `min_lr_ratio` at the end (constant: 1 until the end), `min_lr_ratio` from then on."""
+    if fraction >= 1.0:
+        return min_lr_ratio
+    if fraction < warmup_fraction:
+        return fraction / warmup_fraction
+    progress = (fraction - warmup_fraction) / (1.0 - warmup_fraction)
+    if decay == "linear":
+        shape = 1.0 - progress
+    elif decay == "cosine":
+        shape = 0.5 * (1.0 + math.cos(math.pi * progress))
+    elif decay == "constant":
+        shape = 1.0
+    else:
+        raise BertkitError(f"budget.decay={decay!r}: expected one of {', '.join(DECAYS)}")
+    return min_lr_ratio + (1.0 - min_lr_ratio) * shape
+
+
+def agreed_seconds(seconds: float, args) -> float:
+    """Process 0's reading on every process: the learning rate and the decision to stop must
+    be the same on all of them (a process that stops alone leaves the others waiting)."""
+    if args.world_size <= 1 or not torch.distributed.is_initialized():
+        return seconds
+    reading = torch.tensor([seconds], dtype=torch.float64, device=args.device)
+    torch.distributed.broadcast(reading, src=0)
+    return float(reading.item())
+
+
+class BudgetCallback(TrainerCallback):
+    """Puts the time schedule into Trainer's scheduler and stops the run when the time is
+    spent. Trainer's schedules are LambdaLR objects that set each group's rate to its base
+    rate (layer-wise rates kept) x lambda(step): the lambdas are replaced by ones that ignore
+    the step and read the clock, once per optimizer step, so the rate Trainer logs
+    (get_last_lr) is the schedule's. After the ClockCallback, which starts the clock."""
+
+    def __init__(self, budget: Budget, clock: TrainingClock):
+        self.budget = budget
+        self.clock = clock
+        self.elapsed = 0.0  # the clock as of the latest optimizer step, on every process
+        self.ended_by_budget = False
+
+    def _read_clock(self, args) -> None:
+        self.elapsed = agreed_seconds(self.clock.elapsed(), args)
+
+    def on_train_begin(self, args, state, control, lr_scheduler=None, **kwargs):
+        if not isinstance(lr_scheduler, LambdaLR):
+            kind = getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)
+            raise BertkitError(f"budget.minutes needs one of Trainer's step schedules (a "
+                               f"LambdaLR, e.g. trainer.lr_scheduler_type=linear) to replace; "
+                               f"trainer.lr_scheduler_type={kind} gives "
+                               f"{type(lr_scheduler).__name__}")
+        self._read_clock(args)
+
+        def multiplier(_step: int) -> float:  # a plain function: the scheduler saves none
+            return self.budget.multiplier(self.elapsed)
+
+        lr_scheduler.lr_lambdas = [multiplier] * len(lr_scheduler.lr_lambdas)
+        # The first step's rate now (a resumed run's, at the time already spent), as the
+        # scheduler's own step would set it; get_last_lr reads _last_lr.
+        rates = [base * multiplier(0) for base in lr_scheduler.base_lrs]
+        for group, rate in zip(lr_scheduler.optimizer.param_groups, rates, strict=True):
+            if isinstance(group["lr"], torch.Tensor):
+                group["lr"].fill_(rate)
+            else:
+                group["lr"] = rate
+        lr_scheduler._last_lr = rates
+        return control
+
+    def on_optimizer_step(self, args, state, control, **kwargs):
+        self._read_clock(args)  # right before the scheduler's step, which reads it
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.elapsed >= self.budget.seconds:
+            self.ended_by_budget = True
+            control.should_training_stop = True
+            control.should_save = True  # a checkpoint with the clock, to resume or inspect
+        return control
+
+    def record(self) -> dict:
+        return {"minutes": self.budget.minutes, "ended_by_budget": self.ended_by_budget}
+
+
+def add_budget(cfg: DictConfig, trainer: Trainer, clock: TrainingClock) -> BudgetCallback | None:
+    budget = budget_settings(cfg)
+    if budget is None:
+        return None
+    callback = BudgetCallback(budget, clock)
+    trainer.add_callback(callback)
+    return callback
