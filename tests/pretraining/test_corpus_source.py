@@ -59,6 +59,29 @@ def test_local_google_and_wikitext_files(tmp_path):
     assert documents(result) == [["Line one .", "Line two .", "Three-four ."]]
 
 
+def test_parts_read_files_of_several_formats_into_one_corpus(tmp_path):
+    """corpus.parts (corpus=wikitext2_gutenberg): each part in its own format, in order; a
+    changed part invalidates the cache."""
+    wiki = tmp_path / "wiki.raw"
+    wiki.write_text(" = Title = \n \n Line one . Line two .\n")
+    book = tmp_path / "book.txt"
+    book.write_text("The cat sat down. It purred.\n\nThe end.\n")
+    corpus = corpus_config("wikitext2_gutenberg")
+    corpus.parts[0].files = [str(wiki)]
+    corpus.parts[1].files = [str(book)]
+    result = corpus_documents(corpus, str(tmp_path), num_proc=2)
+    assert documents(result) == [["Line one .", "Line two ."],
+                                 ["The cat sat down.", "It purred.", "The end."]]
+    book.write_text("Another book.\n")
+    assert documents(corpus_documents(corpus, str(tmp_path)))[1] == ["Another book."]
+    corpus.parts[1].format = "unknown"
+    with pytest.raises(BertkitError, match="corpus.format='unknown'"):
+        corpus_documents(corpus, str(tmp_path))
+    corpus.parts = [{"files": [str(book)]}]
+    with pytest.raises(BertkitError, match=r"corpus.parts\[0\]"):
+        corpus_documents(corpus, str(tmp_path))
+
+
 def test_cache_is_reused_until_a_file_changes(tmp_path, monkeypatch):
     reads = []
     real_reader = pretrain_corpus.read_documents
