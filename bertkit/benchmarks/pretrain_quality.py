@@ -241,6 +241,12 @@ def plain_arm_name(learning_rate: float) -> str:
     return f"plain lr={learning_rate:g}"
 
 
+def arm_directory(name: str) -> str:
+    """"plain lr=0.0005" -> plain_lr0.0005: no "=" in a path a Hydra override may name
+    (model.name_or_path=<arm>/model)."""
+    return name.replace(" ", "_").replace("=", "")
+
+
 def arm_order(cfg: DictConfig) -> list[tuple[str, float | None]]:
     """bertkit first (the checkpoint the downstream comparison needs most), then the plain
     way at each learning rate of its sweep."""
@@ -304,7 +310,7 @@ def benchmark_pretrain_quality(cfg: DictConfig, run_dir: Path | None = None) -> 
                           "model": OmegaConf.to_container(cfg.model.config),
                           "corpus": cfg.corpus.name, "seed": cfg.seed,
                           "device": device_name(),
-                          "plain": OmegaConf.to_container(cfg.bench.plain)}
+                          "plain": OmegaConf.to_container(cfg.bench.plain, resolve=True)}
     budget_seconds = float(cfg.budget.minutes) * 60
     # The plain way's data: the same split and vocabulary as the bertkit way's run.
     train_docs, heldout_docs = split_corpus(cfg)
@@ -323,7 +329,7 @@ def benchmark_pretrain_quality(cfg: DictConfig, run_dir: Path | None = None) -> 
         if learning_rate is None:
             result["arms"][name] = _bertkit_arm(cfg, run_dir / "bertkit")
         else:
-            work_dir = run_dir / name.replace(" ", "_")
+            work_dir = run_dir / arm_directory(name)
             steps, per_step = steps_in_budget(cfg, blocks, tokenizer, collator, budget_seconds,
                                               work_dir)
             logger.info("%s: %.3f s a step, %d steps in %.0f s", name, per_step, steps,

@@ -14,6 +14,7 @@ from bertkit.benchmarks import pretrain_quality
 from bertkit.benchmarks.pretrain_quality import (
     FIGURE_FILE,
     RESULT_FILE,
+    arm_directory,
     benchmark_pretrain_quality,
     grouped_blocks,
     time_to_reach,
@@ -124,7 +125,8 @@ def test_both_ways_train_the_budget_and_are_scored_on_the_same_heldout_set(tmp_p
         # Sized to the budget by the timed throwaway run (STEP_SECONDS a step), not cut.
         assert arm["seconds_per_step_timed"] == pytest.approx(STEP_SECONDS)
         assert arm["planned_steps"] == budget_steps and not arm["stopped_by_time"]
-        assert (tmp_path / "bench" / name.replace(" ", "_") / "model" / "config.json").exists()
+        model_dir = tmp_path / "bench" / arm_directory(name) / "model"
+        assert (model_dir / "config.json").exists() and "=" not in str(model_dir)
     summary = result["summary"]
     plain = {n: a for n, a in result["arms"].items() if n != "bertkit"}
     best = min(plain, key=lambda n: plain[n]["final"]["mlm_loss"])
