@@ -254,11 +254,9 @@ def arm_order(cfg: DictConfig) -> list[tuple[str, float | None]]:
     return [("bertkit", None), *plain]
 
 
-def _plain_arm(cfg: DictConfig, tokenizer, heldout, blocks, learning_rate: float, steps: int,
-               work_dir: Path) -> dict:
+def _plain_arm(cfg: DictConfig, tokenizer, collator, heldout, blocks, learning_rate: float,
+               steps: int, work_dir: Path) -> dict:
     budget_seconds = float(cfg.budget.minutes) * 60
-    collator = DataCollatorForLanguageModeling(tokenizer,
-                                               mlm_probability=cfg.bench.plain.mlm_probability)
     model = plain_model(cfg, tokenizer, cfg.seed)
     trainer = Trainer(model=model, args=plain_arguments(cfg, work_dir, learning_rate, steps),
                       train_dataset=blocks, data_collator=collator)
@@ -322,6 +320,7 @@ def benchmark_pretrain_quality(cfg: DictConfig, run_dir: Path | None = None) -> 
     result["settings"]["plain_blocks"] = len(blocks)
     collator = DataCollatorForLanguageModeling(tokenizer,
                                                mlm_probability=cfg.bench.plain.mlm_probability)
+    timed = None  # (steps in the budget, seconds a step), timed once: no lr changes it
     for name, learning_rate in arm_order(cfg):
         if name in result["arms"]:
             logger.info("bench_pretrain_quality: %s was done earlier, kept", name)
@@ -330,11 +329,14 @@ def benchmark_pretrain_quality(cfg: DictConfig, run_dir: Path | None = None) -> 
             result["arms"][name] = _bertkit_arm(cfg, run_dir / "bertkit")
         else:
             work_dir = run_dir / arm_directory(name)
-            steps, per_step = steps_in_budget(cfg, blocks, tokenizer, collator, budget_seconds,
-                                              work_dir)
+            if timed is None:
+                timed = steps_in_budget(cfg, blocks, tokenizer, collator, budget_seconds,
+                                        work_dir)
+            steps, per_step = timed
             logger.info("%s: %.3f s a step, %d steps in %.0f s", name, per_step, steps,
                         budget_seconds)
-            arm = _plain_arm(cfg, tokenizer, heldout, blocks, learning_rate, steps, work_dir)
+            arm = _plain_arm(cfg, tokenizer, collator, heldout, blocks, learning_rate, steps,
+                             work_dir)
             result["arms"][name] = {**arm, "seconds_per_step_timed": per_step}
         result["summary"] = _summary(result)
         write_json_atomic(path, result)  # each arm as soon as it ends
