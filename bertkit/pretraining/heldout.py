@@ -10,7 +10,8 @@ positions. For objectives with a sentence task, a held-out pair set scores NSP/S
 
 Usable outside the pretraining job (a benchmark's plain BertForMaskedLM):
 
-    train_docs, heldout_docs = split_documents(documents, cfg.heldout.fraction)
+    train_docs, heldout_docs = split_documents(documents, cfg.heldout.fraction,
+                                               cfg.heldout.min_documents)
     heldout = build_heldout(cfg, tokenizer, heldout_docs)
     scores = score_heldout(model, heldout.mlm, heldout_collator(tokenizer),
                            cfg.heldout.batch_size)
@@ -79,7 +80,7 @@ def check_heldout_config(cfg: DictConfig) -> None:
                            f"in [0, 1) (0: no held-out set)")
     if fraction == 0:
         return
-    for key in ("max_sequences", "batch_size"):
+    for key in ("max_sequences", "batch_size", "min_documents"):
         value = heldout.get(key)
         if not _is_int(value) or value < 1:
             raise BertkitError(f"heldout.{key}={value!r}: expected a positive integer")
@@ -128,14 +129,15 @@ def document_keys(documents: datasets.Dataset, num_proc: int | None = None) -> n
     return np.asarray(keyed[KEY_COLUMN], dtype=np.float64)
 
 
-def split_documents(documents: datasets.Dataset, fraction: float,
+def split_documents(documents: datasets.Dataset, fraction: float, min_documents: int = 1,
                     num_proc: int | None = None
                     ) -> tuple[datasets.Dataset, datasets.Dataset | None]:
     """(training documents, held-out documents): whole documents whose hash key is below
     `fraction`, so the same text is held out whatever the order, seed or arm (identical
-    documents share a key: never one copy on each side). When the fraction selects none of
-    two or more documents, the smallest key is held out, so a tiny corpus still has a
-    held-out set. fraction=0: (documents, None)."""
+    documents share a key: never one copy on each side). When the fraction selects fewer than
+    `min_documents`, the smallest keys are held out up to that number, leaving training at
+    least 2 documents where the corpus has them (NSP needs 2 on each side), so a tiny corpus
+    still has a held-out set. fraction=0: (documents, None)."""
     if fraction <= 0:
         return documents, None
     if not isinstance(documents, datasets.Dataset):
@@ -143,12 +145,13 @@ def split_documents(documents: datasets.Dataset, fraction: float,
                            "stream: set heldout.fraction=0 or corpus.hub.streaming=false")
     keys = document_keys(documents, num_proc)
     held = keys < fraction
-    if not held.any():
+    if held.sum() < min_documents:
         if len(keys) < 2:
             raise BertkitError(f"heldout.fraction={fraction}: the corpus has {len(keys)} "
                                f"document, none to spare for a held-out set; set "
                                f"heldout.fraction=0 (or use a larger corpus)")
-        held = keys == keys.min()
+        quota = max(1, min(min_documents, len(keys) - 2))
+        held = keys <= np.sort(keys)[quota - 1]
     if held.all():
         raise BertkitError(f"heldout.fraction={fraction}: every document of the corpus would "
                            f"be held out; lower heldout.fraction")
@@ -200,6 +203,11 @@ def build_heldout(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase,
     mlm = _masked(packed, heldout.max_sequences, vocab, rule, heldout.seed)
     sentence_task = cfg.objective.sentence_task
     pairs = None
+    if sentence_task == "nsp" and len(heldout_docs) < 2:
+        raise BertkitError(f"heldout: NSP's held-out pairs need 2 held-out documents (a NotNext "
+                           f"segment comes from another document), the corpus spared "
+                           f"{len(heldout_docs)}; raise heldout.fraction or heldout.min_documents, "
+                           f"or set heldout.fraction=0")
     if sentence_task is not None:
         instances = pair_instances_dataset(
             tokenized, tokenizer, max_seq_length=length,

@@ -136,7 +136,8 @@ def split_corpus(cfg: DictConfig):
     """(training documents, held-out documents or None): the corpus split by heldout.fraction,
     as every pretraining run (and a benchmark scoring another model alike) splits it."""
     documents = pretraining_documents(cfg)
-    return split_documents(documents, heldout_settings(cfg).fraction,
+    heldout = heldout_settings(cfg)
+    return split_documents(documents, heldout.fraction, heldout.min_documents,
                            num_proc=cfg.preprocessing_num_workers)
 
 

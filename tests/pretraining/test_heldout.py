@@ -26,6 +26,7 @@ from bertkit.errors import BertkitError
 from bertkit.pretraining import run as pretraining_run
 from bertkit.pretraining.heldout import (
     build_heldout,
+    document_keys,
     heldout_collator,
     heldout_fingerprint,
     score_heldout,
@@ -111,14 +112,40 @@ def test_the_same_documents_are_held_out_whatever_the_order():
     assert split_documents(whole, 0.0) == (whole, None)
 
 
-def test_a_tiny_corpus_still_gets_one_heldout_document():
-    documents = generated_documents(3)
-    train, heldout = split_documents(documents_dataset(documents), 1e-9)
-    assert len(heldout) == 1 and len(train) == 2
-    reversed_order = split_documents(documents_dataset(documents[::-1]), 1e-9)[1]
-    assert texts(heldout) == texts(reversed_order)
+def test_a_small_corpus_still_gets_a_heldout_set_of_the_smallest_keys():
+    documents = generated_documents(8)
+    keys = document_keys(documents_dataset(documents))
+    smallest = {"\n".join(documents[i]) for i in np.argsort(keys)[:2]}
+    # A fraction that selects none: the two documents of smallest key, whatever the order.
+    for order in (documents, documents[::-1]):
+        train, heldout = split_documents(documents_dataset(order), 1e-9, min_documents=2)
+        assert texts(heldout) == smallest and len(train) == 6
+    # A fraction that selects enough is left alone: the minimum only fills a shortfall.
+    fraction = float(np.sort(keys)[3]) + 1e-12
+    assert len(split_documents(documents_dataset(documents), fraction, 2)[1]) == 4
+    # Training keeps 2 documents (NSP's own minimum): 3 documents hold out 1, 2 hold out 1.
+    for n in (3, 2):
+        train, heldout = split_documents(documents_dataset(documents[:n]), 1e-9, 2)
+        assert (len(train), len(heldout)) == (n - 1, 1)
     with pytest.raises(BertkitError, match="heldout.fraction=0"):
-        split_documents(documents_dataset(documents[:1]), 0.05)
+        split_documents(documents_dataset(documents[:1]), 0.05, 2)
+
+
+def test_nsp_on_a_small_corpus_is_scored_on_two_heldout_documents(tmp_path, vocab):
+    """CI's real-data run: 8 documents, the default fraction selected 1 held-out document,
+    and NSP's held-out pairs could not draw a NotNext segment."""
+    corpus = tmp_path / "corpus.txt"
+    write_corpus(corpus, generated_documents(8))
+    cfg = config(**{"corpus": "files", "corpus.files": f"[{corpus}]", "model.tokenizer": vocab,
+                    "masking": "dynamic", "objective": "mlm_nsp",
+                    "cache_dir": tmp_path / "cache"})
+    prepared = PretrainingJob().prepare(cfg, build_training_arguments(cfg, tmp_path, []))
+    assert prepared.heldout.documents == 2 and prepared.train_documents == 6
+    labels = prepared.heldout.pairs["next_sentence_label"]
+    assert 0 < sum(labels) < len(labels)  # both IsNext and NotNext pairs
+    with pytest.raises(BertkitError, match="NSP's held-out pairs need 2 held-out documents"):
+        build_heldout(cfg, prepared.tokenizer,
+                      documents_dataset(generated_documents(1)))
 
 
 @pytest.mark.parametrize(("masking", "objective"),
@@ -372,6 +399,7 @@ def test_evaluations_follow_training_time_and_do_not_consume_it(tmp_path, monkey
     ({"heldout.every_seconds": "null"}, "give exactly one"),
     ({"heldout.every_seconds": -1}, "heldout.every_seconds=-1"),
     ({"heldout.max_sequences": 0}, "heldout.max_sequences=0"),
+    ({"heldout.min_documents": 0}, "heldout.min_documents=0"),
     ({"heldout.masking.mlm_probability": 1.5}, "heldout.masking.mlm_probability=1.5"),
     ({"corpus": "wikipedia", "corpus.hub.streaming": True, "masking": "dynamic"},
      "heldout.fraction>0 with corpus.hub.streaming=true"),
