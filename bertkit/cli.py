@@ -23,6 +23,7 @@ from bertkit.data.atomic_files import write_json_atomic
 from bertkit.errors import BertkitError
 from bertkit.jobs import run_job
 from bertkit.training.distributed import join_submitit_tasks, run_stamp
+from bertkit.training.preemption import Preempted
 
 logger = logging.getLogger("bertkit")
 
@@ -90,6 +91,10 @@ def _hydra_task(cfg: DictConfig) -> float | None:
     join_submitit_tasks()
     try:
         return main_value(run_job(cfg))
+    except Preempted as err:  # not a failure: the job goes on from its checkpoint
+        print(f"bertkit: {err}", file=sys.stderr)
+        err.hand_over()
+        sys.exit(err.exit_status)
     except BertkitError as err:
         if multirun:
             record_failed_job(err)

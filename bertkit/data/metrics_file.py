@@ -18,6 +18,11 @@ are read through `upgrade`. Pretraining runs write a metrics.json of their own (
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+from bertkit.errors import BertkitError
+
 SCHEMA_VERSION = 2
 METRICS_FILE = "metrics.json"
 FAILED_FILE = "failed.json"
@@ -43,3 +48,17 @@ def upgrade(data: dict) -> dict:
         flat = {k: v for k, v in validation.items() if not isinstance(v, dict)}
         data = {**data, "validation": {**nested, "validation": flat}}
     return {**data, "schema_version": SCHEMA_VERSION}
+
+
+def read_json_object(path: Path) -> dict:
+    """A result file bertkit wrote (metrics.json, failed.json), or one message naming it: the
+    writes are atomic, but a file copied in part or edited by hand must not be a traceback."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as err:
+        raise BertkitError(f"{path}: cannot read: {err}") from None
+    except json.JSONDecodeError as err:
+        raise BertkitError(f"{path}: not valid JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise BertkitError(f"{path}: expected a JSON object, found {type(data).__name__}")
+    return data

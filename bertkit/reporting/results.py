@@ -11,12 +11,11 @@ nothing of it, so that wandb_runs.py can build the same RunResult.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from bertkit.data.metrics_file import METRICS_FILE, SCHEMA_VERSION, upgrade
+from bertkit.data.metrics_file import METRICS_FILE, SCHEMA_VERSION, read_json_object, upgrade
 from bertkit.errors import BertkitError
 from bertkit.reporting.methods import finetuning_method
 
@@ -62,7 +61,7 @@ def read_downstream_runs(pretraining_dir: Path) -> list[RunResult]:
     downstream = pretraining_dir / "downstream"
     if not downstream.is_dir():
         return []
-    pretraining = _read_json_object(pretraining_dir / METRICS_FILE)
+    pretraining = read_json_object(pretraining_dir / METRICS_FILE)
     arm = (f"{pretraining.get('recipe', 'pretraining')} ({pretraining.get('masking', '?')} "
            f"masking, {pretraining.get('objective', '?')})")
     model = f"pretrained on {pretraining.get('corpus', '?')}"
@@ -76,7 +75,7 @@ def read_downstream_runs(pretraining_dir: Path) -> list[RunResult]:
 
 def read_run(path: Path) -> RunResult | None:
     """The RunResult of one metrics.json; None for a pretraining run (no "main_metric")."""
-    data = _read_json_object(path)
+    data = read_json_object(path)
     if "main_metric" not in data:
         return None
     data = _upgraded(path, data)
@@ -135,7 +134,7 @@ def _progress(path: Path, train: object) -> dict:
 
 
 def read_failed(path: Path) -> FailedRun:
-    data = _read_json_object(path)
+    data = read_json_object(path)
     if not isinstance(data.get("error"), str):
         raise BertkitError(f"{path}: missing string key 'error'")
     return FailedRun(run_dir=path.parent, error=data["error"])
@@ -152,18 +151,6 @@ def flatten_validation(validation: dict) -> dict[str, float]:
                 if _is_number(number):
                     flat[f"{split}/{metric}"] = float(number)
     return flat
-
-
-def _read_json_object(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as err:
-        raise BertkitError(f"{path}: cannot read: {err}") from None
-    except json.JSONDecodeError as err:
-        raise BertkitError(f"{path}: not valid JSON: {err}") from None
-    if not isinstance(data, dict):
-        raise BertkitError(f"{path}: expected a JSON object, found {type(data).__name__}")
-    return data
 
 
 def _is_number(value: object) -> bool:

@@ -15,14 +15,13 @@ that launches the rungs is hydra_plugins/bertkit_halving_sweeper.
 
 from __future__ import annotations
 
-import json
 import math
 import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bertkit.data.metrics_file import FAILED_FILE, METRICS_FILE
+from bertkit.data.metrics_file import FAILED_FILE, METRICS_FILE, read_json_object
 from bertkit.errors import BertkitError
 
 Overrides = tuple[str, ...]
@@ -97,7 +96,7 @@ def read_outcome(run_dir: Path, returned: float | None) -> JobOutcome:
     run_dir = Path(run_dir)
     metrics_path, failed_path = run_dir / METRICS_FILE, run_dir / FAILED_FILE
     if metrics_path.is_file():
-        data = json.loads(metrics_path.read_text(encoding="utf-8"))
+        data = read_json_object(metrics_path)
         train = data.get("train", {})
         if returned is None or "planned_steps" not in train:
             raise BertkitError(f"{metrics_path}: not a finetuning result (no main_value or "
@@ -108,7 +107,7 @@ def read_outcome(run_dir: Path, returned: float | None) -> JobOutcome:
                           int(data["hyperparameters"]["train_batch_size"]),
                           float(train.get("seconds", 0.0)))
     if failed_path.is_file() and returned is None:
-        error = json.loads(failed_path.read_text(encoding="utf-8")).get("error", "failed")
+        error = read_json_object(failed_path).get("error", "failed")
         return JobOutcome(run_dir, None, error=str(error))
     return JobOutcome(run_dir, None, error="the job left neither metrics.json nor failed.json")
 

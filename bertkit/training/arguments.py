@@ -64,10 +64,3 @@ def build_training_arguments(
                            f"argument names)") from None
     except ValueError as err:
         raise BertkitError(f"trainer: {err}") from None
-
-
-def last_checkpoint(args: TrainingArguments) -> str | None:
-    from transformers.trainer_utils import get_last_checkpoint
-
-    directory = Path(args.output_dir)
-    return get_last_checkpoint(str(directory)) if directory.is_dir() else None

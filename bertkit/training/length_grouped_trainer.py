@@ -8,9 +8,28 @@ the order of predictions that prediction files rely on.
 
 from __future__ import annotations
 
+import torch
 from torch.utils.data import Sampler, SequentialSampler
 from transformers import Trainer
 from transformers.trainer_pt_utils import LengthGroupedSampler
+
+
+class EpochSeededLengthGroupedSampler(LengthGroupedSampler):
+    """Each epoch's length-grouped order drawn from seed + epoch (Trainer calls set_epoch), as
+    accelerate's SeedableRandomSampler does for Trainer's default sampler. With the global
+    RNG instead, a run resumed in a later epoch would draw another order than the
+    uninterrupted run: the RNG state at that epoch's start is not in the checkpoint."""
+
+    def __init__(self, batch_size: int, lengths: list[int], seed: int):
+        super().__init__(batch_size, lengths=lengths, generator=torch.Generator())
+        self.seed, self.epoch = seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self):
+        self.generator.manual_seed(self.seed + self.epoch)
+        return super().__iter__()
 
 
 class LengthGroupedTrainer(Trainer):
@@ -18,11 +37,12 @@ class LengthGroupedTrainer(Trainer):
         column = self.args.length_column_name
         if (self.args.train_sampling_strategy == "group_by_length"
                 and column in getattr(self.train_dataset, "column_names", [])):
-            return LengthGroupedSampler(
+            return EpochSeededLengthGroupedSampler(
                 self.args.train_batch_size * self.args.gradient_accumulation_steps,
                 # [:] makes a list: datasets >= 4 returns a lazy Column whose item-by-item
                 # reads cost about 11 s an epoch on SST-2.
                 lengths=self.train_dataset[column][:],
+                seed=self.args.data_seed if self.args.data_seed is not None else self.args.seed,
             )
         return super()._get_train_sampler(train_dataset)
 

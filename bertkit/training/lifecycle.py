@@ -1,12 +1,15 @@
 """What every recipe family does around Trainer.train, in one place: the tracker Trainer
 reports to, early stopping, stopping at a share of the schedule (successive halving), the W&B
-run and the resolved config.yaml on the main process, resuming from the last checkpoint when
-asked, training to a time budget (bertkit.training.budget), the training time and throughput
-(bertkit.training.throughput), and closing the W&B run with the final scores.
+run and the resolved config.yaml on the main process, resuming from the newest complete
+checkpoint when asked (bertkit.training.checkpoints), saving and stopping on a preemption
+signal (bertkit.training.preemption), training to a time budget (bertkit.training.budget),
+the training time and throughput (bertkit.training.throughput), and closing the W&B run with
+the final scores.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import time
 from dataclasses import dataclass
@@ -18,10 +21,11 @@ from transformers import Trainer
 
 from bertkit.data.atomic_files import write_text_atomic
 from bertkit.errors import BertkitError
-from bertkit.training.arguments import last_checkpoint
 from bertkit.training.budget import add_budget
 from bertkit.training.callbacks import add_early_stopping, add_train_fraction
+from bertkit.training.checkpoints import scan_checkpoints
 from bertkit.training.clock import TrainingClock
+from bertkit.training.preemption import Preempted, PreemptionCallback
 from bertkit.training.throughput import add_throughput
 from bertkit.training.wandb_logging import resolve_wandb_mode, start_wandb_run
 
@@ -75,22 +79,30 @@ RESUME = (False, True, "auto")
 
 
 def resume_checkpoint(resume, args) -> str | None:
-    """resume=true: the run directory's last checkpoint, and an error when there is none (a
-    mistyped hydra.run.dir must not silently train from the start); resume=auto (preemptible
-    cluster jobs): the last checkpoint if there is one, else from the start."""
+    """resume=true: the run directory's newest complete checkpoint, and an error when there is
+    none (a mistyped hydra.run.dir must not silently train from the start); resume=auto
+    (preemptible cluster jobs): the newest complete checkpoint if there is one, else from the
+    start. Checkpoints whose save was cut short are skipped, each named with why
+    (bertkit.training.checkpoints)."""
     if resume not in RESUME:
         raise BertkitError(f"resume={resume!r}: expected false, true or auto")
     if resume is False:
         return None
-    checkpoint = last_checkpoint(args)
-    if checkpoint is None and resume is True:
-        raise BertkitError(f"resume=true but {args.output_dir} holds no checkpoint: give "
+    scan = scan_checkpoints(args.output_dir)
+    if scan.complete is None and resume is True:
+        found = (f"only incomplete checkpoints ({scan.describe_skipped()})" if scan.skipped
+                 else "no checkpoint")
+        raise BertkitError(f"resume=true but {args.output_dir} holds {found}: give "
                            f"hydra.run.dir=<the run to continue>, or resume=auto to start "
                            f"from the beginning when there is none")
-    if checkpoint is None:
-        logger.info("resume=auto: no checkpoint in %s, training from the start",
+    if scan.skipped:
+        logger.warning("resume=%s: skipped incomplete checkpoints in %s (%s)", resume,
+                       args.output_dir, scan.describe_skipped())
+    if scan.complete is None:
+        logger.info("resume=auto: no complete checkpoint in %s, training from the start",
                     args.output_dir)
-    return checkpoint
+        return None
+    return str(scan.complete)
 
 
 def train(cfg: DictConfig, run_dir: Path, trainer: Trainer, hyperparameters: dict,
@@ -101,14 +113,23 @@ def train(cfg: DictConfig, run_dir: Path, trainer: Trainer, hyperparameters: dic
     stopper = add_train_fraction(cfg, trainer)
     budget = add_budget(cfg, trainer, clock)
     meter = add_throughput(cfg, trainer)
+    preemption = PreemptionCallback()
+    trainer.add_callback(preemption)
     main = trainer.is_world_process_zero()
     uses_wandb = "wandb" in (trainer.args.report_to or [])
     wandb_run = start_wandb_run(cfg, run_dir, hyperparameters) if main and uses_wandb else None
     if main:
         write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     started = time.perf_counter()
-    output = trainer.train(resume_from_checkpoint=checkpoint)
+    output = _train_or_explain(trainer, checkpoint)
     seconds = time.perf_counter() - started
+    try:
+        preemption.raise_if_stopped(trainer.args.output_dir)
+    except Preempted as err:
+        if wandb_run is not None:  # W&B shows the run as preempted, not failed
+            wandb_run.mark_preempting()
+            wandb_run.finish(exit_code=err.exit_status)
+        raise
     training_seconds = clock.elapsed()
     state = trainer.state
     # Early stopping also ends a run before max_steps; only the step share leaves it incomplete.
@@ -116,6 +137,22 @@ def train(cfg: DictConfig, run_dir: Path, trainer: Trainer, hyperparameters: dic
     return TrainingRun(main, wandb_run, output, seconds, state.max_steps, complete,
                        meter.record if meter is not None else None, training_seconds,
                        budget.record() if budget is not None else None)
+
+
+def _train_or_explain(trainer: Trainer, checkpoint: str | None):
+    """Trainer.train, with a full disk (ENOSPC, most often during a checkpoint save) told as
+    one message that says which checkpoint is still whole."""
+    try:
+        return trainer.train(resume_from_checkpoint=checkpoint)
+    except OSError as err:
+        if err.errno != errno.ENOSPC:
+            raise
+        whole = scan_checkpoints(trainer.args.output_dir).complete
+        kept = (f"the last complete checkpoint, {whole}, is intact: free some space and run "
+                f"the same command with resume=auto" if whole is not None
+                else "no complete checkpoint was saved before it")
+        raise BertkitError(f"no space left on device while writing "
+                           f"{err.filename or trainer.args.output_dir}; {kept}") from err
 
 
 def finish_wandb(run: TrainingRun, final: dict[str, float], num_parameters: int,

@@ -20,10 +20,18 @@ from bertkit.sweeps.halving import (
     JobOutcome,
     bracket_of,
     configuration_of,
+    read_outcome,
     rung_fractions,
     survivors,
 )
 from tests.conftest import compose_config, tiny_run_overrides
+
+
+@pytest.mark.parametrize("name,returned", [("metrics.json", 0.7), ("failed.json", None)])
+def test_a_result_file_cut_short_is_named_not_a_traceback(name, returned, tmp_path):
+    (tmp_path / name).write_text('{"main_value": 0.7, "tra')
+    with pytest.raises(BertkitError, match=rf"{tmp_path / name}: not valid JSON"):
+        read_outcome(tmp_path, returned)
 
 
 def test_rung_fractions():

@@ -75,3 +75,31 @@ def test_resume_picks_the_last_checkpoint(resume, tmp_path):
     assert resume_checkpoint(False, args) is None
     with pytest.raises(BertkitError, match=r"resume='later': expected false, true or auto"):
         resume_checkpoint("later", args)
+
+
+def test_resume_takes_the_newest_complete_checkpoint_and_names_the_torn_ones(tmp_path, caplog):
+    for step, state in [(2, "{}"), (10, "{}"), (12, '{"global_st'), (14, None)]:
+        folder = tmp_path / f"checkpoint-{step}"
+        folder.mkdir()
+        (folder / "model.safetensors").write_bytes(b"\0" * 8)
+        if state is not None:
+            (folder / "trainer_state.json").write_text(state)
+    (tmp_path / "checkpoint-20").write_text("a file, not a checkpoint")
+    (tmp_path / "checkpoint-30-tmp").mkdir()
+    args = TrainingArguments(output_dir=str(tmp_path), report_to=[])
+    with caplog.at_level("WARNING"):
+        assert resume_checkpoint("auto", args) == str(tmp_path / "checkpoint-10")
+    assert ("checkpoint-14: no trainer_state.json (Trainer writes it last: the save was cut "
+            "short); checkpoint-12: trainer_state.json is cut short (not valid JSON)"
+            in caplog.text)
+    assert resume_checkpoint(True, args) == str(tmp_path / "checkpoint-10")
+
+
+def test_resume_true_with_only_torn_checkpoints_names_them(tmp_path):
+    (tmp_path / "checkpoint-4").mkdir()
+    (tmp_path / "checkpoint-4" / "trainer_state.json").write_text('{"log_hist')
+    args = TrainingArguments(output_dir=str(tmp_path), report_to=[])
+    with pytest.raises(BertkitError, match=r"holds only incomplete checkpoints \(checkpoint-4: "
+                                           r"trainer_state.json is cut short"):
+        resume_checkpoint(True, args)
+    assert resume_checkpoint("auto", args) is None

@@ -1,0 +1,164 @@
+"""Preemption and kills: SIGTERM saves a checkpoint at the step's end and exits 143; a run
+killed with SIGKILL at random moments (some during a save), resumed each time with
+resume=auto, ends with the uninterrupted run's weights and dev scores."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from safetensors.torch import load_file
+
+from bertkit.training.checkpoints import scan_checkpoints
+from bertkit.training.preemption import Preempted, PreemptionCallback, preemption_signals
+from tests.conftest import tiny_run_overrides
+
+# The unit: the signal only raises a flag; the step's end saves and stops.
+
+
+def test_a_signal_stops_the_run_at_the_end_of_the_step_with_a_checkpoint():
+    handed_over = []
+    previous = signal.signal(signal.SIGUSR1, lambda signum, frame: handed_over.append(signum))
+    try:
+        callback = PreemptionCallback(signals=[signal.SIGUSR1])
+        control = SimpleNamespace(should_save=False, should_training_stop=False)
+        state = SimpleNamespace(global_step=7)
+        callback.on_train_begin(None, state, control)
+        callback.on_step_end(None, state, control)
+        assert not control.should_save and not control.should_training_stop
+        callback.raise_if_stopped("out")  # nothing received: no Preempted
+        os.kill(os.getpid(), signal.SIGUSR1)
+        assert handed_over == []  # caught by the run, not by the handler before it
+        callback.on_step_end(None, state, control)
+        assert control.should_save and control.should_training_stop
+        callback.on_train_end(None, state, control)
+        with pytest.raises(Preempted, match=r"preempted by SIGUSR1 at step 7: checkpoint saved "
+                                            r"in out; the same command with resume=auto") as err:
+            callback.raise_if_stopped("out")
+        assert err.value.exit_status == 128 + signal.SIGUSR1
+        err.value.hand_over()  # submitit's checkpoint/requeue would run here
+        assert handed_over == [signal.SIGUSR1]
+        os.kill(os.getpid(), signal.SIGUSR1)  # the handler before the run is back
+        assert handed_over == [signal.SIGUSR1] * 2
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+
+
+def test_a_submitit_job_also_watches_submitits_preemption_signal(monkeypatch):
+    monkeypatch.delenv("SUBMITIT_JOB_ID", raising=False)
+    monkeypatch.delenv("SUBMITIT_PREEMPT_SIGNAL", raising=False)
+    assert preemption_signals() == [signal.SIGTERM]
+    monkeypatch.setenv("SUBMITIT_JOB_ID", "42")
+    assert preemption_signals() == [signal.SIGTERM, signal.SIGUSR2]
+    monkeypatch.setenv("SUBMITIT_PREEMPT_SIGNAL", "USR1")
+    assert preemption_signals() == [signal.SIGTERM, signal.SIGUSR1]
+
+
+# Real signals on real runs (the bertkit command in a child process)
+
+
+def command(overrides: list[str], run_dir: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "bertkit", *overrides, *extra, f"hydra.run.dir={run_dir}"]
+
+
+def child_env() -> dict:
+    # One thread: the runs compared must add up their sums in the same order.
+    return {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
+
+
+def run_to_end(overrides, run_dir, *extra) -> None:
+    result = subprocess.run(command(overrides, run_dir, *extra), env=child_env(),
+                            cwd=run_dir.parent, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def wait_for_checkpoint(process, checkpoints: Path, newer_than: int, timeout: float = 300):
+    """Polls until a checkpoint past step `newer_than` exists (or the process ended)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and process.poll() is None:
+        steps = [int(path.name.split("-")[1]) for path in checkpoints.glob("checkpoint-*")
+                 if path.name.split("-")[1].isdigit()]
+        if steps and max(steps) > newer_than:
+            return max(steps)
+        time.sleep(0.02)
+    return None
+
+
+def assert_same_result(run_dir: Path, reference_dir: Path) -> None:
+    resumed = load_file(run_dir / "model" / "model.safetensors")
+    reference = load_file(reference_dir / "model" / "model.safetensors")
+    for name, tensor in reference.items():
+        assert resumed[name].allclose(tensor, atol=1e-6), name
+    scores = json.loads((run_dir / "metrics.json").read_text())["validation"]["validation"]
+    expected = json.loads((reference_dir / "metrics.json").read_text())["validation"]
+    assert scores == pytest.approx(expected["validation"], abs=1e-6)
+
+
+@pytest.fixture
+def checkpointed_run(glue_dir, vocab_dir, tmp_path):
+    """A tiny MRPC run saving every few steps, and its uninterrupted result."""
+
+    def make(max_steps: int, save_steps: int) -> tuple[list[str], Path]:
+        overrides = tiny_run_overrides("mrpc", glue_dir("mrpc", n_train=48), vocab_dir, **{
+            "trainer.max_steps": max_steps, "trainer.save_strategy": "steps",
+            "trainer.save_steps": save_steps, "trainer.save_total_limit": 2,
+            "trainer.logging_steps": 10, "cache_dir": tmp_path / "cache"})
+        reference_dir = tmp_path / "reference"
+        run_to_end(overrides, reference_dir)
+        return overrides, reference_dir
+
+    return make
+
+
+@pytest.mark.slow
+def test_sigterm_saves_at_the_step_end_exits_143_and_resume_auto_finishes_the_run(
+        checkpointed_run, tmp_path):
+    overrides, reference_dir = checkpointed_run(max_steps=400, save_steps=50)
+    run_dir = tmp_path / "run"
+    process = subprocess.Popen(command(overrides, run_dir), env=child_env(), cwd=tmp_path,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    assert wait_for_checkpoint(process, run_dir / "checkpoints", newer_than=0) == 50
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=300)
+    assert process.returncode == 143, stderr[-3000:]
+    assert "bertkit: preempted by SIGTERM at step " in stderr
+    stopped = int(stderr.split("preempted by SIGTERM at step ")[1].split(":")[0])
+    assert 50 < stopped < 400
+    assert scan_checkpoints(run_dir / "checkpoints").complete.name == f"checkpoint-{stopped}"
+    assert not (run_dir / "metrics.json").exists()  # not a finished run, nor a failed one
+    assert not (run_dir / "failed.json").exists()
+
+    run_to_end(overrides, run_dir, "resume=auto")
+    assert_same_result(run_dir, reference_dir)
+
+
+@pytest.mark.slow
+def test_sigkill_at_random_moments_then_resume_auto_ends_as_the_uninterrupted_run(
+        checkpointed_run, tmp_path):
+    overrides, reference_dir = checkpointed_run(max_steps=60, save_steps=2)
+    run_dir, checkpoints = tmp_path / "run", tmp_path / "run" / "checkpoints"
+    rng = random.Random(0)
+    kills, last = 0, 0
+    while kills < 5:
+        process = subprocess.Popen(command(overrides, run_dir, "resume=auto"), env=child_env(),
+                                   cwd=tmp_path, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL)
+        newest = wait_for_checkpoint(process, checkpoints, newer_than=last)
+        assert newest is not None, "the run ended before it could be killed"
+        # A save takes a few ms here, a step about as long: random moments land in both.
+        time.sleep(rng.uniform(0, 0.05))
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=60)
+        kills += 1
+        last = newest
+    assert not (run_dir / "metrics.json").exists()
+    run_to_end(overrides, run_dir, "resume=auto")
+    assert_same_result(run_dir, reference_dir)
