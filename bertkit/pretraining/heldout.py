@@ -244,6 +244,13 @@ def describe_set(dataset: datasets.Dataset) -> dict:
             "fingerprint": heldout_fingerprint(dataset)}
 
 
+def majority_label_share(dataset: datasets.Dataset) -> float:
+    """The NSP/SOP accuracy of always predicting the commoner label: the bar a sentence head
+    must clear before its held-out accuracy means it learned anything."""
+    labels = np.asarray(dataset["next_sentence_label"])
+    return float(max(labels.mean(), 1 - labels.mean()))
+
+
 # Scoring
 
 

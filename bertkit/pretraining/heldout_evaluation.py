@@ -17,6 +17,7 @@ from bertkit.pretraining.heldout import (
     HeldoutSet,
     describe_set,
     heldout_collator,
+    majority_label_share,
     score_heldout,
 )
 from bertkit.training.clock import TrainingClock
@@ -117,7 +118,8 @@ def heldout_record(heldout: HeldoutSet, train_documents: int, log_history: list[
     curve = heldout_curve(log_history)
     pairs = None
     if heldout.pairs is not None:
-        pairs = {"sentence_task": heldout.sentence_task, **describe_set(heldout.pairs)}
+        pairs = {"sentence_task": heldout.sentence_task, **describe_set(heldout.pairs),
+                 "majority_accuracy": majority_label_share(heldout.pairs)}
     return {"fraction": settings.fraction, "seed": settings.seed,
             "documents": heldout.documents, "train_documents": train_documents,
             **describe_set(heldout.mlm), "pairs": pairs,

@@ -333,6 +333,10 @@ def test_every_arm_is_scored_on_the_same_heldout_positions(tmp_path):
     heldout = build_heldout(cfg, tokenizer, heldout_docs)
     assert heldout_fingerprint(heldout.mlm) == first["fingerprint"]
     assert heldout_fingerprint(heldout.pairs) == first["pairs"]["fingerprint"]
+    # A constant prediction's accuracy, beside which the NSP accuracy is read.
+    labels = heldout.pairs["next_sentence_label"]
+    assert first["pairs"]["majority_accuracy"] == pytest.approx(
+        max(labels.count(0), labels.count(1)) / len(labels))
 
 
 def test_the_curve_has_step_zero_the_intervals_and_the_end_and_survives_a_resume(tmp_path):
