@@ -75,6 +75,21 @@ def record_failed_job(err: BaseException) -> None:
             torch.cuda.empty_cache()
 
 
+def release_process_group() -> None:
+    """torchrun's processes leave the process group before exiting: gloo's threads torn down
+    at interpreter exit otherwise abort a rank now and then ("terminate called without an
+    active exception", SIGABRT; pytorch/pytorch#190489). Only after a job that succeeded on
+    every rank (a rank that failed may leave the others inside a collective, where destroying
+    the group would hang), and only for a single run: a sweep's later jobs in this process
+    still need the group."""
+    if "torch" not in sys.modules:
+        return
+    import torch
+
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
+
 def main_value(result: dict | None) -> float | None:
     """What Hydra's sweepers read from a job (its JobReturn.return_value): the main dev metric
     of a finetune, or of a pretraining job's first downstream finetune; None otherwise."""
@@ -90,7 +105,10 @@ def _hydra_task(cfg: DictConfig) -> float | None:
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     join_submitit_tasks()
     try:
-        return main_value(run_job(cfg))
+        result = run_job(cfg)
+        if not multirun:
+            release_process_group()
+        return main_value(result)
     except Preempted as err:  # not a failure: the job goes on from its checkpoint
         print(f"bertkit: {err}", file=sys.stderr)
         err.hand_over()
