@@ -41,7 +41,7 @@ class CheckpointScan:
 
 def checkpoint_step(folder: Path) -> int | None:
     match = _CHECKPOINT.match(folder.name)
-    return int(match.group(1)) if match and folder.is_dir() else None
+    return int(match.group(1)) if match else None
 
 
 def incompleteness(folder: Path) -> str | None:
@@ -59,7 +59,8 @@ def incompleteness(folder: Path) -> str | None:
 def scan_checkpoints(output_dir: str | Path) -> CheckpointScan:
     """Checkpoints from the newest step down to the first complete one."""
     directory = Path(output_dir)
-    folders = [path for path in directory.iterdir() if checkpoint_step(path) is not None] \
+    folders = [path for path in directory.iterdir()
+               if checkpoint_step(path) is not None and path.is_dir()] \
         if directory.is_dir() else []
     scan = CheckpointScan(None)
     for folder in sorted(folders, key=checkpoint_step, reverse=True):

@@ -48,15 +48,18 @@ def assert_same_weights(run_dir, reference_dir) -> None:
         assert resumed[name].allclose(tensor, atol=1e-5), name
 
 
-def test_resume_continues_an_interrupted_run(glue_dir, vocab_dir, tmp_path, monkeypatch):
-    data = glue_dir("mrpc", n_train=48)
-    overrides = tiny_run_overrides("mrpc", data, vocab_dir, **{
+def checkpointed_run(glue_dir, vocab_dir, tmp_path, save_total_limit: int):
+    """8 steps of MRPC saved every 2, and the uninterrupted run's directory."""
+    overrides = tiny_run_overrides("mrpc", glue_dir("mrpc", n_train=48), vocab_dir, **{
         "trainer.max_steps": 8, "trainer.save_strategy": "steps", "trainer.save_steps": 2,
-        "trainer.save_total_limit": 2})
-
+        "trainer.save_total_limit": save_total_limit})
     reference_dir = tmp_path / "reference"
     run_job(compose_config(overrides), run_dir=reference_dir)
+    return overrides, reference_dir
 
+
+def test_resume_continues_an_interrupted_run(glue_dir, vocab_dir, tmp_path, monkeypatch):
+    overrides, reference_dir = checkpointed_run(glue_dir, vocab_dir, tmp_path, 2)
     run_dir = tmp_path / "run"
     calls = interrupted_run(overrides, run_dir, monkeypatch, at_step=6)
     assert (run_dir / "checkpoints" / "checkpoint-4").is_dir()
@@ -84,13 +87,7 @@ def tear(checkpoint, how: str) -> None:
 @pytest.mark.parametrize("how", ["weights", "state"])
 def test_resume_auto_skips_a_checkpoint_torn_by_a_kill_during_its_save(
         how, glue_dir, vocab_dir, tmp_path, monkeypatch, caplog):
-    data = glue_dir("mrpc", n_train=48)
-    overrides = tiny_run_overrides("mrpc", data, vocab_dir, **{
-        "trainer.max_steps": 8, "trainer.save_strategy": "steps", "trainer.save_steps": 2,
-        "trainer.save_total_limit": 3})
-    reference_dir = tmp_path / "reference"
-    run_job(compose_config(overrides), run_dir=reference_dir)
-
+    overrides, reference_dir = checkpointed_run(glue_dir, vocab_dir, tmp_path, 3)
     run_dir = tmp_path / "run"
     calls = interrupted_run(overrides, run_dir, monkeypatch, at_step=7)
     checkpoints = run_dir / "checkpoints"
