@@ -114,31 +114,36 @@ class PlainBertForPreTraining(BertForPreTraining):
 
 
 class BatchCounter:
-    """Wraps a collator; records what each batch it builds holds. The training loop may build
-    a batch ahead of the step it runs: the first n records are the first n steps' batches."""
+    """Sums what the training steps' batches hold, read from the model's inputs in the training
+    process (a forward pre-hook), so that it stays right with dataloader workers, where the
+    collator runs in other processes. The token sums stay on the model's device until read: no
+    host sync a step."""
 
-    def __init__(self, collate):
-        self.collate = collate
-        self.batches: list[dict[str, int]] = []
+    def __init__(self):
+        self.shapes: list[tuple[int, int]] = []
+        self.sums = None
 
-    def __call__(self, features: list[dict]) -> dict:
-        batch = self.collate(features)
-        mask, labels = batch["attention_mask"], batch["labels"]
-        rows, width = mask.shape
-        lengths = mask.sum(dim=1)
-        self.batches.append({
-            "sequences": int(rows),
-            "real_tokens": int(lengths.sum()),
-            "positions": int(rows * width),
-            "sum_squared_lengths": int((lengths * lengths).sum()),
-            "sum_squared_widths": int(rows * width * width),
-            "masked_tokens": int((labels != IGNORE_INDEX).sum()),
-        })
-        return batch
+    def attach(self, model) -> None:
+        model.register_forward_pre_hook(self._count, with_kwargs=True)
 
-    def totals(self, steps: int) -> dict[str, int]:
-        fed = self.batches[:steps]
-        return {key: sum(batch[key] for batch in fed) for key in fed[0]} if fed else {}
+    @torch.compiler.disable
+    def _count(self, module, args, kwargs) -> None:
+        if not module.training:
+            return
+        mask, labels = kwargs["attention_mask"], kwargs["labels"]
+        lengths = mask.sum(dim=1, dtype=torch.int64)
+        sums = torch.stack([lengths.sum(), (lengths * lengths).sum(),
+                            (labels != IGNORE_INDEX).sum()])
+        self.sums = sums if self.sums is None else self.sums + sums
+        self.shapes.append(tuple(mask.shape))
+
+    def totals(self) -> dict[str, int]:
+        real, squared, masked = (self.sums.tolist() if self.sums is not None else (0, 0, 0))
+        return {"sequences": sum(rows for rows, _ in self.shapes), "real_tokens": int(real),
+                "positions": sum(rows * width for rows, width in self.shapes),
+                "sum_squared_lengths": int(squared),
+                "sum_squared_widths": sum(rows * width * width for rows, width in self.shapes),
+                "masked_tokens": int(masked)}
 
 
 def training_indices(n: int, count: int, seed: int) -> list[int]:
@@ -277,21 +282,21 @@ def masked_lm_loss(model, batches: list[dict]) -> float:
     return total / max(count, 1)
 
 
-def _trainer(cfg: DictConfig, way: str, args, data: _Data, indices: list[int], counter):
+def _trainer(cfg: DictConfig, way: str, args, data: _Data, indices: list[int], collate):
     """(Trainer, model) of one way, from the seeded initial weights."""
     prepared = data.prepared
     set_seed(args.seed)
     if way == "bertkit":
         instances = prepared.train_dataset.select(indices)
         lengths = np.asarray(instances["length"])
-        subset = dataclasses.replace(prepared, train_dataset=instances, collator=counter,
+        subset = dataclasses.replace(prepared, train_dataset=instances, collator=collate,
                                      phases=[Phase(0, lengths, len(indices))])
         trainer, _ = PretrainingJob().build_trainer(cfg, args, subset, None)
         return trainer, trainer.model
     initial = load_pretraining_model(cfg.model, prepared.tokenizer).state_dict()
     model = plain_model(cfg, prepared.tokenizer, initial)
     trainer = Trainer(model=model, args=args, train_dataset=data.padded.select(indices),
-                      data_collator=counter, processing_class=prepared.tokenizer)
+                      data_collator=collate, processing_class=prepared.tokenizer)
     return trainer, model
 
 
@@ -304,8 +309,9 @@ def _train(cfg: DictConfig, way: str, steps: int, data: _Data, run_dir: Path,
     prepared = data.prepared
     collate = prepared.collator if way == "bertkit" else DataCollatorForLanguageModeling(
         prepared.tokenizer, mlm_probability=float(cfg.bench.mlm_probability))
-    counter = BatchCounter(collate)
-    trainer, model = _trainer(cfg, way, args, data, indices, counter)
+    trainer, model = _trainer(cfg, way, args, data, indices, collate)
+    counter = BatchCounter()
+    counter.attach(model)
     trainer.remove_callback(PrinterCallback)  # its end-of-train line would only repeat ours
     meter = add_throughput(cfg, trainer)
     with PeakMemory() as memory:
@@ -314,9 +320,10 @@ def _train(cfg: DictConfig, way: str, steps: int, data: _Data, run_dir: Path,
         output = trainer.train()
         synchronize()
         seconds = time.perf_counter() - started
-    if output.global_step != steps:
-        raise BertkitError(f"bench: the {way} run made {output.global_step} steps, not {steps}")
-    result = {"seconds": seconds, **counter.totals(steps), "peak_memory_bytes": memory.peak,
+    if output.global_step != steps or len(counter.shapes) != steps:
+        raise BertkitError(f"bench: the {way} run made {output.global_step} steps "
+                           f"({len(counter.shapes)} training forwards), not {steps}")
+    result = {"seconds": seconds, **counter.totals(), "peak_memory_bytes": memory.peak,
               "memory_kind": memory.kind, "training_loss": output.training_loss,
               "num_parameters": count_parameters(model),
               "attn_implementation": model.config._attn_implementation,
