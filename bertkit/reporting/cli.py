@@ -1,10 +1,14 @@
 """bertkit-report OUTPUTS_DIR [--out REPORT_DIR] [--compare GLOB_A GLOB_B] [--decimals N]
                   [--source {auto,files,wandb}] [--reference KEY ...] [--references FILE]
+bertkit-report SWEEP_DIR --wandb-workspace ENTITY/PROJECT [--dry-run] [--workspace-name NAME]
+                  [--workspace-layout FILE] [--out REPORT_DIR]
 
 Collects the finetuning runs under OUTPUTS_DIR (their metrics.json, or the W&B run logs of
 runs whose metrics.json is gone) and writes report.md, results.csv, report.json and per-task
 figures into REPORT_DIR (default OUTPUTS_DIR/report), with published scores as reference
-rows and each system's distance to them.
+rows and each system's distance to them. With --wandb-workspace: builds the sweep's W&B
+workspace instead (bertkit.reporting.wandb_workspace), writes its spec to
+REPORT_DIR/wandb_workspace.json, and saves it to W&B unless --dry-run.
 """
 
 from __future__ import annotations
@@ -14,8 +18,19 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from bertkit.data.atomic_files import write_json_atomic
 from bertkit.errors import BertkitError
 from bertkit.reporting.collect import SOURCES
+from bertkit.reporting.wandb_workspace import (
+    WORKSPACE_FILE,
+    build_workspace,
+    load_layout,
+    parse_target,
+    plan_workspace,
+    read_sweep,
+    save_workspace,
+    workspace_view,
+)
 from bertkit.reporting.writer import build_report, write_report
 
 PROG = "bertkit-report"
@@ -51,12 +66,49 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--references", type=Path, default=None, metavar="FILE",
                         help="the references file (default: bertkit's "
                              "bertkit/reporting/published_scores.yaml)")
+    workspace = parser.add_argument_group("W&B workspace")
+    workspace.add_argument("--wandb-workspace", default=None, metavar="ENTITY/PROJECT",
+                           help="build a W&B workspace for the sweep's runs (grouped by grid "
+                                "point, seeds aggregated) instead of the report")
+    workspace.add_argument("--dry-run", action="store_true",
+                           help="with --wandb-workspace: write the workspace's spec (JSON) only, "
+                                "without saving it to W&B")
+    workspace.add_argument("--workspace-name", default=None, metavar="NAME",
+                           help="the workspace's name (default: bertkit: <the runs' groups>)")
+    workspace.add_argument("--workspace-layout", type=Path, default=None, metavar="FILE",
+                           help="the panels (default: bertkit/reporting/wandb_workspace.yaml)")
     return parser.parse_args(argv)
+
+
+def build_wandb_workspace(args: argparse.Namespace, out_dir: Path) -> int:
+    plan = plan_workspace(read_sweep(args.outputs_dir), *parse_target(args.wandb_workspace),
+                          name=args.workspace_name, layout=load_layout(args.workspace_layout))
+    workspace = build_workspace(plan)
+    spec = {"entity": plan.entity, "project": plan.project, "name": plan.name,
+            "groups": plan.groups, "sweep_tag": plan.sweep_tag, "grid_keys": plan.grid_keys,
+            "left_out": plan.left_out, "view": workspace_view(workspace)}
+    path = write_json_atomic(out_dir / WORKSPACE_FILE, spec)
+    panels = sum(len(section["panels"]) for section in plan.sections)
+    print(f"W&B workspace {plan.name!r} for {plan.entity}/{plan.project}: runs of group(s) "
+          f"{', '.join(plan.groups)}, grouped by {', '.join(['group', *plan.grid_keys])} "
+          f"(seeds aggregated); {panels} panels and a parallel-coordinates panel")
+    for title in plan.left_out:
+        print(f"  left out (no run logged its keys): {title}")
+    print(f"spec: {path}")
+    if not args.dry_run:
+        print(f"saved: {save_workspace(workspace)}")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     out_dir = args.out if args.out is not None else args.outputs_dir / "report"
+    if args.wandb_workspace is not None:
+        try:
+            return build_wandb_workspace(args, out_dir)
+        except BertkitError as err:
+            print(f"{PROG}: error: {err}", file=sys.stderr)
+            return 2
     try:
         report = build_report(args.outputs_dir, compare=args.compare, decimals=args.decimals,
                               source=args.source, references_file=args.references,
