@@ -31,7 +31,7 @@ from bertkit.reporting.wandb_workspace import (
     save_workspace,
     workspace_view,
 )
-from bertkit.reporting.writer import build_report, write_report
+from bertkit.reporting.writer import Significance, build_report, write_report
 
 PROG = "bertkit-report"
 
@@ -52,6 +52,23 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                              "Welch's test")
     parser.add_argument("--confidence", type=float, default=0.95, metavar="LEVEL",
                         help="with --compare: level of the confidence interval (default 0.95)")
+    defaults = Significance()
+    parser.add_argument("--aso-threshold", type=float, default=defaults.aso_threshold,
+                        metavar="EPS", help="with --compare: call B better than A when ASO's "
+                        f"ε_min is below EPS (default {defaults.aso_threshold:g}, Ulmer et al. "
+                        "2022)")
+    parser.add_argument("--detect", type=float, default=defaults.detect, metavar="D",
+                        help="with --compare: the seeds-needed line is for a difference of D "
+                             f"displayed points (default {defaults.detect:g})")
+    parser.add_argument("--power", type=float, default=defaults.power, metavar="P",
+                        help=f"with --compare: power of the seeds-needed line (default "
+                             f"{defaults.power:g})")
+    parser.add_argument("--bootstrap", type=int, default=defaults.resamples, metavar="N",
+                        help=f"with --compare: bootstrap resamples of the difference's "
+                             f"interval (default {defaults.resamples})")
+    parser.add_argument("--stats-seed", type=int, default=defaults.seed, metavar="SEED",
+                        help="with --compare: seed of the bootstrap and of ASO (default "
+                             f"{defaults.seed})")
     parser.add_argument("--decimals", type=int, default=1, metavar="N",
                         help="decimals shown in report.md (default 1)")
     parser.add_argument("--source", choices=SOURCES, default="auto",
@@ -113,7 +130,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         report = build_report(args.outputs_dir, compare=args.compare, decimals=args.decimals,
                               source=args.source, references_file=args.references,
                               reference_keys=args.reference, paired=args.paired,
-                              confidence=args.confidence)
+                              confidence=args.confidence, significance=Significance(
+                                  aso_threshold=args.aso_threshold, detect=args.detect,
+                                  power=args.power, resamples=args.bootstrap,
+                                  seed=args.stats_seed))
         written = write_report(report, out_dir)
     except BertkitError as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)

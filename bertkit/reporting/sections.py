@@ -89,11 +89,20 @@ def _failed_jobs(failed: list[dict]) -> list[str]:
 
 
 def _significance(comparison: dict, tasks: dict, d: int) -> list[str]:
+    confidence = f"{100 * comparison['confidence']:g}%"
     out = ["", "## Significance", "",
            f"A: runs matching `{comparison['glob_a']}` ({comparison['n_runs_a']} runs); "
            f"B: runs matching `{comparison['glob_b']}` ({comparison['n_runs_b']} runs). "
            "Per task, each group's seeds at its best dev grid point; difference = "
-           "mean(B) − mean(A), two-sided p-value.", ""]
+           "mean(B) − mean(A), two-sided p-value; Holm p: adjusted over the table's tasks. "
+           f"ε_min: the Almost Stochastic Order test (deepsig) that B is better than A at "
+           f"{confidence} confidence, Bonferroni-corrected over the tasks; B is called better "
+           f"below {comparison['aso_threshold']:g} (0: B's scores dominate A's, 1: A's "
+           f"dominate B's). Bootstrap CI: percentile interval of the difference "
+           f"({comparison['resamples']} resamples). Seeds needed: per arm, for the "
+           f"{'paired' if comparison['paired'] else 'Welch'} t-test to detect a difference "
+           f"of {comparison['detect']:g} points with power {comparison['power']:g} at "
+           f"the measured spreads.", ""]
     body = []
     for task, c in comparison["tasks"].items():
         scale = c["scale"]
@@ -101,17 +110,26 @@ def _significance(comparison: dict, tasks: dict, d: int) -> list[str]:
                      fmt(c["mean_a"] * scale, d), fmt(c["mean_b"] * scale, d),
                      fmt(c["difference"] * scale, d),
                      f"[{fmt(c['ci_low'] * scale, d)}, {fmt(c['ci_high'] * scale, d)}]",
-                     "nan" if math.isnan(c["p_value"]) else f"{c['p_value']:.4g}",
-                     c["test"]])
+                     _p(c["p_value"]), _p(c["p_holm"]), c["test"],
+                     f"{c['aso_epsilon']:.2f}" + (" (B better)" if c["b_better_by_aso"]
+                                                   else ""),
+                     f"[{fmt(c['bootstrap_low'] * scale, d)}, "
+                     f"{fmt(c['bootstrap_high'] * scale, d)}]",
+                     "> 10000" if c["seeds_needed"] is None else str(c["seeds_needed"])])
     if body:
         out.append(markdown_table(["Task", "n A", "n B", "mean A", "mean B", "B − A",
-                                   f"{100 * comparison['confidence']:g}% CI", "p", "test"],
+                                   f"{confidence} CI (t)", "p", "Holm p", "test", "ε_min (ASO)",
+                                   f"{confidence} CI (bootstrap)", "seeds needed"],
                                   body).rstrip("\n"))
     else:
         out.append("No task has runs in both groups.")
     for task, reason in comparison["skipped"].items():
         out.append(f"\n- {task}: not compared: {reason}")
     return out
+
+
+def _p(value: float) -> str:
+    return "nan" if math.isnan(value) else f"{value:.4g}"
 
 
 def _reference_rows_note(references: dict) -> str:

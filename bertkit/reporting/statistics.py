@@ -192,3 +192,80 @@ def _groups(a: Sequence[float] | Mapping, b: Sequence[float] | Mapping,
         raise BertkitError(f"compare_groups: paired groups differ in size "
                            f"({len(xa)} and {len(xb)})")
     return xa, xb
+
+
+def aso_epsilon(a: Sequence[float], b: Sequence[float], confidence: float = 0.95,
+                num_comparisons: int = 1, seed: int = 0,
+                bootstrap_iterations: int = 1000) -> float:
+    """ε_min of the Almost Stochastic Order test (Dror et al., 2019; deepsig's `aso`, del
+    Barrio et al.'s bound as Ulmer et al., 2022 implement it) that B is better than A: 0 when
+    B's scores stochastically dominate A's, 1 when A's dominate B's; B is called better below
+    a threshold (0.2 in Ulmer et al.). num_comparisons > 1 Bonferroni-corrects the confidence."""
+    from deepsig import aso
+
+    xa = _finite_values(a, "group a")
+    xb = _finite_values(b, "group b")
+    if len(xa) < 2 or len(xb) < 2:
+        raise BertkitError(f"aso_epsilon: need at least 2 values per group, got {len(xa)} and "
+                           f"{len(xb)}")
+    return float(aso(xb, xa, confidence_level=confidence, num_comparisons=num_comparisons,
+                     num_bootstrap_iterations=bootstrap_iterations, show_progress=False,
+                     seed=seed))
+
+
+def bootstrap_difference_ci(a: Sequence[float], b: Sequence[float], confidence: float = 0.95,
+                            paired: bool = False, resamples: int = 10000,
+                            seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap interval of mean(b) - mean(a) (scipy.stats.bootstrap): each group
+    resampled on its own, or the pairs together when paired. Makes no normality assumption,
+    unlike the t interval."""
+    xa = np.asarray(_finite_values(a, "group a"))
+    xb = np.asarray(_finite_values(b, "group b"))
+    if paired and len(xa) != len(xb):
+        raise BertkitError(f"bootstrap_difference_ci: paired groups differ in size "
+                           f"({len(xa)} and {len(xb)})")
+    result = stats.bootstrap((xa, xb), lambda x, y, axis=-1: y.mean(axis) - x.mean(axis),
+                             paired=paired, vectorized=True, n_resamples=resamples,
+                             confidence_level=confidence, method="percentile",
+                             random_state=np.random.default_rng(seed))
+    return float(result.confidence_interval.low), float(result.confidence_interval.high)
+
+
+def holm_adjust(p_values: Mapping[str, float]) -> dict[str, float]:
+    """Holm–Bonferroni-adjusted p-values (Holm, 1979): the k-th smallest of m multiplied by
+    m - k + 1, made non-decreasing, capped at 1. Written here because scipy has no Holm
+    (false_discovery_control is Benjamini–Hochberg) and statsmodels' multipletests would be a
+    dependency for these few lines. nan p-values (no variance) stay nan and do not count."""
+    finite = sorted((p, key) for key, p in p_values.items() if math.isfinite(p))
+    m, running, adjusted = len(finite), 0.0, {}
+    for rank, (p, key) in enumerate(finite):
+        running = max(running, min(1.0, (m - rank) * p))
+        adjusted[key] = running
+    return {key: adjusted.get(key, math.nan) for key in p_values}
+
+
+def seeds_needed(std_a: float, std_b: float, difference: float, alpha: float = 0.05,
+                 power: float = 0.8, paired_std: float | None = None,
+                 max_seeds: int = 10000) -> int | None:
+    """Seeds per arm for a two-sided t-test at level alpha to detect a true difference of
+    `difference` with the given power, at these standard deviations: Welch's test (its
+    Welch–Satterthwaite df, the noncentral t for the power), or with paired_std (the standard
+    deviation of the per-seed differences) the paired test. None: more than max_seeds."""
+    if difference <= 0 or not 0 < alpha < 1 or not 0 < power < 1:
+        raise BertkitError(f"seeds_needed: difference ({difference}) must be positive, alpha "
+                           f"({alpha}) and power ({power}) in (0, 1)")
+    for n in range(2, max_seeds + 1):
+        if paired_std is not None:
+            se, df = paired_std / math.sqrt(n), n - 1
+        else:
+            va, vb = std_a**2 / n, std_b**2 / n
+            se = math.sqrt(va + vb)
+            df = (va + vb) ** 2 / ((va**2 + vb**2) / (n - 1)) if se > 0 else n - 1
+        if se == 0:
+            return n
+        critical = stats.t.ppf(1 - alpha / 2, df)
+        shift = difference / se
+        reached = stats.nct.sf(critical, df, shift) + stats.nct.cdf(-critical, df, shift)
+        if reached >= power:
+            return n
+    return None

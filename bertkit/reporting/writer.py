@@ -20,10 +20,14 @@ never ranked; each sweep's halving.json becomes a section of its own (halving.py
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from fnmatch import fnmatch
 from pathlib import Path
+
+import numpy as np
 
 from bertkit.data.atomic_files import write_json_atomic, write_text_atomic
 from bertkit.errors import BertkitError
@@ -38,7 +42,15 @@ from bertkit.reporting.references import (
 )
 from bertkit.reporting.results import GRID_KEYS, RunResult
 from bertkit.reporting.sections import one_line, render_markdown, safe_name
-from bertkit.reporting.statistics import best_grid_point, compare_groups, expected_max_curve
+from bertkit.reporting.statistics import (
+    aso_epsilon,
+    best_grid_point,
+    bootstrap_difference_ci,
+    compare_groups,
+    expected_max_curve,
+    holm_adjust,
+    seeds_needed,
+)
 from bertkit.reporting.tables import column_header, glue_table_csv, glue_table_markdown
 
 __all__ = ["build_report", "render_markdown", "write_report"]
@@ -84,6 +96,20 @@ NOT_FOUND = {
 }
 
 
+@dataclass(frozen=True)
+class Significance:
+    """How --compare tests B against A (bertkit-report's options of the same names)."""
+
+    paired: bool = False
+    confidence: float = 0.95
+    aso_threshold: float = 0.2  # B is called better when ASO's ε_min is below it
+    detect: float = 1.0  # the difference, in displayed points, the seeds-needed line is for
+    power: float = 0.8
+    resamples: int = 10000  # bootstrap resamples of the CI
+    aso_iterations: int = 1000  # deepsig's bootstrap iterations
+    seed: int = 0  # of the bootstrap and ASO: a report is reproducible
+
+
 def build_report(
     root: str | Path,
     compare: Sequence[str] | None = None,
@@ -93,8 +119,12 @@ def build_report(
     reference_keys: Sequence[str] | None = None,
     paired: bool = False,
     confidence: float = 0.95,
+    significance: Significance | None = None,
 ) -> dict:
     """Everything the report shows, as plain data (the content of report.json).
+
+    paired / confidence: of the --compare tests; significance: the rest of their settings
+    (ASO threshold, the difference the seeds-needed line is for, ...), defaults if None.
 
     source: where runs are read from (collect.SOURCES). references_file: the published
     scores (default: the packaged bertkit/reporting/published_scores.yaml); reference_keys:
@@ -136,8 +166,10 @@ def build_report(
         "halving": collect_halving(root),
     }
     if compare:
+        settings = dataclasses.replace(significance or Significance(), paired=paired,
+                                       confidence=confidence)
         report["comparison"] = _compare(runs, root, compare[0], compare[1], task_info,
-                                        paired=paired, confidence=confidence)
+                                        settings)
     return report
 
 
@@ -244,9 +276,10 @@ def _references(system_rows: list[dict], task_info: dict, references_file,
 
 
 def _compare(runs, root: Path, glob_a: str, glob_b: str, task_info: dict,
-             paired: bool = False, confidence: float = 0.95) -> dict:
-    """Welch's t-test (paired: the paired t-test over the seeds both groups ran) per task
-    between the runs under glob_a (A) and glob_b (B).
+             settings: Significance) -> dict:
+    """Per task, B against A: Welch's t-test (paired: the paired t-test over the seeds both
+    groups ran), ASO's ε_min, a bootstrap CI of the difference, Holm-adjusted p-values over
+    the table's tasks, and the seeds per arm needed to detect settings.detect points.
 
     Each group's values are the seeds at that group's best dev grid point for the task, so a
     glob that covers a whole grid compares the configurations one would report.
@@ -257,23 +290,51 @@ def _compare(runs, root: Path, glob_a: str, glob_b: str, task_info: dict,
         if not chosen:
             raise BertkitError(f"--compare: {pattern!r} matches no run directory under {root}")
         groups[label] = chosen
-    results, skipped = {}, {}
+    tests, skipped = {}, {}
     for task in sorted({r.task for r in groups["a"]} & {r.task for r in groups["b"]}):
         best_a = _best([r for r in groups["a"] if r.task == task], root)
         best_b = _best([r for r in groups["b"] if r.task == task], root)
         try:
             values_a, values_b = best_a["values"], best_b["values"]
-            if paired:  # by seed: the same seed of A and of B form a pair
+            if settings.paired:  # by seed: the same seed of A and of B form a pair
                 values_a = dict(zip(best_a["seeds"], values_a, strict=True))
                 values_b = dict(zip(best_b["seeds"], values_b, strict=True))
-            stats = compare_groups(values_a, values_b, confidence=confidence, paired=paired)
+            tests[task] = (best_a, best_b, values_a, values_b, compare_groups(
+                values_a, values_b, confidence=settings.confidence, paired=settings.paired))
         except BertkitError as err:
             skipped[task] = str(err)
-            continue
-        results[task] = {"a": best_a, "b": best_b, "scale": task_info[task]["scale"], **stats}
-    return {"glob_a": glob_a, "glob_b": glob_b, "paired": paired, "confidence": confidence,
+    holm = holm_adjust({task: test[4]["p_value"] for task, test in tests.items()})
+    results = {task: {"a": best_a, "b": best_b, "scale": task_info[task]["scale"], **stats,
+                      "p_holm": holm[task],
+                      **_beyond_t(values_a, values_b, stats, task_info[task]["scale"],
+                                  settings, len(tests))}
+               for task, (best_a, best_b, values_a, values_b, stats) in tests.items()}
+    return {"glob_a": glob_a, "glob_b": glob_b, **dataclasses.asdict(settings),
             "n_runs_a": len(groups["a"]),
             "n_runs_b": len(groups["b"]), "tasks": results, "skipped": skipped}
+
+
+def _beyond_t(values_a, values_b, stats: dict, scale: float, settings: Significance,
+              comparisons: int) -> dict:
+    """ASO, the bootstrap interval and the seeds-needed line of one task's comparison."""
+    if settings.paired:  # compare_groups checked that the seeds match
+        keys = sorted(values_a)
+        values_a, values_b = [values_a[k] for k in keys], [values_b[k] for k in keys]
+    values_a, values_b = list(values_a), list(values_b)
+    epsilon = aso_epsilon(values_a, values_b, confidence=settings.confidence,
+                          num_comparisons=comparisons, seed=settings.seed,
+                          bootstrap_iterations=settings.aso_iterations)
+    low, high = bootstrap_difference_ci(values_a, values_b, settings.confidence,
+                                        paired=settings.paired, resamples=settings.resamples,
+                                        seed=settings.seed)
+    differences = np.subtract(values_b, values_a) if settings.paired else None
+    needed = seeds_needed(
+        float(np.std(values_a, ddof=1)), float(np.std(values_b, ddof=1)),
+        settings.detect / scale, alpha=1 - settings.confidence, power=settings.power,
+        paired_std=float(np.std(differences, ddof=1)) if differences is not None else None)
+    return {"aso_epsilon": epsilon, "aso_comparisons": comparisons,
+            "b_better_by_aso": epsilon < settings.aso_threshold,
+            "bootstrap_low": low, "bootstrap_high": high, "seeds_needed": needed}
 
 
 def _json_safe(value):

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from deepsig import aso
 from scipy import stats
 
 from bertkit.reporting.cli import main
@@ -139,11 +140,23 @@ def test_compare_paired_by_seed_with_a_chosen_confidence(sweep, capsys):
     comparison = json.loads((out / "report.json").read_text())["comparison"]
     assert comparison["paired"] is True and comparison["confidence"] == 0.9
     md = (out / "report.md").read_text(encoding="utf-8")
-    assert "| 90% CI |" in md
+    assert "| 90% CI (t) |" in md and "| Holm p |" in md and "| ε_min (ASO) |" in md
+    p_values = {task: stats.ttest_rel(SCORES[(task, 3e-5)], SCORES[(task, 2e-5)]).pvalue
+                for task in ("mrpc", "rte")}
+    low, high = sorted(p_values, key=p_values.get)
     for task in ("mrpc", "rte"):
         a, b = SCORES[(task, 2e-5)], SCORES[(task, 3e-5)]  # seeds 1, 2, 3 in order
         result = comparison["tasks"][task]
         assert result["p_value"] == pytest.approx(stats.ttest_rel(b, a).pvalue, rel=1e-12)
+        # Holm over the table's two tasks: the smaller p times 2, the larger times 1 (and
+        # never below the smaller's adjusted value)
+        holm = {low: min(1, 2 * p_values[low])}
+        holm[high] = max(holm[low], p_values[high])
+        assert result["p_holm"] == pytest.approx(holm[task], rel=1e-12)
+        # ASO by deepsig itself, B over A, two comparisons, the report's seed
+        assert result["aso_epsilon"] == pytest.approx(aso(
+            b, a, confidence_level=0.9, num_comparisons=2, show_progress=False, seed=0))
+        assert result["bootstrap_low"] <= result["difference"] <= result["bootstrap_high"]
         assert result["test"] == "paired t-test"
         differences = [y - x for x, y in zip(a, b, strict=True)]
         mean = sum(differences) / 3

@@ -11,9 +11,13 @@ from scipy import stats
 from bertkit.errors import BertkitError
 from bertkit.reporting.results import RunResult
 from bertkit.reporting.statistics import (
+    aso_epsilon,
     best_grid_point,
+    bootstrap_difference_ci,
     compare_groups,
     expected_max_curve,
+    holm_adjust,
+    seeds_needed,
     summarize,
 )
 
@@ -192,3 +196,66 @@ def test_compare_groups_without_variance_gives_nan_not_a_crash():
     r = compare_groups([0.5, 0.5], [0.75, 0.75])
     assert r["difference"] == 0.25
     assert math.isnan(r["t"]) and math.isnan(r["p_value"]) and math.isnan(r["ci_low"])
+
+
+def test_holm_on_a_hand_made_case():
+    # sorted: a 0.01 (x3), c 0.03 (x2), b 0.04 (x1 -> 0.04, raised to c's 0.06), e 0.5 -> 0.5
+    # with m = 4: a 0.04, c 0.09, b max(0.09, 0.08) = 0.09, e max(0.09, 0.5) = 0.5
+    adjusted = holm_adjust({"a": 0.01, "b": 0.04, "c": 0.03, "e": 0.5, "nan": math.nan})
+    assert adjusted["a"] == pytest.approx(0.04)
+    assert adjusted["c"] == pytest.approx(0.09)
+    assert adjusted["b"] == pytest.approx(0.09)
+    assert adjusted["e"] == pytest.approx(0.5)
+    assert math.isnan(adjusted["nan"])
+    assert holm_adjust({"only": 0.03}) == {"only": 0.03}
+    assert holm_adjust({"x": 0.6, "y": 0.7}) == {"x": 1.0, "y": 1.0}
+
+
+@pytest.mark.parametrize("effect, seeds", [(1.0, 17), (0.8, 26), (0.5, 64)])
+def test_seeds_needed_matches_cohens_power_table(effect, seeds):
+    """Two-sided alpha 0.05, power 0.8, equal spreads: Cohen (1988), Table 2.4.1."""
+    assert seeds_needed(1.0, 1.0, effect) == seeds
+    assert seeds_needed(2.0, 2.0, 2 * effect) == seeds  # only the ratio matters
+
+
+def test_seeds_needed_for_paired_and_unequal_spreads():
+    # one-sample (paired) t-test, d = 0.5, power 0.8: 34 pairs (Cohen's table for the
+    # one-sample case, n = 33.4 by the normal approximation plus the t correction)
+    assert seeds_needed(9.0, 9.0, 0.5, paired_std=1.0) == 34
+    # Welch with unequal spreads needs more than with both at the smaller spread
+    assert seeds_needed(1.0, 2.0, 1.0) > seeds_needed(1.0, 1.0, 1.0)
+    assert seeds_needed(1.0, 1.0, 1e-6, max_seeds=50) is None
+    with pytest.raises(BertkitError, match="must be positive"):
+        seeds_needed(1.0, 1.0, 0.0)
+
+
+def test_bootstrap_interval_matches_an_independent_resampling():
+    rng = np.random.default_rng(7)
+    a, b = rng.normal(80, 2, size=8).tolist(), rng.normal(83, 1, size=10).tolist()
+    low, high = bootstrap_difference_ci(a, b, 0.95, resamples=20000, seed=3)
+    draws = np.random.default_rng(11)
+    diffs = [draws.choice(b, len(b)).mean() - draws.choice(a, len(a)).mean()
+             for _ in range(20000)]
+    assert low == pytest.approx(np.percentile(diffs, 2.5), abs=0.1)
+    assert high == pytest.approx(np.percentile(diffs, 97.5), abs=0.1)
+    assert 0 < low < np.mean(b) - np.mean(a) < high
+
+
+def test_bootstrap_interval_paired_resamples_pairs():
+    a = [80.0, 70.0, 90.0, 60.0]
+    b = [81.0, 71.0, 91.0, 61.0]  # always one point better: every paired resample says 1
+    assert bootstrap_difference_ci(a, b, paired=True, resamples=2000) == pytest.approx((1, 1))
+    low, high = bootstrap_difference_ci(a, b, resamples=2000)  # unpaired: the spread shows
+    assert low < -5 and high > 5
+
+
+def test_aso_is_deepsigs_and_orders_the_groups():
+    from deepsig import aso
+
+    a = [80.1, 79.5, 81.0, 80.4, 79.9]
+    b = [82.0, 81.7, 82.9, 81.2, 82.4]
+    assert aso_epsilon(a, b, seed=5) == aso(b, a, show_progress=False, seed=5)
+    assert aso_epsilon(a, b, seed=5) < 0.2  # B dominates A
+    assert aso_epsilon(b, a, seed=5) > 0.8  # and not the other way round
+    with pytest.raises(BertkitError, match="at least 2 values"):
+        aso_epsilon([1.0], b)
