@@ -9,15 +9,15 @@ logged MLM loss is the mean over every masked token of the window, not a mean of
 from __future__ import annotations
 
 import torch
-from transformers import Trainer
 
 from bertkit.pretraining.phases import Phase, PhasedLengthGroupedSampler
+from bertkit.training.model_card import HubTrainer
 
 STATISTICS = ("mlm_loss_sum", "mlm_correct", "mlm_count", "sentence_loss_sum",
               "sentence_correct", "sentence_count", "real_tokens", "batch_tokens")
 
 
-class PretrainingTrainer(Trainer):
+class PretrainingTrainer(HubTrainer):
     def __init__(self, *args, phases: list[Phase] | None = None,
                  sentence_task: str | None = "nsp", **kwargs):
         super().__init__(*args, **kwargs)

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import torch
 from torch.utils.data import Sampler, SequentialSampler
-from transformers import Trainer
 from transformers.trainer_pt_utils import LengthGroupedSampler
+
+from bertkit.training.model_card import HubTrainer
 
 
 class EpochSeededLengthGroupedSampler(LengthGroupedSampler):
@@ -32,7 +33,7 @@ class EpochSeededLengthGroupedSampler(LengthGroupedSampler):
         return super().__iter__()
 
 
-class LengthGroupedTrainer(Trainer):
+class LengthGroupedTrainer(HubTrainer):
     def _get_train_sampler(self, train_dataset=None) -> Sampler | None:
         column = self.args.length_column_name
         if (self.args.train_sampling_strategy == "group_by_length"

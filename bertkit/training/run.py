@@ -2,8 +2,9 @@
 
     check -> TrainingArguments -> seed -> data (under main_process_first) -> trainer (its
     training clock, the job's callbacks) -> train (lifecycle: early stopping, train_fraction,
-    time budget, resume, W&B) -> outcome (evaluate, save the model) -> metrics.json, W&B
-    summary, printout (main process) -> after
+    time budget, resume, W&B) -> outcome (evaluate, save the model) -> metrics.json, the
+    model's card (model/README.md), W&B summary, printout (main process) -> after -> the Hub
+    push (trainer.push_to_hub=true)
 
 A job (TrainingJob) supplies the steps: bertkit.training.finetune adapts any task family to
 it, bertkit.pretraining.run is the pretraining job.
@@ -32,6 +33,7 @@ from bertkit.training.lifecycle import (
     resume_checkpoint,
     train,
 )
+from bertkit.training.model_card import check_hub_settings, push_model, run_card, write_card
 
 
 @dataclass
@@ -92,6 +94,7 @@ def run_training(cfg: DictConfig, job: TrainingJob, run_dir: Path | None = None)
     run_dir = Path(run_dir or hydra_run_dir())
     job.check(cfg)
     budget_settings(cfg)  # checked before any data is read
+    check_hub_settings(cfg)
     args = build_training_arguments(cfg, run_dir, report_to(cfg))
     checkpoint = resume_checkpoint(cfg.resume, args)  # a wrong run directory fails here
     set_seed(args.seed)
@@ -106,9 +109,16 @@ def run_training(cfg: DictConfig, job: TrainingJob, run_dir: Path | None = None)
     hyperparameters = {**hyperparameters, **budget_hyperparameters(cfg)}
     run = train(cfg, run_dir, trainer, hyperparameters, checkpoint, clock=clock)
     outcome = job.outcome(cfg, trainer, data, run, run_dir, hyperparameters)
+    model_dir = run_dir / "model"
     if run.main:
         write_json_atomic(run_dir / METRICS_FILE, outcome.record)
+        write_card(run_card(cfg, outcome.record), model_dir)
         where = finish_wandb(run, outcome.final, hyperparameters["num_parameters"],
                              outcome.headline)
         print(outcome.printout(where))
-    return job.after(cfg, outcome.record, run_dir, run.main)
+    record = job.after(cfg, outcome.record, run_dir, run.main)
+    if run.main and record is not outcome.record:  # what `after` added: downstream scores
+        write_card(run_card(cfg, record), model_dir)
+    if trainer.args.push_to_hub:  # every process: a sharded model saves from all
+        push_model(trainer, run_card(cfg, record), model_dir)
+    return record
