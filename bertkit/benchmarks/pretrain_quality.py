@@ -57,6 +57,14 @@ from bertkit.training import run as training_run
 from bertkit.training.arguments import resolve_mixed_precision
 from bertkit.training.budget import ClockCallback
 from bertkit.training.clock import TrainingClock
+from bertkit.training.model_card import (
+    CardDataset,
+    CardFacts,
+    build_card,
+    command_line,
+    heldout_scores,
+    write_card,
+)
 from bertkit.training.run import hydra_run_dir
 
 logger = logging.getLogger(__name__)
@@ -274,10 +282,41 @@ def _plain_arm(cfg: DictConfig, tokenizer, collator, heldout, blocks, learning_r
     trainer.save_model(str(work_dir / "model"))
     tokenizer.save_pretrained(str(work_dir / "model"))
     curve = heldout_curve(trainer.state.log_history)
-    return {"learning_rate": learning_rate, "steps": trainer.state.global_step,
-            "planned_steps": steps, "stopped_by_time": stop.stopped,
-            "tokens_seen": int(trainer.state.num_input_tokens_seen),
-            "model": str(work_dir / "model"), "curve": curve, "final": curve[-1]}
+    arm = {"learning_rate": learning_rate, "steps": trainer.state.global_step,
+           "planned_steps": steps, "stopped_by_time": stop.stopped,
+           "tokens_seen": int(trainer.state.num_input_tokens_seen),
+           "model": str(work_dir / "model"), "curve": curve, "final": curve[-1]}
+    if cfg.model_card.enabled:
+        write_card(build_card(_plain_card(cfg, arm, trainer.args), cfg.model_card,
+                              command_line()), work_dir / "model")
+    return arm
+
+
+def _plain_card(cfg: DictConfig, arm: dict, args: TrainingArguments) -> CardFacts:
+    """The plain arm's model card: its held-out scores, on the bertkit arm's held-out set."""
+    plain = cfg.bench.plain
+    return CardFacts(
+        model_name=f"bench-pretrain-quality-{arm_directory(plain_arm_name(arm['learning_rate']))}",
+        family="pretraining",
+        summary=(f"The plain way of bertkit's time-to-quality benchmark (bench_pretrain_quality):"
+                 f" BertForMaskedLM from random initialisation, trained with Trainer and "
+                 f"run_mlm.py's recipe for a {cfg.budget.minutes:g}-minute budget on "
+                 f"{cfg.corpus.name}. A comparison arm, not a recipe."),
+        started_from=None, dataset=CardDataset.of(cfg.corpus),
+        results={"heldout": heldout_scores(arm["final"])},
+        results_note=(f"The benchmark's held-out masked positions (the same for every arm), at "
+                      f"step {arm['final']['step']}."),
+        hyperparameters={"learning_rate": args.learning_rate,
+                         "per_device_train_batch_size": args.per_device_train_batch_size,
+                         "max_steps": args.max_steps, "warmup_ratio": plain.warmup_ratio,
+                         "weight_decay": args.weight_decay,
+                         "mlm_probability": plain.mlm_probability,
+                         "max_seq_length": cfg.pretraining.max_seq_length,
+                         "hidden_dropout_prob": plain.dropout,
+                         "attention_probs_dropout_prob": plain.dropout},
+        seed=cfg.seed,
+        training={key: arm[key] for key in ("steps", "planned_steps", "stopped_by_time",
+                                            "tokens_seen")})
 
 
 def _bertkit_arm(cfg: DictConfig, run_dir: Path) -> dict:

@@ -8,6 +8,7 @@ import json
 
 import datasets
 import pytest
+from huggingface_hub import ModelCard
 from transformers import BertTokenizerFast, Trainer
 
 from bertkit.benchmarks import pretrain_quality
@@ -127,6 +128,13 @@ def test_both_ways_train_the_budget_and_are_scored_on_the_same_heldout_set(tmp_p
         assert arm["planned_steps"] == budget_steps and not arm["stopped_by_time"]
         model_dir = tmp_path / "bench" / arm_directory(name) / "model"
         assert (model_dir / "config.json").exists() and "=" not in str(model_dir)
+        # Its model card: the arm's held-out scores in the model-index.
+        card = ModelCard.load(model_dir / "README.md")
+        assert {r.metric_type: r.metric_value for r in card.data.eval_results} == {
+            key: arm["final"][key] for key in ("mlm_loss", "mlm_accuracy")}
+        assert {r.dataset_split for r in card.data.eval_results} == {"heldout"}
+        assert f"| learning_rate | {arm['learning_rate']} |" in card.text
+    assert ModelCard.load(run_dir / "bertkit" / "model" / "README.md").data.eval_results
     summary = result["summary"]
     plain = {n: a for n, a in result["arms"].items() if n != "bertkit"}
     best = min(plain, key=lambda n: plain[n]["final"]["mlm_loss"])
