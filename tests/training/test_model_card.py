@@ -250,21 +250,23 @@ def push_overrides(glue_dir, vocab_dir, **extra) -> list[str]:
         "trainer.push_to_hub": True, "trainer.hub_model_id": "someone/tiny-mrpc", **extra})
 
 
-def test_push_uploads_the_model_with_the_bertkit_card(glue_dir, vocab_dir, tmp_path,
-                                                      monkeypatch):
+@pytest.mark.parametrize(("strategy", "saves"), [("every_save", [2, 4]), ("end", [])])
+def test_push_uploads_the_model_with_the_bertkit_card(strategy, saves, glue_dir, vocab_dir,
+                                                      tmp_path, monkeypatch):
     hub = FakeHub()
     monkeypatch.setattr(transformers.trainer, "hf_api", lambda: hub)
     run_dir = tmp_path / "run"
     run_job(compose_config(push_overrides(glue_dir, vocab_dir, **{
-        "trainer.save_strategy": "steps", "trainer.save_steps": 2})), run_dir)
+        "trainer.save_strategy": "steps", "trainer.save_steps": 2,
+        "+trainer.hub_strategy": strategy})), run_dir)
 
     assert hub.repos == ["someone/tiny-mrpc"]
     # Trainer's checkpoint pushes (hub_strategy every_save), then bertkit's one push at the
     # end; saving <run>/model pushed nothing ("Model save"), and no upload ever carried
     # Trainer's draft card.
     *during, final = hub.uploads
-    assert [u["message"] for u in during] == ["Training in progress, step 2",
-                                              "Training in progress, step 4"]
+    assert [u["message"] for u in during] == [f"Training in progress, step {step}"
+                                              for step in saves]
     assert all("README.md" not in u["files"] for u in during)
     assert final["repo_id"] == "someone/tiny-mrpc" and final["message"].startswith("bertkit")
     files = final["files"]
