@@ -32,6 +32,10 @@ from tests.tasks.squad.test_squad_features import write_vocab as write_squad_voc
 from tests.tasks.squad.test_squad_recipe import squad_overrides, write_squad_json
 from tests.tasks.swag.test_swag_recipe import swag_overrides
 
+# The final evaluation only (the card's scores), not the recipes' checkpoint selection.
+ONE_EVALUATION = {"trainer.max_steps": 2, "trainer.eval_strategy": "no",
+                  "trainer.save_strategy": "no", "trainer.load_best_model_at_end": False}
+
 
 def read_card(run_dir: Path) -> tuple[ModelCard, dict]:
     card = ModelCard.load(run_dir / "model" / "README.md")
@@ -99,7 +103,8 @@ def test_squad_v2_card(tmp_path):
     write_squad_json(dev, make_examples(16, seed=2, unanswerable=0.3), "v2.0")
     vocab = write_squad_vocab(tmp_path / "vocab")
     run_dir = tmp_path / "run"
-    run_job(compose_config(squad_overrides("squad_v2", train, dev, vocab, tmp_path)), run_dir)
+    run_job(compose_config(squad_overrides("squad_v2", train, dev, vocab, tmp_path,
+                                           **ONE_EVALUATION)), run_dir)
 
     card, metrics = read_card(run_dir)
     check_card(card, metrics, "question-answering", "rajpurkar/squad_v2")
@@ -129,7 +134,7 @@ def test_ner_card_holds_the_labelled_test_split_too(tmp_path):
         files[split] = (path, None)
     vocab = write_ner_vocab(tmp_path / "vocab")
     run_dir = tmp_path / "run"
-    run_job(compose_config(ner_overrides(files, vocab, tmp_path)), run_dir)
+    run_job(compose_config(ner_overrides(files, vocab, tmp_path, **ONE_EVALUATION)), run_dir)
 
     card, metrics = read_card(run_dir)
     check_card(card, metrics, "token-classification", "lhoestq/conll2003")
