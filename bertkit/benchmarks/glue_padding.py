@@ -5,7 +5,8 @@
            default_data_collator;
   bertkit: what `recipe=glue` does: each batch padded to its own longest example by
            DataCollatorWithPadding (to a multiple of pad_to_multiple_of only under mixed
-           precision), batches of similar length (LengthGroupedTrainer, group_by_length).
+           precision), batches in trainer.train_sampling_strategy's order (random by default;
+           group_by_length: batches of similar length, LengthGroupedTrainer).
 
 Both ways train the same model from the same initial weights (same seed and config), with the
 same batch size, learning rate and number of optimizer steps, on the same tokenised examples
@@ -60,10 +61,14 @@ logger = logging.getLogger(__name__)
 WAYS = ("plain", "bertkit")
 DESCRIPTIONS = {
     "plain": "padding=max_length at tokenisation, random batches, Trainer + default_data_collator",
-    "bertkit": "dynamic padding (DataCollatorWithPadding), length-grouped batches "
-               "(LengthGroupedTrainer)",
+    "bertkit": "dynamic padding (DataCollatorWithPadding), batches by "
+               "trainer.train_sampling_strategy={sampling} (LengthGroupedTrainer)",
 }
-SAMPLING = {"plain": "random", "bertkit": "group_by_length"}
+
+
+def sampling(cfg, way: str) -> str:
+    """The way's batch order: run_glue.py's random one, or bertkit's configured one."""
+    return "random" if way == "plain" else str(cfg.trainer.train_sampling_strategy)
 
 
 class PaddingCounter:
@@ -108,7 +113,7 @@ def _train(cfg: DictConfig, way: str, steps: int, run_dir: Path, build_model,
            train: datasets.Dataset, collate, tokenizer: PreTrainedTokenizerBase) -> dict:
     """One training run of `steps` optimizer steps from the seeded initial weights."""
     way_cfg = OmegaConf.merge(cfg, {"trainer": {"max_steps": steps,
-                                                "train_sampling_strategy": SAMPLING[way]}})
+                                                "train_sampling_strategy": sampling(cfg, way)}})
     args = build_training_arguments(way_cfg, run_dir, [])
     set_seed(args.seed)
     model = build_model()
@@ -170,7 +175,7 @@ def _prepare(cfg: DictConfig):
     return tokenizer, data.features["train"], lambda: GLUE.build_model(cfg, tokenizer, data)
 
 
-def _way_summary(way: str, runs: list[dict]) -> dict:
+def _way_summary(cfg, way: str, runs: list[dict]) -> dict:
     """One way's throughput: the median time over repeats; counts from the first run (every
     repeat feeds the same batches)."""
     first = runs[0]
@@ -180,8 +185,8 @@ def _way_summary(way: str, runs: list[dict]) -> dict:
     flops = meter.get("flops")
     gpu = torch.cuda.is_available()
     return {
-        "description": DESCRIPTIONS[way],
-        "train_sampling_strategy": SAMPLING[way],
+        "description": DESCRIPTIONS[way].format(sampling=sampling(cfg, way)),
+        "train_sampling_strategy": sampling(cfg, way),
         "samples_per_second": first["examples"] / seconds,
         "seconds": seconds,
         "seconds_each_repeat": [run["seconds"] for run in runs],
@@ -274,7 +279,7 @@ def benchmark_glue_padding(cfg: DictConfig, run_dir: Path | None = None) -> dict
     if scratch.is_dir() and not any(scratch.iterdir()):
         scratch.rmdir()
 
-    ways = {way: _way_summary(way, runs[way]) for way in WAYS}
+    ways = {way: _way_summary(cfg, way, runs[way]) for way in WAYS}
     result = _result(cfg, probe, precision, ways, runs, len(train_split),
                      (steps, warmup_steps, repeats))
     path = write_json_atomic(run_dir / "bench.json", result)
