@@ -13,6 +13,7 @@ runs share the target's group, tagged stage:intermediate and stage:target.
 from __future__ import annotations
 
 import copy
+import shutil
 from pathlib import Path
 
 import torch
@@ -21,6 +22,7 @@ from transformers import AutoModel
 
 from bertkit.config_tree import compose_config
 from bertkit.errors import BertkitError
+from bertkit.training.model_card import CARD_FILE
 
 INTERMEDIATE = "intermediate"
 
@@ -69,6 +71,9 @@ def export_encoder(model_dir: Path, encoder_dir: Path) -> None:
     distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
     if not distributed or torch.distributed.get_rank() == 0:
         AutoModel.from_pretrained(str(model_dir)).save_pretrained(str(encoder_dir))
+        card = model_dir / CARD_FILE  # the first stage's card: the run that trained it
+        if card.is_file():
+            shutil.copyfile(card, encoder_dir / CARD_FILE)
     if distributed:
         torch.distributed.barrier()
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import torch
+from huggingface_hub import ModelCard
 from safetensors.torch import load_file
 
 from bertkit.finetuning.two_stage import stage_configs
@@ -43,6 +44,11 @@ def test_the_target_starts_from_the_intermediate_encoder_with_a_new_head(glue_di
     assert record["hyperparameters"]["finetuning"]["intermediate"]["task"] == "stsb"
     assert json.loads((run_dir / "metrics.json").read_text()) == record
 
+    # The exported encoder carries the first stage's model card, as every model directory does
+    card = ModelCard.load(run_dir / "intermediate" / "encoder" / "README.md")
+    assert card.data.eval_results[0].dataset_config == "stsb"
+    assert (run_dir / "intermediate" / "encoder" / "README.md").read_text() == (
+        run_dir / "intermediate" / "model" / "README.md").read_text()
     stage_one = weights(run_dir / "intermediate" / "model")
     encoder = weights(run_dir / "intermediate" / "encoder")
     target = weights(run_dir / "model")
