@@ -17,12 +17,12 @@ import shutil
 from pathlib import Path
 
 import torch
+from huggingface_hub.constants import REPOCARD_NAME
 from omegaconf import DictConfig, OmegaConf, open_dict
 from transformers import AutoModel
 
 from bertkit.config_tree import compose_config
 from bertkit.errors import BertkitError
-from bertkit.training.model_card import CARD_FILE
 
 INTERMEDIATE = "intermediate"
 
@@ -71,9 +71,9 @@ def export_encoder(model_dir: Path, encoder_dir: Path) -> None:
     distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
     if not distributed or torch.distributed.get_rank() == 0:
         AutoModel.from_pretrained(str(model_dir)).save_pretrained(str(encoder_dir))
-        card = model_dir / CARD_FILE  # the first stage's card: the run that trained it
+        card = model_dir / REPOCARD_NAME  # the first stage's card: the run that trained it
         if card.is_file():
-            shutil.copyfile(card, encoder_dir / CARD_FILE)
+            shutil.copyfile(card, encoder_dir / REPOCARD_NAME)
     if distributed:
         torch.distributed.barrier()
 
