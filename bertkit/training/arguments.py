@@ -4,6 +4,7 @@ mixed precision on a GPU, where checkpoints go, and which tracker Trainer report
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import torch
@@ -38,12 +39,29 @@ def check_learning_rate(value) -> None:
                            f"(the paper's finetuning grid: 5e-5, 4e-5, 3e-5, 2e-5)")
 
 
+def resolve_dataloader_workers(setting, on_gpu: bool, gpu_workers: int, cpus: int,
+                               processes: int) -> int:
+    """trainer.dataloader_num_workers: a number as given; auto: none on a CPU, where workers
+    would take the cores training needs, and on a GPU gpu_workers, at most the cores each
+    process has less one (its own)."""
+    if setting == "auto":
+        return max(0, min(int(gpu_workers), cpus // max(processes, 1) - 1)) if on_gpu else 0
+    if isinstance(setting, bool) or not isinstance(setting, int) or setting < 0:
+        raise BertkitError(f"trainer.dataloader_num_workers={setting!r}: expected auto or a "
+                           f"number of worker processes, 0 or more")
+    return setting
+
+
 def build_training_arguments(
     cfg: DictConfig, run_dir: Path, report_to: list[str]
 ) -> TrainingArguments:
     options = OmegaConf.to_container(cfg.trainer, resolve=True)
     check_learning_rate(options.get("learning_rate"))
     precision = resolve_mixed_precision(cfg.mixed_precision)
+    options["dataloader_num_workers"] = resolve_dataloader_workers(
+        options.get("dataloader_num_workers", 0), torch.cuda.is_available(),
+        OmegaConf.select(cfg, "gpu_dataloader_workers", default=0), os.cpu_count() or 1,
+        world_size())
     if not torch.cuda.is_available():
         options["dataloader_pin_memory"] = False  # pinning needs a GPU; it only warns on a CPU
         if world_size() > 1:

@@ -8,6 +8,7 @@ import pytest
 from bertkit.errors import BertkitError
 from bertkit.training import arguments
 from bertkit.training.arguments import resolve_mixed_precision
+from tests.conftest import compose_config
 
 
 @pytest.mark.parametrize(("gpu", "bf16", "expected"), [
@@ -26,3 +27,28 @@ def test_explicit_choices(monkeypatch):
         resolve_mixed_precision("fp8")
     monkeypatch.setattr(arguments.torch.cuda, "is_available", lambda: True)
     assert resolve_mixed_precision("fp16") == "fp16"
+
+
+@pytest.mark.parametrize(("on_gpu", "cpus", "processes", "expected"), [
+    (False, 16, 1, 0),   # a CPU: the cores train
+    (True, 16, 1, 6),    # a GPU: gpu_dataloader_workers
+    (True, 4, 1, 3),     # ... at most the cores less the training process's own
+    (True, 16, 8, 1),    # 8 processes on 16 cores: 2 each, one of them trains
+    (True, 1, 1, 0)])
+def test_auto_dataloader_workers_follow_the_device_and_the_cores(on_gpu, cpus, processes,
+                                                                 expected):
+    assert arguments.resolve_dataloader_workers("auto", on_gpu, 6, cpus, processes) == expected
+    assert arguments.resolve_dataloader_workers(2, on_gpu, 6, cpus, processes) == 2
+
+
+@pytest.mark.parametrize("bad", [-1, "many", 1.5, True])
+def test_bad_dataloader_workers_are_refused_by_key(bad):
+    with pytest.raises(BertkitError, match="trainer.dataloader_num_workers="):
+        arguments.resolve_dataloader_workers(bad, True, 6, 16, 1)
+
+
+def test_pretraining_on_this_cpu_runs_masking_in_the_main_process(tmp_path):
+    cfg = compose_config(["recipe=pretrain", "model.tokenizer=unused"])
+    assert cfg.trainer.dataloader_num_workers == "auto"
+    args = arguments.build_training_arguments(cfg, tmp_path, [])
+    assert args.dataloader_num_workers == 0
