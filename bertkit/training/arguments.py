@@ -45,7 +45,10 @@ def resolve_dataloader_workers(setting, on_gpu: bool, gpu_workers: int, cpus: in
     would take the cores training needs, and on a GPU gpu_workers, at most the cores each
     process has less one (its own)."""
     if setting == "auto":
-        return max(0, min(int(gpu_workers), cpus // max(processes, 1) - 1)) if on_gpu else 0
+        workers = max(0, min(int(gpu_workers), cpus // max(processes, 1) - 1)) if on_gpu else 0
+        logger.info("trainer.dataloader_num_workers=auto: %d worker process(es) (%s, %d cores, "
+                    "%d process(es))", workers, "GPU" if on_gpu else "CPU", cpus, processes)
+        return workers
     if isinstance(setting, bool) or not isinstance(setting, int) or setting < 0:
         raise BertkitError(f"trainer.dataloader_num_workers={setting!r}: expected auto or a "
                            f"number of worker processes, 0 or more")
