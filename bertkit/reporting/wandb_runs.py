@@ -97,7 +97,8 @@ def _read(run_dir: Path) -> _Read:
         return _Read(run_dir, start, None, True)  # not a run of bertkit's
     if not is_finetune(bertkit, summary):
         return _Read(run_dir, start, None, False)
-    what = f"{_select(bertkit, 'task.name')} seed {config.get('seed', _select(bertkit, 'seed'))}"
+    seed = config.get("seed", select_dotted(bertkit, "seed"))
+    what = f"{select_dotted(bertkit, 'task.name')} seed {seed}"
     exit_code = log["exit_code"]
     if exit_code is None:
         error = (f"unfinished ({what}): the W&B log has no exit record (the job is still "
@@ -116,10 +117,10 @@ def is_finetune(bertkit: dict, summary: dict) -> bool:
     """Whether a run of bertkit's is a finetuning job, finished or not. New runs say so in
     recipe.job; older ones had no job, only recipe.family, and a finetune of theirs that got
     as far as its final evaluation has a main_value whatever its family."""
-    job = _select(bertkit, "recipe.job")
+    job = select_dotted(bertkit, "recipe.job")
     if job is not None:
         return job == FINETUNE_JOB
-    return "main_value" in summary or _select(bertkit, "recipe.family") in FINETUNE_FAMILIES
+    return "main_value" in summary or select_dotted(bertkit, "recipe.family") in FINETUNE_FAMILIES
 
 
 def _run_result(path: Path, run_dir: Path, config: dict, bertkit: dict,
@@ -128,9 +129,9 @@ def _run_result(path: Path, run_dir: Path, config: dict, bertkit: dict,
         if not _is_number(config.get(key)):
             raise BertkitError(f"{path}: W&B config {key} is missing or not a number")
     for key in ("task.name", "recipe.name"):
-        if not isinstance(_select(bertkit, key), str):
+        if not isinstance(select_dotted(bertkit, key), str):
             raise BertkitError(f"{path}: W&B config bertkit.{key} is missing")
-    seed = config.get("seed", _select(bertkit, "seed"))
+    seed = config.get("seed", select_dotted(bertkit, "seed"))
     if not _is_number(seed):
         raise BertkitError(f"{path}: W&B config seed is missing or not a number")
     if not isinstance(summary.get("main_metric"), str):
@@ -141,9 +142,9 @@ def _run_result(path: Path, run_dir: Path, config: dict, bertkit: dict,
                            f"false")
     return RunResult(
         run_dir=run_dir,
-        recipe=_select(bertkit, "recipe.name"),
-        task=_select(bertkit, "task.name"),
-        model=str(_select(bertkit, "model.name_or_path") or "from_scratch"),
+        recipe=select_dotted(bertkit, "recipe.name"),
+        task=select_dotted(bertkit, "task.name"),
+        model=str(select_dotted(bertkit, "model.name_or_path") or "from_scratch"),
         seed=int(seed),
         main_metric=summary["main_metric"],
         main_value=float(summary["main_value"]),
@@ -176,7 +177,8 @@ def final_scores(summary: dict) -> dict[str, float]:
     return scores
 
 
-def _select(data: dict, dotted: str):
+def select_dotted(data: dict, dotted: str):
+    """data["a"]["b"] for "a.b"; None where a part is missing."""
     for part in dotted.split("."):
         if not isinstance(data, dict):
             return None

@@ -19,7 +19,7 @@ import yaml
 
 from bertkit.errors import BertkitError
 from bertkit.reporting.wandb_log import read_offline_run
-from bertkit.reporting.wandb_runs import is_wandb_run_dir
+from bertkit.reporting.wandb_runs import is_wandb_run_dir, select_dotted
 
 LAYOUT_FILE = Path(__file__).with_name("wandb_workspace.yaml")
 WORKSPACE_FILE = "wandb_workspace.json"
@@ -41,28 +41,16 @@ class LoggedSweep:
     configs: list[dict] = field(default_factory=list)
 
     def config_values(self, dotted: str) -> list:
-        """Each run's value of a config key (dotted into nested dicts); runs without it left
-        out."""
+        """Each run's value of a config key (dotted into nested dicts); runs without it (or
+        with null) left out."""
         return [value for config in self.configs
-                if (value := _select(config, dotted)) is not _MISSING]
+                if (value := select_dotted(config, dotted)) is not None]
 
     @property
     def sweep_tag(self) -> str | None:
         """The sweep:<tag> every run carries, if there is exactly one such."""
         shared = set.intersection(*self.sweep_tags) if self.sweep_tags else set()
         return next(iter(shared)) if len(shared) == 1 else None
-
-
-_MISSING = object()
-
-
-def _select(config: dict, dotted: str):
-    value = config
-    for part in dotted.split("."):
-        if not isinstance(value, dict) or part not in value:
-            return _MISSING
-        value = value[part]
-    return value
 
 
 def read_sweep(root: Path) -> LoggedSweep:
@@ -82,8 +70,8 @@ def read_sweep(root: Path) -> LoggedSweep:
             continue  # a job that stopped as it started, or not a run of bertkit's
         sweep.runs += 1
         sweep.groups.add(str(log["group"]))
-        sweep.projects.add(str(_select(bertkit, "logger.project")))
-        sweep.jobs.add(str(_select(bertkit, "recipe.job")))
+        sweep.projects.add(str(select_dotted(bertkit, "logger.project")))
+        sweep.jobs.add(str(select_dotted(bertkit, "recipe.job")))
         sweep.sweep_tags.append({tag for tag in log["tags"] if tag.startswith(SWEEP_TAG_PREFIX)})
         sweep.history_keys |= log["history_keys"]
         sweep.summary_keys |= set(log["summary"])
