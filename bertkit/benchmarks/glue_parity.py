@@ -13,8 +13,11 @@ Both ways read the same rows (the GLUE family's reader), use the same TrainingAr
 (cfg.trainer) and score the dev split with the same scikit-learn/scipy metrics, so what differs
 is the finetuning path: tokenisation, padding, batch order, the trainer and its evaluation.
 Seeds run in alternating order (plain, bertkit, then bertkit, plain, ...) so that a machine that
-slows down over time does not favour one way. Welch's test between the ways comes from
-bertkit-report's statistics. Writes parity.json in the run directory and prints a table.
+slows down over time does not favour one way. Each finished run leaves parity_run.json with the
+settings it ran under: a rerun into the same directory reuses it, so a table grows by seeds
+across sessions, or from processes that ran disjoint seeds side by side. Welch's test between
+the ways comes from bertkit-report's statistics. Writes parity.json in the run directory and
+prints a table.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from transformers import (
 )
 
 from bertkit.data.atomic_files import write_json_atomic
+from bertkit.data.metrics_file import read_json_object
 from bertkit.errors import BertkitError
 from bertkit.reporting.statistics import compare_groups, summarize
 from bertkit.tasks.glue.data import is_validation_split
@@ -164,6 +168,35 @@ def _bertkit_run(cfg: DictConfig, seed: int, run_dir: Path) -> dict:
             "steps": int(record["train"]["steps"]), "run_dir": str(run_dir)}
 
 
+RUN_FILE = "parity_run.json"
+
+
+def _settings(cfg: DictConfig) -> dict:
+    """What a seed's result depends on besides the seed: a reused run must match it."""
+    return {"task": cfg.task.name, "model": cfg.model.name_or_path,
+            "hyperparameters": {name: OmegaConf.select(cfg.trainer, name)
+                                for name in SHARED_ARGUMENTS},
+            "train_sampling_strategy": cfg.trainer.train_sampling_strategy,
+            "finetuning": OmegaConf.to_container(cfg.finetuning, resolve=True),
+            "max_seq_length": int(cfg.task.max_seq_length),
+            "baseline_max_length": int(cfg.parity.baseline_max_length)}
+
+
+def _finished_run(where: Path, settings: dict) -> dict | None:
+    """The record of a run finished in an earlier launch, or None (never run, or cut short)."""
+    path = where / RUN_FILE
+    if not path.is_file():
+        return None
+    record = read_json_object(path)
+    ran_under = record.pop("settings", None)
+    if ran_under != settings:
+        changed = sorted(key for key in settings if (ran_under or {}).get(key) != settings[key])
+        raise BertkitError(
+            f"{path} ran under other settings ({', '.join(changed)} differ from this launch): "
+            f"pick another hydra.run.dir, or delete the file to train that seed again")
+    return record
+
+
 def _verdict(cfg: DictConfig, comparison: dict) -> dict:
     """Parity: no significant difference at parity.alpha and means within parity.max_difference."""
     p_value, difference = comparison["p_value"], comparison["difference"]
@@ -182,12 +215,18 @@ def benchmark_glue_parity(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     tokenizer = load_tokenizer(cfg.model)
     main = cfg.task.main_metric
     runs: dict[str, dict[int, dict]] = {way: {} for way in WAYS}
+    settings = _settings(cfg)
     for position, seed in enumerate(seeds):
         for way in WAYS if position % 2 == 0 else WAYS[::-1]:
             where = run_dir / way / f"seed_{seed}"
+            runs[way][seed] = _finished_run(where, settings)
+            if runs[way][seed] is not None:
+                logger.info("bench_parity %s seed %d: reused %s", way, seed, where / RUN_FILE)
+                continue
             logger.info("bench_parity %s: seed %d", way, seed)
             runs[way][seed] = (_plain_run(cfg, seed, where, splits, tokenizer) if way == "plain"
                                else _bertkit_run(cfg, seed, where))
+            write_json_atomic(where / RUN_FILE, {"settings": settings, **runs[way][seed]})
             logger.info("bench_parity %s seed %d: %s=%.4f in %.0f s", way, seed, main,
                         runs[way][seed]["validation"][main], runs[way][seed]["seconds"])
     result = _result(cfg, seeds, runs)

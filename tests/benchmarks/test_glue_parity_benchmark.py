@@ -107,3 +107,35 @@ def test_settings_the_comparison_cannot_use_are_refused(glue_dir, checkpoint, tm
     cfg = compose_config(parity_overrides(glue_dir("mrpc"), checkpoint, **override))
     with pytest.raises(BertkitError, match=message):
         benchmark_glue_parity(cfg, run_dir=tmp_path / "run")
+
+
+def test_a_rerun_reuses_finished_seeds_and_refuses_runs_made_under_other_settings(
+        glue_dir, checkpoint, tmp_path):
+    """Seeds run in separate launches (or side by side) make one table; a seed trained at
+    another learning rate must not slip into it."""
+    data_dir, run_dir = glue_dir("mrpc", n_train=24, n_dev=12), tmp_path / "run"
+    first = benchmark_glue_parity(compose_config(parity_overrides(data_dir, checkpoint)),
+                                  run_dir=run_dir)
+    # Seed 3's plain run is cut short: its record is gone, so it trains again.
+    (run_dir / "plain" / "seed_3" / "parity_run.json").unlink()
+
+    grown = benchmark_glue_parity(compose_config(parity_overrides(
+        data_dir, checkpoint, **{"parity.seeds": "[3,1,2]"})), run_dir=run_dir)
+
+    assert grown["seeds"] == [3, 1, 2]
+    for way in ("plain", "bertkit"):
+        assert set(grown["ways"][way]["per_seed"]) == {"1", "2", "3"}
+    # Reused: the very record (its timing too); retrained: same scores, its own timing.
+    assert grown["ways"]["bertkit"]["per_seed"]["3"] == first["ways"]["bertkit"]["per_seed"]["3"]
+    assert grown["ways"]["plain"]["per_seed"]["1"] == first["ways"]["plain"]["per_seed"]["1"]
+    retrained = grown["ways"]["plain"]["per_seed"]["3"]
+    before = first["ways"]["plain"]["per_seed"]["3"]
+    assert retrained["validation"] == before["validation"]
+    assert retrained["seconds"] != before["seconds"]
+    scores = [grown["ways"]["plain"]["per_seed"][seed]["validation"]["f1"] for seed in "312"]
+    assert grown["ways"]["plain"]["main"] == summarize(scores)
+
+    with pytest.raises(BertkitError, match=r"seed_3/parity_run.json ran under other settings "
+                                           r"\(hyperparameters differ"):
+        benchmark_glue_parity(compose_config(parity_overrides(
+            data_dir, checkpoint, **{"trainer.learning_rate": 5e-4})), run_dir=run_dir)
