@@ -4,7 +4,8 @@ scores on the same checkpoint, hyperparameters and seeds, and how much faster do
   plain:   run_glue.py's recipe written out in full below: the model loaded with
            AutoModelForSequenceClassification after set_seed, every example tokenised with
            padding="max_length", random batches, plain Trainer with default_data_collator,
-           one evaluation after training.
+           one evaluation after training (parity.baseline_padding=longest: run_glue.py's
+           --pad_to_max_length False, DataCollatorWithPadding).
   bertkit: bertkit's own finetune (bertkit.training.finetune with the GLUE family), the very
            path `bertkit recipe=glue` runs, each seed a normal run directory
            (bertkit/seed_<n>/metrics.json) that bertkit-report reads like any other run.
@@ -33,6 +34,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from transformers import (
     AutoModelForSequenceClassification,
+    DataCollatorWithPadding,
     PreTrainedTokenizerBase,
     Trainer,
     TrainingArguments,
@@ -55,9 +57,11 @@ from bertkit.training.run import hydra_run_dir
 logger = logging.getLogger(__name__)
 
 WAYS = ("plain", "bertkit")
+PADDINGS = ("max_length", "longest")
+COLLATORS = {"max_length": "default_data_collator", "longest": "DataCollatorWithPadding"}
 DESCRIPTIONS = {
-    "plain": "run_glue.py's recipe: padding=max_length, random batches, Trainer + "
-             "default_data_collator, evaluation after training",
+    "plain": "run_glue.py's recipe: padding={padding}, random batches, Trainer + "
+             "{collator}, evaluation after training",
     # The batch order is bertkit's setting (length-grouped by default), so the record names it.
     "bertkit": "bertkit recipe=glue: dynamic padding, batches by "
                "trainer.train_sampling_strategy={sampling}, its finetune template",
@@ -77,7 +81,11 @@ def _check(cfg: DictConfig) -> list[int]:
     if len(seeds) < 2 or len(set(seeds)) != len(seeds):
         raise BertkitError(f"parity.seeds={seeds}: give at least 2 different seeds (Welch's "
                            f"test needs 2 runs per way)")
-    if cfg.parity.baseline_max_length < cfg.task.max_seq_length:
+    if cfg.parity.baseline_padding not in PADDINGS:
+        raise BertkitError(f"parity.baseline_padding={cfg.parity.baseline_padding}: expected "
+                           f"one of {', '.join(PADDINGS)}")
+    if (cfg.parity.baseline_padding == "max_length"
+            and cfg.parity.baseline_max_length < cfg.task.max_seq_length):
         raise BertkitError(
             f"parity.baseline_max_length={cfg.parity.baseline_max_length} is below "
             f"task.max_seq_length={cfg.task.max_seq_length}: both ways truncate at "
@@ -98,12 +106,20 @@ def _plain_features(split: datasets.Dataset, tokenizer: PreTrainedTokenizerBase,
         # Truncated at task.max_seq_length as bertkit truncates, padded to baseline_max_length
         # (run_glue.py's max_seq_length: one call when the two are equal, as there).
         encoded = tokenizer(*texts, truncation=True, max_length=int(cfg.task.max_seq_length))
-        encoded = tokenizer.pad(encoded, padding="max_length",
-                                max_length=int(cfg.parity.baseline_max_length))
+        if cfg.parity.baseline_padding == "max_length":
+            encoded = tokenizer.pad(encoded, padding="max_length",
+                                    max_length=int(cfg.parity.baseline_max_length))
         return {**encoded, "labels": batch["label"]}
 
     return split.map(encode, batched=True, remove_columns=split.column_names,
                      keep_in_memory=True, desc="Padding to max_length")
+
+
+def _plain_collator(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase):
+    """run_glue.py's choice: examples padded already, or padded per batch by the collator."""
+    if cfg.parity.baseline_padding == "max_length":
+        return default_data_collator
+    return DataCollatorWithPadding(tokenizer)
 
 
 def _plain_run(cfg: DictConfig, seed: int, run_dir: Path, splits,
@@ -133,7 +149,7 @@ def _plain_run(cfg: DictConfig, seed: int, run_dir: Path, splits,
                        prediction.label_ids)
 
     trainer = Trainer(model=model, args=args, train_dataset=train, eval_dataset=validation,
-                      processing_class=tokenizer, data_collator=default_data_collator,
+                      processing_class=tokenizer, data_collator=_plain_collator(cfg, tokenizer),
                       compute_metrics=compute_metrics)
     output = trainer.train()
     scores = trainer.evaluate()
@@ -179,7 +195,8 @@ def _settings(cfg: DictConfig) -> dict:
             "train_sampling_strategy": cfg.trainer.train_sampling_strategy,
             "finetuning": OmegaConf.to_container(cfg.finetuning, resolve=True),
             "max_seq_length": int(cfg.task.max_seq_length),
-            "baseline_max_length": int(cfg.parity.baseline_max_length)}
+            "baseline_max_length": int(cfg.parity.baseline_max_length),
+            "baseline_padding": cfg.parity.baseline_padding}
 
 
 def _finished_run(where: Path, settings: dict) -> dict | None:
@@ -251,8 +268,11 @@ def _result(cfg: DictConfig, seeds: list[int], runs: dict) -> dict:
         "hyperparameters": {name: OmegaConf.select(trainer, name) for name in SHARED_ARGUMENTS},
         "max_seq_length": int(cfg.task.max_seq_length),
         "baseline_max_length": int(cfg.parity.baseline_max_length),
+        "baseline_padding": cfg.parity.baseline_padding,
         "ways": {way: {"description": DESCRIPTIONS[way].format(
-                           sampling=trainer.train_sampling_strategy),
+                           sampling=trainer.train_sampling_strategy,
+                           padding=cfg.parity.baseline_padding,
+                           collator=COLLATORS[cfg.parity.baseline_padding]),
                        "main": summarize(scores[way]),
                        "per_seed": {str(seed): runs[way][seed] for seed in seeds},
                        "seconds": seconds[way]} for way in WAYS},

@@ -48,14 +48,17 @@ def parity_overrides(data_dir, checkpoint, **extra) -> list[str]:
     return [f"{key}={value}" for key, value in overrides.items()]
 
 
-def test_both_ways_train_the_same_model_when_only_padding_differs(glue_dir, checkpoint, tmp_path):
+@pytest.mark.parametrize("padding", ["max_length", "longest"])
+def test_both_ways_train_the_same_model_when_only_padding_differs(glue_dir, checkpoint, tmp_path,
+                                                                  padding):
     """With dropout off and bertkit's batches drawn at random as run_glue.py draws them, the only
-    difference left is padding (to 48 vs to each batch's longest), which the attention mask
-    hides: a plain way with other hyperparameters, another init or another order would differ."""
+    difference left is padding (to 48, or to each batch's longest as run_glue.py's
+    --pad_to_max_length False, vs bertkit's), which the attention mask hides: a plain way with
+    other hyperparameters, another init or another order would differ."""
     cfg = compose_config(parity_overrides(
         glue_dir("mrpc", n_train=24, n_dev=12), checkpoint,
         **{"model.hidden_dropout_prob": 0.0, "model.attention_probs_dropout_prob": 0.0,
-           "trainer.train_sampling_strategy": "random"}))
+           "trainer.train_sampling_strategy": "random", "parity.baseline_padding": padding}))
 
     result = benchmark_glue_parity(cfg, run_dir=tmp_path / "run")
 
@@ -68,6 +71,8 @@ def test_both_ways_train_the_same_model_when_only_padding_differs(glue_dir, chec
     seeds = result["ways"]["plain"]["per_seed"]
     assert seeds["3"]["training_loss"] != pytest.approx(seeds["1"]["training_loss"], abs=1e-4)
     assert "train_sampling_strategy=random" in result["ways"]["bertkit"]["description"]
+    assert f"padding={padding}" in result["ways"]["plain"]["description"]
+    assert result["baseline_padding"] == padding
 
 
 def test_result_holds_each_way_statistics_and_bertkit_runs_report_like_any_run(
@@ -101,6 +106,8 @@ def test_result_holds_each_way_statistics_and_bertkit_runs_report_like_any_run(
     ({"parity.seeds": "[1]"}, "at least 2 different seeds"),
     ({"parity.baseline_max_length": 16}, "baseline_max_length=16 is below"),
     ({"model.name_or_path": "null"}, "model.name_or_path is empty"),
+    ({"parity.baseline_padding": "do_not_pad"}, "baseline_padding=do_not_pad: expected one of "
+                                                "max_length, longest"),
 ])
 def test_settings_the_comparison_cannot_use_are_refused(glue_dir, checkpoint, tmp_path,
                                                         override, message):
