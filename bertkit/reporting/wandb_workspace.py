@@ -20,6 +20,7 @@ import yaml
 from bertkit.errors import BertkitError
 from bertkit.reporting.wandb_log import read_offline_run
 from bertkit.reporting.wandb_runs import is_wandb_run_dir, select_dotted
+from bertkit.wandb_credentials import has_wandb_credentials
 
 LAYOUT_FILE = Path(__file__).with_name("wandb_workspace.yaml")
 WORKSPACE_FILE = "wandb_workspace.json"
@@ -208,8 +209,6 @@ def workspace_view(workspace) -> dict:
 
 def save_workspace(workspace) -> str:
     """Saves to W&B (needs credentials and the network); returns the workspace's URL."""
-    from bertkit.training.wandb_logging import has_wandb_credentials
-
     if not has_wandb_credentials():
         raise BertkitError("--wandb-workspace: no W&B credentials (WANDB_API_KEY or `wandb "
                            "login`); add --dry-run to write the workspace's spec only")

@@ -7,7 +7,6 @@ Trainer's own WandbCallback logs the training curves into the run opened here.
 from __future__ import annotations
 
 import logging
-import netrc
 import os
 from pathlib import Path
 
@@ -16,19 +15,11 @@ from transformers import PreTrainedModel, TrainingArguments
 
 from bertkit.errors import BertkitError
 from bertkit.training.models import count_parameters
+from bertkit.wandb_credentials import has_wandb_credentials
 
 logger = logging.getLogger(__name__)
 
 MODES = ("auto", "online", "offline", "disabled")
-
-
-def has_wandb_credentials() -> bool:
-    if os.environ.get("WANDB_API_KEY"):
-        return True
-    try:
-        return netrc.netrc().authenticators("api.wandb.ai") is not None
-    except (FileNotFoundError, netrc.NetrcParseError):
-        return False
 
 
 def resolve_wandb_mode(setting: str) -> str:

@@ -1,0 +1,114 @@
+"""The house's import rules (README, "Where things are"), read from the code: every `import`
+of bertkit, lazy ones inside functions included, against what its room may import. A rule
+broken names the file, the line and the import."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import bertkit
+
+# Room -> the rooms it may import ("tasks.*" is every family, "tasks" the registry alone).
+# A room imports itself freely; a family never another family.
+LEAVES = {"errors", "config_tree", "wandb_credentials"}
+RULES: dict[str, set[str]] = {
+    "errors": set(),
+    "config_tree": {"errors"},
+    "wandb_credentials": set(),
+    "data": {"errors"},
+    # Written once for every family: it is handed the template and the registry, never imports
+    # them (two-stage runs).
+    "finetuning": {"errors", "config_tree"},
+    "sweeps": {"data", "errors"},
+    "training": {"data", "finetuning", *LEAVES},
+    "tasks": {"errors"},
+    "tasks.*": {"data", "training", *LEAVES},
+    "pretraining": {"data", "training", "tasks", *LEAVES},
+    # finetuning.settings alone: a run's method is named by its preset's recorded settings.
+    "reporting": {"data", "finetuning.settings", *LEAVES},
+    "jobs": {"data", "training", "finetuning", "tasks", "pretraining", "benchmarks", *LEAVES},
+    "benchmarks": {"data", "training", "finetuning", "tasks", "tasks.*", "pretraining",
+                   "reporting", *LEAVES},
+    "cli": {"jobs", "data", "training", "reporting", *LEAVES},
+    "__main__": {"cli"},
+    "bertkit": set(),
+}
+
+
+def room_of(module: str) -> str:
+    """bertkit.tasks.glue.family -> tasks.glue; bertkit.training.run -> training."""
+    parts = module.split(".")[1:]
+    if not parts:
+        return "bertkit"
+    if parts[0] == "tasks" and len(parts) > 1:
+        return f"tasks.{parts[1]}"
+    return parts[0]
+
+
+def allowed(source: str, target_module: str, rules: dict[str, set[str]]) -> bool:
+    target = room_of(target_module)
+    if target == source:
+        return True
+    permitted = rules["tasks.*" if source.startswith("tasks.") else source]
+    if target.startswith("tasks.") and "tasks.*" in permitted:
+        return True
+    # A room named with its module (finetuning.settings) permits that module and below only.
+    module_rules = {rule for rule in permitted if "." in rule and not rule.startswith("tasks")}
+    if any(target_module == f"bertkit.{rule}" or target_module.startswith(f"bertkit.{rule}.")
+           for rule in module_rules):
+        return True
+    return target in permitted
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def violations(package_dir: Path, rules: dict[str, set[str]]) -> list[str]:
+    broken = []
+    for path in sorted(package_dir.rglob("*.py")):
+        source = room_of(module_name(path, package_dir))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                targets = [node.module]
+            else:
+                continue
+            for target in targets:
+                if target.split(".")[0] == package_dir.name and not allowed(source, target,
+                                                                            rules):
+                    broken.append(f"{path.relative_to(package_dir.parent)}:{node.lineno}: "
+                                  f"{source} imports {target}")
+    return broken
+
+
+def test_every_import_of_the_package_keeps_the_rules():
+    package = Path(bertkit.__file__).parent
+    rooms = {room_of(module_name(path, package)) for path in package.rglob("*.py")}
+    unknown = {room for room in rooms if room not in RULES and not room.startswith("tasks.")}
+    assert not unknown, f"rooms without a rule: {sorted(unknown)}"
+    assert violations(package, RULES) == []
+
+
+def test_a_broken_rule_is_found_with_its_file_and_line(tmp_path):
+    """The checker itself: a lazy import of one family by another, and reporting reaching into
+    finetuning beyond its settings, are both found; what the rules allow is not."""
+    package = tmp_path / "bertkit"
+    files = {
+        "tasks/glue/family.py": "from bertkit.training.run import x\n",
+        "tasks/ner/family.py": "import os\n\ndef f():\n    from bertkit.tasks.glue import y\n",
+        "reporting/methods.py": "from bertkit.finetuning.settings import describe\n"
+                                "from bertkit.finetuning.toolbox import Toolbox\n",
+        "training/run.py": "from bertkit.data import cache\n",
+    }
+    for name, text in files.items():
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
+        (package / name).write_text(text)
+
+    assert violations(package, RULES) == [
+        "bertkit/reporting/methods.py:2: reporting imports bertkit.finetuning.toolbox",
+        "bertkit/tasks/ner/family.py:4: tasks.ner imports bertkit.tasks.glue",
+    ]
