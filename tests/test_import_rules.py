@@ -1,4 +1,4 @@
-"""The house's import rules (README, "Where things are"), read from the code: every `import`
+"""The house's import rules (recipes/guide/architecture.md), read from the code: every `import`
 of bertkit, lazy ones inside functions included, against what its room may import. A rule
 broken names the file, the line and the import."""
 
