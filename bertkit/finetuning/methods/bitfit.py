@@ -1,0 +1,39 @@
+"""BitFit (Ben Zaken et al. 2022): only the bias terms of the encoder train, with the task head.
+Added as the registry's example: this module and conf/finetuning/bitfit.yaml, nothing else."""
+
+from __future__ import annotations
+
+from bertkit.errors import BertkitError
+from bertkit.finetuning.checks import flag
+from bertkit.finetuning.layers import HEAD, depth_of
+from bertkit.finetuning.method import Method, register
+
+
+@register
+class BitFit(Method):
+    order = 55  # after freezing would have decided, before LoRA would wrap
+
+    @classmethod
+    def active(cls, settings) -> bool:
+        return flag(settings, "bitfit")
+
+    @classmethod
+    def check(cls, settings, num_layers=None) -> None:
+        if cls.active(settings) and (settings.freeze_layers or settings.freeze_embeddings
+                                     or settings.unfreeze_every is not None
+                                     or settings.lora.enabled):
+            raise BertkitError("finetuning.bitfit=true decides itself what trains (the biases "
+                               "and the head): it does not combine with "
+                               "finetuning.freeze_embeddings, finetuning.freeze_layers, "
+                               "finetuning.unfreeze_every or finetuning.lora.enabled")
+
+    def prepare(self, model):
+        for name, parameter in model.named_parameters():
+            parameter.requires_grad_(depth_of(name) == HEAD or name.endswith(".bias"))
+        self.trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        self.total = sum(p.numel() for p in model.parameters())
+        return model
+
+    def record(self) -> dict:
+        return {"bitfit": {"trained_parameters": self.trained,
+                           "trained_share": round(self.trained / self.total, 6)}}

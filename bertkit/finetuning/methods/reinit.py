@@ -1,0 +1,27 @@
+"""Re-initialising the top encoder layers before finetuning (Zhang et al. 2021)."""
+
+from __future__ import annotations
+
+from bertkit.finetuning.checks import whole_number, within_layers
+from bertkit.finetuning.method import Method, register
+from bertkit.finetuning.reinit import reinit_top_layers
+
+
+@register
+class Reinit(Method):
+    order = 10
+
+    @classmethod
+    def active(cls, settings) -> bool:
+        return settings.reinit_layers != 0
+
+    @classmethod
+    def check(cls, settings, num_layers=None) -> None:
+        within_layers("reinit_layers", whole_number(settings, "reinit_layers"), num_layers)
+
+    def prepare(self, model):
+        self.layers = reinit_top_layers(model, self.settings.reinit_layers)
+        return model
+
+    def record(self) -> dict:
+        return {"reinitialised_layers": self.layers}
