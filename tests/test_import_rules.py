@@ -11,15 +11,16 @@ import bertkit
 
 # Room -> the rooms it may import ("tasks.*" is every family, "tasks" the registry alone).
 # A room imports itself freely; a family never another family.
-LEAVES = {"errors", "config_tree", "wandb_credentials"}
+LEAVES = {"errors", "config_tree", "wandb_credentials", "trainer_internals"}
 RULES: dict[str, set[str]] = {
     "errors": set(),
     "config_tree": {"errors"},
     "wandb_credentials": set(),
+    "trainer_internals": set(),
     "data": {"errors"},
     # Written once for every family: it is handed the template and the registry, never imports
     # them (two-stage runs).
-    "finetuning": {"errors", "config_tree"},
+    "finetuning": {"errors", "config_tree", "trainer_internals"},
     "sweeps": {"data", "errors"},
     "training": {"data", "finetuning", *LEAVES},
     "tasks": {"errors"},

@@ -25,6 +25,7 @@ from bertkit.finetuning.layers import num_layers
 from bertkit.finetuning.method import Method, registered
 from bertkit.finetuning.optimizer import build_optimizer, parameter_groups
 from bertkit.finetuning.settings import check_settings, describe
+from bertkit.trainer_internals import put_first, use_optimizer
 
 
 class Toolbox:
@@ -50,9 +51,9 @@ class Toolbox:
     def attach(self, trainer) -> None:
         """Optimizer groups and callbacks on a Trainer built around prepare()'s model.
 
-        The one place that edits a built Trainer: callbacks that add keys to the logs go
-        first (Trainer puts the reporting callbacks before any given to it), and the layer-wise
-        optimizer replaces the one Trainer would create."""
+        Callbacks that add keys to the logs go first (Trainer puts the reporting callbacks
+        before any given to it), and the layer-wise optimizer replaces the one Trainer would
+        create: both through bertkit.trainer_internals."""
         callbacks = [callback for method in self.methods for callback in method.callbacks(trainer)]
         for callback in callbacks:
             trainer.add_callback(callback)
@@ -68,10 +69,10 @@ class Toolbox:
                 num_layers=num_layers(model), layer_lr_decay=float(settings.layer_lr_decay),
                 head_lr_multiplier=float(settings.head_lr_multiplier),
                 include=lambda name, p: any(m.trains_later(name) for m in self.methods))
-            trainer.optimizer = build_optimizer(trainer, groups)
+            use_optimizer(trainer, build_optimizer(trainer, groups))
             firsts.append(GroupLearningRates(trainer.optimizer))
         for callback in reversed(firsts):
-            trainer.callback_handler.callbacks.insert(0, callback)
+            put_first(trainer, callback)
 
     def finish(self, trainer, run_dir: Path, main: bool) -> None:
         """After training, before evaluation (LoRA: the merged model in the trainer)."""

@@ -36,6 +36,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from transformers import BertConfig, BertModel, Trainer, TrainerCallback
 
+from bertkit.trainer_internals import callbacks_of, put_first
 from bertkit.training.flops import peak_flops, training_flops
 
 logger = logging.getLogger(__name__)
@@ -307,7 +308,7 @@ class ThroughputMeter(TrainerCallback):
 
 def excluded_from_throughput(trainer: Trainer) -> AbstractContextManager:
     """The trainer's meter's `excluded()`, or nothing to exclude from when it has none."""
-    for callback in trainer.callback_handler.callbacks:
+    for callback in callbacks_of(trainer):
         if isinstance(callback, ThroughputMeter):
             return callback.excluded()
     return nullcontext()
@@ -322,5 +323,5 @@ def add_throughput(cfg: DictConfig, trainer: Trainer) -> ThroughputMeter | None:
     table = OmegaConf.to_container(settings.peak_tflops, resolve=True) \
         if settings.get("peak_tflops") is not None else {}
     meter = ThroughputMeter(trainer.args, trainer.accelerator, table)
-    trainer.callback_handler.callbacks.insert(0, meter)
+    put_first(trainer, meter)
     return meter

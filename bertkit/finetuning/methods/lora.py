@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from bertkit.errors import BertkitError
 from bertkit.finetuning.method import Method, register
+from bertkit.trainer_internals import replace_model
 
 
 @register
@@ -40,8 +41,7 @@ class Lora(Method):
         if main:
             self.summary["adapter"] = str(save_adapter(trainer.model, run_dir / "adapter"))
         # The merged model is what the family evaluates and saves like any other.
-        trainer.model = merge_lora(trainer.model)
-        trainer.model_wrapped = trainer.model
+        replace_model(trainer, merge_lora(trainer.model))
 
     def record(self) -> dict:
         return {"lora": self.summary}
