@@ -46,7 +46,7 @@ from transformers import (
 )
 from transformers.data.data_collator import pad_without_fast_tokenizer_warning
 
-from bertkit.benchmarks.timing import device_name, synchronize
+from bertkit.benchmarks.measure import device_name, synchronize
 from bertkit.data.atomic_files import write_json_atomic
 from bertkit.errors import BertkitError
 from bertkit.tasks.glue.family import FAMILY as GLUE

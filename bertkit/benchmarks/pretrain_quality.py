@@ -46,7 +46,7 @@ from transformers import (
     set_seed,
 )
 
-from bertkit.benchmarks.timing import device_name
+from bertkit.benchmarks.measure import device_name
 from bertkit.data.atomic_files import write_json_atomic
 from bertkit.errors import BertkitError
 from bertkit.pretraining.heldout import build_heldout, heldout_fingerprint

@@ -1,47 +1,9 @@
-"""The bench_pretrain family: pretraining throughput two ways, in one process.
-
-  plain:   the Hugging Face way: transformers' BertForPreTraining (the vocabulary head on every
-           position), every instance padded to pretraining.max_seq_length when the data is
-           prepared, batches drawn at random, masks drawn by
-           DataCollatorForLanguageModeling(bench.mlm_probability) on input_ids (token_type_ids
-           and next_sentence_label pass through it untouched), plain Trainer;
-  bertkit: what recipe=pretrain runs: MaskedOnlyBertForPreTraining (the head on the masked
-           positions only), DynamicMaskingCollator padding each batch to its longest instance,
-           length-grouped batches (the phases sampler), PretrainingTrainer.
-
-The one wrapper the plain way needs: BertForPreTraining returns no loss without
-next_sentence_label, so under objective=mlm PlainBertForPreTraining adds the MLM loss on its
-full-vocabulary logits (with NSP or SOP it is BertForPreTraining unchanged).
-
-Same for both ways: the model config and initial weights (one seeded init, copied), the
-instances (built once by recipe=pretrain's pipeline: PretrainingJob.prepare), the number of
-optimizer steps and the trainer settings (learning rate, schedule, fused AdamW, clipping) but
-those in bench.plain_trainer, and the precision: bertkit's mixed_precision (fp32 on a CPU,
-bf16 or fp16 on a GPU); the plain way runs with the same flag a Trainer user would set
-(bf16=True / fp16=True), so that the ratio measures the pipeline, not the precision. Attention
-is each way's default: transformers' for the plain model, model.attn_implementation (auto:
-SDPA, or FlashAttention-2 where installed on a GPU) for bertkit's.
-
-Each timed run feeds steps x batch_size instances exactly once: a seeded permutation of the
-instances, cycled when there are fewer (training_indices). Both ways get the same multiset, each
-in its own order, so both see the same real tokens. Each way first trains bench.warmup_steps
-steps on a throwaway model (not timed); then the timed runs alternate (plain, bertkit, bertkit,
-plain, ...) and the median time counts. Only trainer.train() is timed, between CUDA
-synchronisations on a GPU.
-
-Reported per way: samples/s, real (non-padding) tokens/s, seconds, peak memory
-(torch.cuda.max_memory_allocated on a GPU; on a CPU the process's peak RSS during the run,
-sampled with psutil: it includes whatever the process already held), the MLM loss of the
-trained model on the same masked instances for both ways, and on a GPU whose peak is in
-throughput.peak_tflops the MFU. MFU counts each model's useful FLOPs (bertkit.training.flops):
-the encoder on the real tokens for both ways, so the plain way gets no credit for the padding
-its encoder computes; the vocabulary head where the model runs it (bertkit: the masked
-positions; plain: every position fed, as bertkit.training.throughput counts BertForPreTraining).
-Hardware FLOPs (and HFU) count what the kernels ran over: padded positions as tokens. Both ways
-carry the throughput meter every bertkit run carries (its record is kept per way), so that the
-bertkit way is recipe=pretrain's trainer and the plain way pays the same small cost.
-
-Writes bench_pretrain.json in the run directory and prints a markdown table.
+"""The bench_pretrain job: pretraining throughput of the plain Hugging Face way
+(BertForPreTraining, padded to max_seq_length, random batches, DataCollatorForLanguageModeling)
+and of bertkit's (the MLM head on masked positions, dynamic masking per batch, length-grouped
+batches), from the same initial weights, instances, steps and precision, alternating in one
+process. recipes/guide/speed.md ("How bench-pretrain compares") says what is held equal, what is
+timed and how MFU is counted. Writes bench_pretrain.json and prints a markdown table.
 """
 
 from __future__ import annotations
@@ -50,13 +12,11 @@ import dataclasses
 import gc
 import logging
 import statistics
-import threading
 import time
 from pathlib import Path
 
 import datasets
 import numpy as np
-import psutil
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 from torch.nn import functional
@@ -71,7 +31,7 @@ from transformers import (
 )
 
 from bertkit.benchmarks.glue_padding import pad_to_max_length
-from bertkit.benchmarks.timing import device_name, synchronize
+from bertkit.benchmarks.measure import BatchCounter, PeakMemory, device_name, synchronize
 from bertkit.data.atomic_files import write_json_atomic
 from bertkit.errors import BertkitError
 from bertkit.pretraining.masking import IGNORE_INDEX
@@ -94,7 +54,6 @@ DESCRIPTIONS = {
     "bertkit": "MaskedOnlyBertForPreTraining (head on masked positions), dynamic masking with "
                "per-batch padding, length-grouped batches, PretrainingTrainer",
 }
-RSS_SAMPLE_SECONDS = 0.02
 
 
 class PlainBertForPreTraining(BertForPreTraining):
@@ -113,39 +72,6 @@ class PlainBertForPreTraining(BertForPreTraining):
         return output
 
 
-class BatchCounter:
-    """Sums what the training steps' batches hold, read from the model's inputs in the training
-    process (a forward pre-hook), so that it stays right with dataloader workers, where the
-    collator runs in other processes. The token sums stay on the model's device until read: no
-    host sync a step."""
-
-    def __init__(self):
-        self.shapes: list[tuple[int, int]] = []
-        self.sums = None
-
-    def attach(self, model) -> None:
-        model.register_forward_pre_hook(self._count, with_kwargs=True)
-
-    @torch.compiler.disable
-    def _count(self, module, args, kwargs) -> None:
-        if not module.training:
-            return
-        mask, labels = kwargs["attention_mask"], kwargs["labels"]
-        lengths = mask.sum(dim=1, dtype=torch.int64)
-        sums = torch.stack([lengths.sum(), (lengths * lengths).sum(),
-                            (labels != IGNORE_INDEX).sum()])
-        self.sums = sums if self.sums is None else self.sums + sums
-        self.shapes.append(tuple(mask.shape))
-
-    def totals(self) -> dict[str, int]:
-        real, squared, masked = (self.sums.tolist() if self.sums is not None else (0, 0, 0))
-        return {"sequences": sum(rows for rows, _ in self.shapes), "real_tokens": int(real),
-                "positions": sum(rows * width for rows, width in self.shapes),
-                "sum_squared_lengths": int(squared),
-                "sum_squared_widths": sum(rows * width * width for rows, width in self.shapes),
-                "masked_tokens": int(masked)}
-
-
 def training_indices(n: int, count: int, seed: int) -> list[int]:
     """count indices into n instances: a seeded permutation, cycled. Every instance appears
     count // n or count // n + 1 times."""
@@ -161,40 +87,6 @@ def plain_model(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase, initial: di
     model = PlainBertForPreTraining(config)
     model.load_state_dict(initial)
     return model
-
-
-class PeakMemory:
-    """Peak memory while the block runs: CUDA's max_memory_allocated on a GPU; else the
-    process's RSS, sampled by a thread (the process peak: it includes what it held before)."""
-
-    def __init__(self):
-        self.cuda = torch.cuda.is_available()
-        self.kind = ("torch.cuda.max_memory_allocated" if self.cuda else
-                     f"process peak RSS during the run (psutil, every {RSS_SAMPLE_SECONDS} s)")
-        self.peak = 0
-        self._stop = threading.Event()
-
-    def _sample(self) -> None:
-        process = psutil.Process()
-        while not self._stop.wait(RSS_SAMPLE_SECONDS):
-            self.peak = max(self.peak, process.memory_info().rss)
-
-    def __enter__(self):
-        if self.cuda:
-            torch.cuda.reset_peak_memory_stats()
-        else:
-            self.peak = psutil.Process().memory_info().rss
-            self._thread = threading.Thread(target=self._sample, daemon=True)
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.cuda:
-            self.peak = torch.cuda.max_memory_allocated()
-        else:
-            self._stop.set()
-            self._thread.join()
-            self.peak = max(self.peak, psutil.Process().memory_info().rss)
 
 
 @dataclasses.dataclass

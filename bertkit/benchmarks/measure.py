@@ -1,0 +1,91 @@
+"""What the side-by-side benchmarks measure with: the clock on a GPU, the device's name, peak
+memory, and what the training batches held."""
+
+from __future__ import annotations
+
+import threading
+
+import psutil
+import torch
+
+from bertkit.pretraining.masking import IGNORE_INDEX
+
+RSS_SAMPLE_SECONDS = 0.02
+
+
+def synchronize() -> None:
+    """Wait for queued GPU work, so that the clock read next covers it (no-op on a CPU)."""
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def device_name() -> str:
+    """The GPU's name (what the peak-FLOPs table matches), else "cpu"."""
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+
+
+class PeakMemory:
+    """Peak memory while the block runs: CUDA's max_memory_allocated on a GPU; else the
+    process's RSS, sampled by a thread (the process peak: it includes what it held before)."""
+
+    def __init__(self):
+        self.cuda = torch.cuda.is_available()
+        self.kind = ("torch.cuda.max_memory_allocated" if self.cuda else
+                     f"process peak RSS during the run (psutil, every {RSS_SAMPLE_SECONDS} s)")
+        self.peak = 0
+        self._stop = threading.Event()
+
+    def _sample(self) -> None:
+        process = psutil.Process()
+        while not self._stop.wait(RSS_SAMPLE_SECONDS):
+            self.peak = max(self.peak, process.memory_info().rss)
+
+    def __enter__(self):
+        if self.cuda:
+            torch.cuda.reset_peak_memory_stats()
+        else:
+            self.peak = psutil.Process().memory_info().rss
+            self._thread = threading.Thread(target=self._sample, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.cuda:
+            self.peak = torch.cuda.max_memory_allocated()
+        else:
+            self._stop.set()
+            self._thread.join()
+            self.peak = max(self.peak, psutil.Process().memory_info().rss)
+
+
+class BatchCounter:
+    """Sums what the training steps' batches hold, read from the model's inputs in the training
+    process (a forward pre-hook), so that it stays right with dataloader workers, where the
+    collator runs in other processes. The token sums stay on the model's device until read: no
+    host sync a step."""
+
+    def __init__(self):
+        self.shapes: list[tuple[int, int]] = []
+        self.sums = None
+
+    def attach(self, model) -> None:
+        model.register_forward_pre_hook(self._count, with_kwargs=True)
+
+    @torch.compiler.disable
+    def _count(self, module, args, kwargs) -> None:
+        if not module.training:
+            return
+        mask, labels = kwargs["attention_mask"], kwargs["labels"]
+        lengths = mask.sum(dim=1, dtype=torch.int64)
+        sums = torch.stack([lengths.sum(), (lengths * lengths).sum(),
+                            (labels != IGNORE_INDEX).sum()])
+        self.sums = sums if self.sums is None else self.sums + sums
+        self.shapes.append(tuple(mask.shape))
+
+    def totals(self) -> dict[str, int]:
+        real, squared, masked = (self.sums.tolist() if self.sums is not None else (0, 0, 0))
+        return {"sequences": sum(rows for rows, _ in self.shapes), "real_tokens": int(real),
+                "positions": sum(rows * width for rows, width in self.shapes),
+                "sum_squared_lengths": int(squared),
+                "sum_squared_widths": sum(rows * width * width for rows, width in self.shapes),
+                "masked_tokens": int(masked)}
