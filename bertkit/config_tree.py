@@ -12,6 +12,8 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig
 
+import bertkit.config_schema  # noqa: F401  (registers the groups' schemas with Hydra)
+
 
 def config_dir() -> str:
     """conf/ of a source checkout (recipes/family and recipes/experiment are linked in as

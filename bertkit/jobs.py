@@ -14,6 +14,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from bertkit.config_schema import check_ranges
 from bertkit.errors import BertkitError
 from bertkit.finetuning.two_stage import finetune_two_stage, is_two_stage
 from bertkit.tasks import finetuning_family
@@ -46,6 +47,7 @@ def check_task_family(cfg: DictConfig) -> None:
 def run_job(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     """The job's result record (a finetune's is its metrics.json)."""
     job = cfg.recipe.job
+    check_ranges(cfg)  # the schema'd groups (bertkit.config_schema): types were checked already
     check_task_family(cfg)
     if job == "finetune" and is_two_stage(cfg):
         return finetune_two_stage(cfg, run_dir or hydra_run_dir(), finetune, finetuning_family)

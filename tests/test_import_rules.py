@@ -11,10 +11,11 @@ import bertkit
 
 # Room -> the rooms it may import ("tasks.*" is every family, "tasks" the registry alone).
 # A room imports itself freely; a family never another family.
-LEAVES = {"errors", "config_tree", "wandb_credentials", "trainer_internals"}
+LEAVES = {"errors", "config_tree", "config_schema", "wandb_credentials", "trainer_internals"}
 RULES: dict[str, set[str]] = {
     "errors": set(),
-    "config_tree": {"errors"},
+    "config_tree": {"errors", "config_schema"},
+    "config_schema": {"errors"},
     "wandb_credentials": set(),
     "trainer_internals": set(),
     "data": {"errors"},

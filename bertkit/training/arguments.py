@@ -32,13 +32,6 @@ def resolve_mixed_precision(setting: str) -> str:
     return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
 
 
-def check_learning_rate(value) -> None:
-    """Trainer takes a negative or zero rate and fails deep in torch (or trains nothing)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise BertkitError(f"trainer.learning_rate={value!r}: expected a positive number "
-                           f"(the paper's finetuning grid: 5e-5, 4e-5, 3e-5, 2e-5)")
-
-
 def resolve_dataloader_workers(setting, on_gpu: bool, gpu_workers: int, cpus: int,
                                processes: int) -> int:
     """trainer.dataloader_num_workers: a number as given; auto: none on a CPU, where workers
@@ -59,7 +52,6 @@ def build_training_arguments(
     cfg: DictConfig, run_dir: Path, report_to: list[str]
 ) -> TrainingArguments:
     options = OmegaConf.to_container(cfg.trainer, resolve=True)
-    check_learning_rate(options.get("learning_rate"))
     precision = resolve_mixed_precision(cfg.mixed_precision)
     options["dataloader_num_workers"] = resolve_dataloader_workers(
         options.get("dataloader_num_workers", 0), torch.cuda.is_available(),

@@ -1,0 +1,67 @@
+"""The config groups' schemas (bertkit.config_schema): a wrong type is refused when the config
+is composed and a value out of range before the job starts, each naming the key; defaults are
+TrainingArguments' own, and Trainer's other arguments can still be added."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hydra.errors import ConfigCompositionException
+from transformers import TrainingArguments
+
+from bertkit.config_schema import TrainerSchema
+from bertkit.errors import BertkitError
+from bertkit.jobs import run_job
+from tests.conftest import compose_config
+
+
+@pytest.mark.parametrize("override, message", [
+    ("trainer.per_device_train_batch_size=0",
+     "trainer.per_device_train_batch_size=0: expected a number >= 1"),
+    ("trainer.per_device_eval_batch_size=-8",
+     "trainer.per_device_eval_batch_size=-8: expected a number >= 1"),
+    ("trainer.gradient_accumulation_steps=0",
+     "trainer.gradient_accumulation_steps=0: expected a number >= 1"),
+    ("trainer.num_train_epochs=-1", "trainer.num_train_epochs=-1: expected a positive number"),
+    ("trainer.learning_rate=0", "trainer.learning_rate=0.0: expected a positive number"),
+    ("trainer.adam_beta2=1.0", "trainer.adam_beta2=1.0: expected a number >= 0 and < 1"),
+    ("trainer.warmup_steps=-5", "trainer.warmup_steps=-5.0: expected a number >= 0"),
+    ("trainer.max_steps=-2", "trainer.max_steps=-2: expected a number >= -1"),
+    ("trainer.logging_steps=0", "trainer.logging_steps=0.0: expected a positive number"),
+    ("trainer.num_train_epochs=three", "trainer.num_train_epochs='three': expected a number"),
+])
+def test_a_value_out_of_range_is_refused_before_the_run_starts(override, message, tmp_path):
+    cfg = compose_config([override])
+    with pytest.raises(BertkitError, match="^" + message.replace(".", r"\.") + "$"):
+        run_job(cfg, run_dir=tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("override", ["trainer.per_device_train_batch_size=abc",
+                                      "trainer.learning_rate=fast",
+                                      "trainer.load_best_model_at_end=maybe"])
+def test_a_value_of_the_wrong_type_is_refused_when_composed_naming_the_key(override):
+    with pytest.raises(ConfigCompositionException) as error:
+        compose_config([override])
+    assert f"full_key: {override.split('=')[0]}" in str(error.value.__cause__)
+
+
+@pytest.mark.parametrize("recipe", ["recipe=glue", "recipe=pretrain"])
+def test_defaults_are_trainer_arguments_own_and_the_yaml_values_win(recipe):
+    trainer = compose_config([recipe]).trainer
+    arguments = {f.name: f.default for f in dataclasses.fields(TrainingArguments)}
+    for spec in dataclasses.fields(TrainerSchema):
+        assert spec.default == arguments[spec.name], spec.name
+    assert trainer.adam_epsilon == 1e-6  # the paper's, not Trainer's 1e-8
+    if recipe == "recipe=pretrain":
+        assert trainer.learning_rate == 1e-4 and trainer.warmup_steps == 10000
+        assert trainer.dataloader_num_workers == "auto"
+        assert trainer.num_train_epochs == arguments["num_train_epochs"]  # not in its YAML
+    else:
+        assert trainer.learning_rate == 2e-5 and trainer.dataloader_num_workers == 0
+
+
+def test_other_trainer_arguments_can_still_be_added():
+    trainer = compose_config(["+trainer.label_smoothing_factor=0.1"]).trainer
+    assert trainer.label_smoothing_factor == 0.1
