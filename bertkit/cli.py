@@ -90,7 +90,7 @@ def release_process_group() -> None:
         torch.distributed.destroy_process_group()
 
 
-def main_value(result: dict | None) -> float | None:
+def sweeper_value(result: dict | None) -> float | None:
     """What Hydra's sweepers read from a job (its JobReturn.return_value): the main dev metric
     of a finetune, or of a pretraining job's first downstream finetune; None otherwise."""
     result = result or {}
@@ -108,7 +108,7 @@ def _hydra_task(cfg: DictConfig) -> float | None:
         result = run_job(cfg)
         if not multirun:
             release_process_group()
-        return main_value(result)
+        return sweeper_value(result)
     except Preempted as err:  # not a failure: the job goes on from its checkpoint
         print(f"bertkit: {err}", file=sys.stderr)
         err.hand_over()

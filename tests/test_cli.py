@@ -105,11 +105,11 @@ def test_paper_grid_sweep_names_each_job_by_its_grid_point(glue_dir, vocab_dir, 
 
 
 def test_the_value_returned_to_hydra_is_the_main_dev_metric():
-    from bertkit.cli import main_value
+    from bertkit.cli import sweeper_value
 
-    assert main_value({"main_metric": "f1", "main_value": 0.81}) == 0.81
+    assert sweeper_value({"main_metric": "f1", "main_value": 0.81}) == 0.81
     # A pretraining job: its first downstream finetune's, or nothing to rank by.
-    assert main_value({"downstream": {"rte": {"main_value": 0.55}, "mrpc": {"main_value": 0.7}}
+    assert sweeper_value({"downstream": {"rte": {"main_value": 0.55}, "mrpc": {"main_value": 0.7}}
                        }) == 0.55
-    assert main_value({"last_log": {"mlm_loss": 3.2}}) is None
-    assert main_value(None) is None
+    assert sweeper_value({"last_log": {"mlm_loss": 3.2}}) is None
+    assert sweeper_value(None) is None

@@ -141,7 +141,7 @@ def _prepare(cfg: DictConfig, run_dir: Path, steps: int) -> _Data:
     instances the MLM loss is measured on (bertkit's rule, seeded: the same for both ways)."""
     args = _arguments(cfg, "bertkit", steps, run_dir)
     set_seed(args.seed)
-    prepared = PretrainingJob().prepare(cfg, args)
+    prepared = PretrainingJob().prepare_data(cfg, args)
     instances = prepared.train_dataset
     length = int(cfg.pretraining.max_seq_length)
     padded = pad_to_max_length(instances, prepared.tokenizer, length)

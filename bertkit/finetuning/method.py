@@ -21,7 +21,7 @@ class Method:
     """What one method does at each point of a finetune. A fresh instance per run holds that
     run's state (hooks, callbacks, what it learned); the class methods read settings alone."""
 
-    # prepare() runs in this order: a re-initialised layer before LoRA wraps it, the scalar
+    # apply() runs in this order: a re-initialised layer before LoRA wraps it, the scalar
     # mix before freezing decides what trains, LoRA last.
     order: int = 50
 
@@ -42,7 +42,7 @@ class Method:
     def describe(cls, plain: dict) -> None:
         """Trims its keys in metrics.json's record of the node (e.g. an off method's options)."""
 
-    def prepare(self, model: nn.Module) -> nn.Module:
+    def apply(self, model: nn.Module) -> nn.Module:
         """The model with the method applied, before the Trainer is built."""
         return model
 
@@ -85,7 +85,7 @@ def register(cls: type[Method]) -> type[Method]:
 
 @cache
 def registered() -> tuple[type[Method], ...]:
-    """Every method of bertkit/finetuning/methods/, in prepare() order."""
+    """Every method of bertkit/finetuning/methods/, in apply() order."""
     from bertkit.finetuning import methods
 
     for module in pkgutil.iter_modules(methods.__path__):

@@ -3,7 +3,7 @@
 The methods are the registry's (bertkit.finetuning.method, one module each in methods/); the
 toolbox runs those the node turns on:
 
-    prepare(model)   each method's prepare, in registry order (re-init first, LoRA last)
+    apply(model)     each method's apply, in registry order (re-init first, LoRA last)
     attach(trainer)  one optimizer group per depth when a method needs it, the methods'
                      callbacks
     finish(trainer)  each method's finish (LoRA: the adapter saved, the merged model in the
@@ -39,17 +39,17 @@ class Toolbox:
     def plain(self) -> bool:
         return not self.methods
 
-    def prepare(self, model: nn.Module) -> nn.Module:
+    def apply(self, model: nn.Module) -> nn.Module:
         """The model with the methods applied (a peft model with LoRA)."""
         if self.plain:
             return model
         check_settings(self.settings, num_layers(model))
         for method in self.methods:
-            model = method.prepare(model)
+            model = method.apply(model)
         return model
 
     def attach(self, trainer) -> None:
-        """Optimizer groups and callbacks on a Trainer built around prepare()'s model.
+        """Optimizer groups and callbacks on a Trainer built around apply()'s model.
 
         Callbacks that add keys to the logs go first (Trainer puts the reporting callbacks
         before any given to it), and the layer-wise optimizer replaces the one Trainer would

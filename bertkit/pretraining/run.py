@@ -289,7 +289,7 @@ class PretrainingJob(TrainingJob):
     def check(self, cfg):
         check_pretraining_config(cfg)
 
-    def prepare(self, cfg, args) -> _Prepared:
+    def prepare_data(self, cfg, args) -> _Prepared:
         started = time.perf_counter()
         # Held-out documents never reach the vocabulary nor the training data.
         documents, heldout_docs = split_corpus(cfg)

@@ -51,7 +51,7 @@ class FinetuneJob(TrainingJob):
         self.toolbox = Toolbox(cfg.finetuning)  # checks the finetuning.* keys
         self.family.check(cfg)
 
-    def prepare(self, cfg, args) -> _Prepared:
+    def prepare_data(self, cfg, args) -> _Prepared:
         self.family.generate_data(cfg)
         splits = self.family.read(cfg)
         tokenizer = load_tokenizer(cfg.model)
@@ -63,7 +63,7 @@ class FinetuneJob(TrainingJob):
         hyperparameters = {**paper_hyperparameters(args, model, cfg.task.max_seq_length),
                            **self.family.hyperparameters(cfg, model),
                            **self.toolbox.hyperparameters()}
-        model = self.toolbox.prepare(model)
+        model = self.toolbox.apply(model)
         trainer = self.family.build_trainer(cfg, args, model, prepared.tokenizer,
                                             prepared.data, pad_to_multiple_of)
         self.toolbox.attach(trainer)

@@ -54,7 +54,7 @@ class TrainingJob:
     def check(self, cfg: DictConfig) -> None:
         """Settings errors, before any data is read."""
 
-    def prepare(self, cfg: DictConfig, args: TrainingArguments) -> Any:
+    def prepare_data(self, cfg: DictConfig, args: TrainingArguments) -> Any:
         """The job's data (and tokenizer), built once per process group."""
         raise NotImplementedError
 
@@ -99,7 +99,7 @@ def run_training(cfg: DictConfig, job: TrainingJob, run_dir: Path | None = None)
     checkpoint = resume_checkpoint(cfg.resume, args)  # a wrong run directory fails here
     set_seed(args.seed)
     with args.main_process_first(desc=job.preparing):
-        data = job.prepare(cfg, args)
+        data = job.prepare_data(cfg, args)
     pad_to = cfg.pad_to_multiple_of if (args.bf16 or args.fp16) else None
     clock = training_clock()
     trainer, hyperparameters = job.build_trainer(cfg, args, data, pad_to)

@@ -114,7 +114,7 @@ def test_bad_settings_name_their_key(override, key):
 
 def test_more_layers_than_the_model_has_is_refused(tmp_path):
     with pytest.raises(BertkitError, match=r"finetuning.reinit_layers=4: the model has only 3"):
-        Toolbox(settings("finetuning.reinit_layers=4")).prepare(tiny_classifier())
+        Toolbox(settings("finetuning.reinit_layers=4")).apply(tiny_classifier())
 
 
 def test_lora_with_freezing_is_refused():

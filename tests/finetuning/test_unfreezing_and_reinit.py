@@ -95,7 +95,7 @@ def test_reinit_draws_the_top_layers_afresh_and_leaves_the_rest(tmp_path):
     path = checkpoint(tmp_path, initializer_range=0.5)
     model = BertForSequenceClassification.from_pretrained(path, initializer_range=0.02)
     before = snapshot(model)
-    Toolbox(settings("finetuning.reinit_layers=2")).prepare(model)
+    Toolbox(settings("finetuning.reinit_layers=2")).apply(model)
     after = snapshot(model)
     for name in before:
         top = name.startswith(("bert.encoder.layer.1.", "bert.encoder.layer.2."))
@@ -116,5 +116,5 @@ def test_reinit_draws_the_top_layers_afresh_and_leaves_the_rest(tmp_path):
 def test_reinit_is_recorded(tmp_path):
     model = tiny_classifier()
     toolbox = Toolbox(settings("finetuning=reinit"))
-    toolbox.prepare(model)
+    toolbox.apply(model)
     assert toolbox.record() == {"reinitialised_layers": [2]}

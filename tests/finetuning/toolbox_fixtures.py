@@ -45,7 +45,7 @@ def settings(*overrides: str):
 def toolbox_trainer(model, node, tmp_path, callbacks=(), **arguments) -> tuple[Trainer, Toolbox]:
     """A Trainer around the prepared model, with the toolbox attached, not yet trained."""
     toolbox = Toolbox(node)
-    model = toolbox.prepare(model)
+    model = toolbox.apply(model)
     options = {"max_steps": 6, "per_device_train_batch_size": 8, "learning_rate": 1e-3,
                "warmup_steps": 0, "weight_decay": 0.01, "logging_steps": 1,
                "report_to": [], "save_strategy": "no", "use_cpu": True, "seed": 0,

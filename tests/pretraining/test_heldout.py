@@ -139,7 +139,7 @@ def test_nsp_on_a_small_corpus_is_scored_on_two_heldout_documents(tmp_path, voca
     cfg = config(**{"corpus": "files", "corpus.files": f"[{corpus}]", "model.tokenizer": vocab,
                     "masking": "dynamic", "objective": "mlm_nsp",
                     "cache_dir": tmp_path / "cache"})
-    prepared = PretrainingJob().prepare(cfg, build_training_arguments(cfg, tmp_path, []))
+    prepared = PretrainingJob().prepare_data(cfg, build_training_arguments(cfg, tmp_path, []))
     assert prepared.heldout.documents == 2 and prepared.train_documents == 6
     labels = prepared.heldout.pairs["next_sentence_label"]
     assert 0 < sum(labels) < len(labels)  # both IsNext and NotNext pairs
@@ -158,7 +158,7 @@ def test_training_data_holds_no_heldout_text(tmp_path, vocab, masking, objective
     cfg = config(**{"corpus": "files", "corpus.files": f"[{corpus}]", "model.tokenizer": vocab,
                     "masking": masking, "objective": objective, "heldout.fraction": 0.2,
                     "cache_dir": tmp_path / "cache", **extra})
-    prepared = PretrainingJob().prepare(cfg, build_training_arguments(cfg, tmp_path, []))
+    prepared = PretrainingJob().prepare_data(cfg, build_training_arguments(cfg, tmp_path, []))
     marker_ids = dict(zip(MARKERS, prepared.tokenizer.convert_tokens_to_ids(MARKERS),
                           strict=True))
     held_markers = {marker_ids[marker] for marker in heldout_markers(cfg)}
@@ -189,7 +189,7 @@ def test_the_vocabulary_is_trained_without_the_heldout_documents(tmp_path):
     cfg = config(**{"corpus": "files", "corpus.files": f"[{corpus}]", "masking": "dynamic",
                     "objective": "mlm", "heldout.fraction": 0.2, "cache_dir": tmp_path / "cache",
                     "tokenizer_training.enabled": True, "tokenizer_training.vocab_size": 400})
-    prepared = PretrainingJob().prepare(cfg, build_training_arguments(cfg, tmp_path, []))
+    prepared = PretrainingJob().prepare_data(cfg, build_training_arguments(cfg, tmp_path, []))
     held = heldout_markers(cfg)
     vocabulary = set(prepared.tokenizer.get_vocab())
     assert held and not held & vocabulary  # each marker is only in its own document

@@ -27,7 +27,7 @@ class BitFit(Method):
                                "finetuning.freeze_embeddings, finetuning.freeze_layers, "
                                "finetuning.unfreeze_every or finetuning.lora.enabled")
 
-    def prepare(self, model):
+    def apply(self, model):
         for name, parameter in model.named_parameters():
             parameter.requires_grad_(depth_of(name) == HEAD or name.endswith(".bias"))
         self.trained = sum(p.numel() for p in model.parameters() if p.requires_grad)

@@ -19,7 +19,7 @@ class Freeze(Method):
     def check(cls, settings, num_layers=None) -> None:
         within_layers("freeze_layers", whole_number(settings, "freeze_layers"), num_layers)
 
-    def prepare(self, model):
+    def apply(self, model):
         frozen = set(freeze(model, self.settings.freeze_embeddings, self.settings.freeze_layers))
         self.frozen = sum(p.numel() for n, p in model.named_parameters() if n in frozen)
         return model

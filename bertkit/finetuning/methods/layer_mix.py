@@ -14,7 +14,7 @@ class LayerMix(Method):
     def active(cls, settings) -> bool:
         return bool(settings.layer_mix)
 
-    def prepare(self, model):
+    def apply(self, model):
         from bertkit.finetuning.layer_mix import add_layer_mix
 
         self.mix = add_layer_mix(model)

@@ -29,7 +29,7 @@ class Lora(Method):
         if not plain["lora"]["enabled"]:
             plain["lora"] = {"enabled": False}
 
-    def prepare(self, model):
+    def apply(self, model):
         from bertkit.finetuning.lora import add_lora
 
         return add_lora(model, self.settings.lora)

@@ -22,7 +22,7 @@ class MeanPooling(Method):
             raise BertkitError(f"finetuning.pooling={settings.pooling!r}: expected one of "
                                f"{', '.join(POOLING)}")
 
-    def prepare(self, model):
+    def apply(self, model):
         from bertkit.finetuning.layer_mix import use_mean_pooling
 
         use_mean_pooling(model)

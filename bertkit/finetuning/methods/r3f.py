@@ -32,7 +32,7 @@ class R3F(Method):
                 raise BertkitError(f"finetuning.r3f.noise={r3f.noise!r}: expected one of "
                                    f"{', '.join(NOISE)}")
 
-    def prepare(self, model):
+    def apply(self, model):
         from bertkit.finetuning.r3f import add_r3f
 
         r3f = self.settings.r3f

@@ -19,7 +19,7 @@ class Reinit(Method):
     def check(cls, settings, num_layers=None) -> None:
         within_layers("reinit_layers", whole_number(settings, "reinit_layers"), num_layers)
 
-    def prepare(self, model):
+    def apply(self, model):
         self.layers = reinit_top_layers(model, self.settings.reinit_layers)
         return model
 
