@@ -107,14 +107,14 @@ squad-dev-halves: install
 	$(foreach file,$(SQUAD_DEV_FILES),$(BIN)/python -m bertkit.tasks.squad.dev_halves \
 	  $(file) $(SQUAD_HALVES_DIR) && ) true
 
-# SQuAD v1.1 and v2.0 with the paper's settings (recipes/family/squad.yaml, recipes/cards/squad.md).
+# SQuAD v1.1 and v2.0 with the paper's settings (recipes/recipe/squad.yaml, recipes/cards/squad.md).
 squad: install
 	$(LAUNCH) recipe=squad task=squad_v1 $(if $(SQUAD_DIR),task.data_dir=$(SQUAD_DIR)) $(O)
 
 squad2: install
 	$(LAUNCH) recipe=squad task=squad_v2 $(if $(SQUAD_DIR),task.data_dir=$(SQUAD_DIR)) $(O)
 
-# SWAG (multiple choice) and CoNLL-2003 NER (recipes/family/swag.yaml, recipes/family/ner.yaml).
+# SWAG (multiple choice) and CoNLL-2003 NER (recipes/recipe/swag.yaml, recipes/recipe/ner.yaml).
 swag: install
 	$(LAUNCH) recipe=swag $(if $(SWAG_DIR),task.data_dir=$(SWAG_DIR)) $(O)
 

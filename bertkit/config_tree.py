@@ -16,7 +16,7 @@ import bertkit.config_schema  # noqa: F401  (registers the groups' schemas with 
 
 
 def config_dir() -> str:
-    """conf/ of a source checkout (recipes/family and recipes/experiment are linked in as
+    """conf/ of a source checkout (recipes/recipe and recipes/experiment are linked in as
     conf/recipe and conf/experiment), else the packaged copy."""
     here = Path(__file__).resolve().parent
     source = here.parent / "conf"

@@ -54,7 +54,7 @@ MASKING_KEYS = ("mlm_probability", "mask_token_fraction", "random_token_fraction
 def heldout_settings(cfg: DictConfig) -> DictConfig:
     settings = OmegaConf.select(cfg, "heldout")
     if settings is None:
-        raise BertkitError("heldout: missing from the config (recipes/family/pretrain.yaml "
+        raise BertkitError("heldout: missing from the config (recipes/recipe/pretrain.yaml "
                            "defines it; heldout.fraction=0 turns the held-out set off)")
     return settings
 
