@@ -126,6 +126,22 @@ def delete_weights(run_dir: Path, names: Sequence[str]) -> None:
         shutil.rmtree(Path(run_dir) / name, ignore_errors=True)
 
 
+def cut_by_grid_order(outcomes: dict[Overrides, JobOutcome],
+                      configuration: dict[Overrides, Overrides],
+                      bracket: dict[Overrides, Overrides], kept: set[Overrides]) -> bool:
+    """Whether a configuration that stopped had the very mean score of one of its bracket that
+    went on: then grid order, not the scores, decided between them (survivors' tie rule). On a
+    task where nothing has learned by the first rung (every score 0) the cut is arbitrary."""
+    scores: dict[tuple[Overrides, Overrides], list[float]] = {}
+    for job, outcome in outcomes.items():
+        if outcome.score is not None and math.isfinite(outcome.score):
+            scores.setdefault((bracket[job], configuration[job]), []).append(outcome.score)
+    means = {key: sum(values) / len(values) for key, values in scores.items()}
+    went_on = {(group, mean) for (group, config), mean in means.items() if config in kept}
+    return any((group, mean) in went_on for (group, config), mean in means.items()
+               if config not in kept)
+
+
 @dataclass
 class HalvingLedger:
     """Every rung's jobs, scores and decisions, and the compute they used (halving.json)."""
@@ -157,7 +173,10 @@ class HalvingLedger:
         self.rungs.append({"rung": rung, "fraction": self.fractions[rung],
                            "configurations": len(set(configuration[j] for j in outcomes)),
                            "jobs": len(outcomes),
-                           "continued_configurations": len(kept), "jobs_detail": entries})
+                           "continued_configurations": len(kept),
+                           "cut_by_grid_order": cut_by_grid_order(outcomes, configuration,
+                                                                  bracket, kept),
+                           "jobs_detail": entries})
 
     def compute(self) -> dict:
         """Training examples (steps x batch) used vs the full grid (every job to its end),

@@ -135,6 +135,10 @@ class SuccessiveHalvingSweeper(Sweeper):
             kept = self._decide(alive, outcomes, configuration, bracket, last=(
                 rung == len(self.fractions) - 1))
             ledger.record_rung(rung, outcomes, configuration, bracket, kept)
+            if ledger.rungs[-1]["cut_by_grid_order"]:
+                log.warning("successive halving, rung %d: configurations with equal scores "
+                            "were cut by grid order, not by merit (every score tied, e.g. "
+                            "nothing learned yet): widen the grid or the first rung", rung)
             stopped = [job for job in alive if configuration[job] not in kept]
             for job in stopped:
                 delete_weights(run_dirs[job], self.delete_when_stopped)

@@ -85,6 +85,30 @@ def test_ledger_compute_against_hand_numbers(tmp_path):
     # a: 4.5 s for 10 of 10 steps; b: 3 s for 3 of 6 steps -> 6 s for all of them
     assert compute["train_seconds_full_grid_estimate"] == pytest.approx(10.5)
     assert [r["continued_configurations"] for r in ledger.rungs] == [1, 1]
+    assert [r["cut_by_grid_order"] for r in ledger.rungs] == [False, False]
+
+
+def test_a_cut_between_equal_scores_is_recorded_as_made_by_grid_order(tmp_path):
+    """CoLA's calibration: every configuration at MCC 0 after the first rung, so the ones that
+    went on were the first in the grid."""
+    ledger = HalvingLedger([0.5, 1.0], eta=2)
+    a, b, c = ("lr=1",), ("lr=2",), ("lr=3",)
+    configuration, bracket = {a: a, b: b, c: c}, {a: (), b: (), c: ()}
+    outcome = {name: JobOutcome(tmp_path / name[0], score, 5, 10, 16, 1.0)
+               for name, score in ((a, 0.0), (b, 0.0), (c, -0.1))}
+    ledger.record_rung(0, outcome, configuration, bracket, kept={a})
+    ledger.record_rung(1, {a: outcome[a]}, configuration, bracket, kept={a})
+    separated = {a: outcome[a], b: JobOutcome(tmp_path / "b", 0.3, 5, 10, 16, 1.0)}
+    ledger.record_rung(0, separated, configuration, bracket, kept={b})
+
+    # Tasks never compete: equal scores in two brackets decide nothing between them.
+    two_tasks = {a: ("task=rte",), b: ("task=mrpc",)}
+    ledger.record_rung(0, {a: outcome[a], b: outcome[b]}, configuration, two_tasks,
+                       kept={a, b})
+    ledger.record_rung(0, {a: outcome[a], c: JobOutcome(tmp_path / "c", 0.0, 5, 10, 16, 1.0)},
+                       configuration, {a: ("task=rte",), c: ("task=mrpc",)}, kept={a})
+
+    assert [r["cut_by_grid_order"] for r in ledger.rungs] == [True, False, False, False, False]
 
 
 @pytest.mark.parametrize(("fraction", "eval_strategy", "stop_step"), [
