@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 import datasets
+import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 from transformers import (
@@ -45,7 +46,13 @@ from transformers import (
 from bertkit.data.atomic_files import write_json_atomic
 from bertkit.data.metrics_file import read_json_object
 from bertkit.errors import BertkitError
-from bertkit.reporting.statistics import compare_groups, summarize
+from bertkit.reporting.statistics import (
+    aso_epsilon,
+    bootstrap_difference_ci,
+    compare_groups,
+    seeds_needed,
+    summarize,
+)
 from bertkit.tasks.glue.data import is_validation_split
 from bertkit.tasks.glue.family import FAMILY as GLUE
 from bertkit.tasks.glue.family import logits_of
@@ -214,6 +221,23 @@ def _finished_run(where: Path, settings: dict) -> dict | None:
     return record
 
 
+def _significance(cfg: DictConfig, plain: list[float], bertkit: list[float]) -> dict:
+    """Beyond Welch's test, as bertkit-report --compare gives it: ASO's ε_min each way (below
+    0.2: that way is better), the bootstrap interval of bertkit − plain, and the seeds per way
+    that would detect a difference of parity.max_difference at this spread."""
+    confidence = 1 - float(cfg.parity.alpha)
+    low, high = bootstrap_difference_ci(plain, bertkit, confidence)
+    return {
+        "aso_epsilon_bertkit_better": aso_epsilon(plain, bertkit, confidence=0.95),
+        "aso_epsilon_plain_better": aso_epsilon(bertkit, plain, confidence=0.95),
+        "bootstrap_low": low, "bootstrap_high": high, "confidence": confidence,
+        "seeds_needed_per_way": seeds_needed(
+            float(np.std(plain, ddof=1)), float(np.std(bertkit, ddof=1)),
+            float(cfg.parity.max_difference), alpha=float(cfg.parity.alpha)),
+        "detect": float(cfg.parity.max_difference),
+    }
+
+
 def _verdict(cfg: DictConfig, comparison: dict) -> dict:
     """Parity: no significant difference at parity.alpha and means within parity.max_difference."""
     p_value, difference = comparison["p_value"], comparison["difference"]
@@ -277,6 +301,7 @@ def _result(cfg: DictConfig, seeds: list[int], runs: dict) -> dict:
                        "per_seed": {str(seed): runs[way][seed] for seed in seeds},
                        "seconds": seconds[way]} for way in WAYS},
         "comparison": comparison,
+        "significance": _significance(cfg, scores["plain"], scores["bertkit"]),
         "verdict": _verdict(cfg, comparison),
         "time_ratio": seconds["plain"] / seconds["bertkit"],
         "timing": "wall time of each whole run (model load, tokenisation, training, dev "
@@ -286,7 +311,7 @@ def _result(cfg: DictConfig, seeds: list[int], runs: dict) -> dict:
 
 def _table(result: dict, path: Path) -> str:
     main, ways, comparison = result["main_metric"], result["ways"], result["comparison"]
-    verdict = result["verdict"]
+    verdict, significance = result["verdict"], result["significance"]
     lines = [f"\nbench_parity {result['task']} ({main}, {len(result['seeds'])} seeds, "
              f"{result['device']}): {result['model']}",
              f"  {'way':<8} {'mean':>7} {'std':>7} {'min':>7} {'max':>7} {'seconds':>9}"]
@@ -299,6 +324,11 @@ def _table(result: dict, path: Path) -> str:
         f"  bertkit - plain: {100 * comparison['difference']:+.2f} points, "
         f"{int(100 * comparison['confidence'])}% CI [{100 * comparison['ci_low']:+.2f}, "
         f"{100 * comparison['ci_high']:+.2f}], Welch p = {comparison['p_value']:.3f}",
+        f"  ASO eps_min: bertkit better {significance['aso_epsilon_bertkit_better']:.2f}, "
+        f"plain better {significance['aso_epsilon_plain_better']:.2f} (below 0.2: better); "
+        f"bootstrap CI [{100 * significance['bootstrap_low']:+.2f}, "
+        f"{100 * significance['bootstrap_high']:+.2f}]; seeds per way to detect "
+        f"{100 * significance['detect']:.1f} points: {significance['seeds_needed_per_way']}",
         f"  at parity: {'yes' if verdict['at_parity'] else 'no'} "
         f"(p >= {verdict['alpha']} and |difference| <= {100 * verdict['max_difference']:.1f} "
         f"points)",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from transformers import BertConfig, BertModel, BertTokenizerFast
 
@@ -13,7 +14,13 @@ from bertkit.benchmarks.glue_parity import benchmark_glue_parity
 from bertkit.errors import BertkitError
 from bertkit.jobs import run_job
 from bertkit.reporting.collect import collect_runs
-from bertkit.reporting.statistics import compare_groups, summarize
+from bertkit.reporting.statistics import (
+    aso_epsilon,
+    bootstrap_difference_ci,
+    compare_groups,
+    seeds_needed,
+    summarize,
+)
 from tests.conftest import compose_config
 
 
@@ -89,6 +96,15 @@ def test_result_holds_each_way_statistics_and_bertkit_runs_report_like_any_run(
     for way in ("plain", "bertkit"):
         assert result["ways"][way]["main"] == summarize(scores[way])
     assert result["comparison"] == compare_groups(scores["plain"], scores["bertkit"])
+    significance = result["significance"]
+    assert significance["aso_epsilon_bertkit_better"] == aso_epsilon(scores["plain"],
+                                                                      scores["bertkit"])
+    assert significance["aso_epsilon_plain_better"] == aso_epsilon(scores["bertkit"],
+                                                                    scores["plain"])
+    assert (significance["bootstrap_low"], significance["bootstrap_high"]) == \
+        bootstrap_difference_ci(scores["plain"], scores["bertkit"], 0.95)
+    assert significance["seeds_needed_per_way"] == seeds_needed(
+        float(np.std(scores["plain"], ddof=1)), float(np.std(scores["bertkit"], ddof=1)), 0.01)
     seconds = {way: sum(run["seconds"] for run in result["ways"][way]["per_seed"].values())
                for way in ("plain", "bertkit")}
     assert result["time_ratio"] == pytest.approx(seconds["plain"] / seconds["bertkit"])
