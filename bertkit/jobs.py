@@ -47,8 +47,8 @@ def check_task_family(cfg: DictConfig) -> None:
 def run_job(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     """The job's result record (a finetune's is its metrics.json)."""
     job = cfg.recipe.job
+    check_task_family(cfg)  # first: another family's task leaves the recipe's ${task.*} unset
     check_ranges(cfg)  # the schema'd groups (bertkit.config_schema): types were checked already
-    check_task_family(cfg)
     if job == "finetune" and is_two_stage(cfg):
         return finetune_two_stage(cfg, run_dir or hydra_run_dir(), finetune, finetuning_family)
     if job == "finetune":
