@@ -28,8 +28,9 @@ def _argument(name: str, **bounds) -> Any:
 
 @dataclass
 class TrainerSchema:
-    """The trainer group (conf/trainer/): TrainingArguments by their own names. Any other
-    TrainingArguments key can still be added with +trainer.NAME=VALUE."""
+    """The trainer group (conf/trainer/): TrainingArguments by their own names, those that
+    bertkit's YAML files set. Any other TrainingArguments key can still be added with
+    +trainer.NAME=VALUE on a command line; a YAML that sets one must add it here."""
 
     learning_rate: float = _argument("learning_rate", above=0)
     per_device_train_batch_size: int = _argument("per_device_train_batch_size", min=1)
@@ -55,6 +56,7 @@ class TrainerSchema:
     save_total_limit: int | None = _argument("save_total_limit", min=1)
     metric_for_best_model: str | None = _argument("metric_for_best_model")
     load_best_model_at_end: bool = _argument("load_best_model_at_end")
+    logging_strategy: str = _argument("logging_strategy")
     logging_steps: float = _argument("logging_steps", above=0)
     logging_first_step: bool = _argument("logging_first_step")
     # auto or a number of worker processes (bertkit.training.arguments checks it).

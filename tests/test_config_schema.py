@@ -5,12 +5,14 @@ TrainingArguments' own, and Trainer's other arguments can still be added."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 from hydra.errors import ConfigCompositionException
 from transformers import TrainingArguments
 
 from bertkit.config_schema import TrainerSchema
+from bertkit.config_tree import config_dir
 from bertkit.errors import BertkitError
 from bertkit.jobs import run_job
 from tests.conftest import compose_config
@@ -65,3 +67,15 @@ def test_defaults_are_trainer_arguments_own_and_the_yaml_values_win(recipe):
 def test_other_trainer_arguments_can_still_be_added():
     trainer = compose_config(["+trainer.label_smoothing_factor=0.1"]).trainer
     assert trainer.label_smoothing_factor == 0.1
+
+
+RECIPES = sorted(path.stem for path in (Path(config_dir()) / "recipe").glob("*.yaml"))
+EXPERIMENTS = sorted(path.stem for path in (Path(config_dir()) / "experiment").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("selection", [f"recipe={name}" for name in RECIPES]
+                         + [f"experiment={name}" for name in EXPERIMENTS])
+def test_every_recipe_and_preset_composes_against_the_schema(selection):
+    """A recipe's YAML cannot add a trainer key the schema lacks (bench_glue's
+    logging_strategy did): each one composes."""
+    assert compose_config([selection]).trainer.learning_rate > 0
