@@ -99,7 +99,7 @@ class R3F:
             self.handle = None
 
 
-def _check(weight, noise, eps) -> None:
+def check_r3f(weight, noise, eps) -> None:
     if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight >= 0:
         raise BertkitError(f"{KEY}.weight={weight!r}: expected a number >= 0 (0: off)")
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0:
@@ -113,7 +113,7 @@ def add_r3f(model: nn.Module, weight: float, noise: str, eps: float, *,
     """Registers the regulariser on the task model (or the task model inside a peft model);
     returns its state, with remove() and last_value. noise_fn(embeddings) -> noise replaces the
     sampler (tests)."""
-    _check(weight, noise, eps)
+    check_r3f(weight, noise, eps)
     inner = getattr(model, "get_base_model", None)
     task_model = inner() if callable(inner) else model
     encoder(task_model)  # fails early, naming the toolbox, for a model without a BERT encoder

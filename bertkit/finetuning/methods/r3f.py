@@ -5,10 +5,8 @@ from __future__ import annotations
 
 from bertkit.errors import BertkitError
 from bertkit.finetuning.callbacks import LogR3F
-from bertkit.finetuning.checks import positive
 from bertkit.finetuning.method import Method, register
-
-NOISE = ("normal", "uniform")
+from bertkit.finetuning.r3f import check_r3f
 
 
 @register
@@ -26,11 +24,8 @@ class R3F(Method):
                 or r3f.weight < 0:
             raise BertkitError(f"finetuning.r3f.weight={r3f.weight!r}: expected a number >= 0 "
                                f"(0: off)")
-        if r3f.weight > 0:
-            positive(r3f.eps, "r3f.eps")
-            if r3f.noise not in NOISE:
-                raise BertkitError(f"finetuning.r3f.noise={r3f.noise!r}: expected one of "
-                                   f"{', '.join(NOISE)}")
+        if r3f.weight > 0:  # the regulariser's own check, as add_r3f runs it
+            check_r3f(r3f.weight, r3f.noise, r3f.eps)
 
     def apply(self, model):
         from bertkit.finetuning.r3f import add_r3f
