@@ -119,7 +119,7 @@ def _plain_features(split: datasets.Dataset, tokenizer: PreTrainedTokenizerBase,
         return {**encoded, "labels": batch["label"]}
 
     return split.map(encode, batched=True, remove_columns=split.column_names,
-                     keep_in_memory=True, desc="Padding to max_length")
+                     keep_in_memory=True, desc="Tokenizing (run_glue.py)")
 
 
 def _plain_collator(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase):

@@ -10,8 +10,9 @@ Hugging Face way, in one process, scored on the same held-out set.
            number of steps that fits the budget, timed on a throwaway model first, so the plain
            schedule ends when the time does. It runs once per bench.plain.learning_rates (a
            small sweep: the plain way is not held to one guess).
-  bertkit: the run's own config (experiment=pretrain_budget): PretrainingJob, exactly what
-           `bertkit experiment=pretrain_budget` trains, into <run dir>/bertkit.
+  bertkit: the run's own config (experiment=pretrain_budget) through
+           bertkit.pretraining.run.pretrain, exactly what `bertkit experiment=pretrain_budget`
+           trains, into <run dir>/bertkit.
 
 Same for both: the architecture (model.config), the WordPiece vocabulary (trained once on the
 training documents), the training documents (the held-out documents removed), the wall-clock
@@ -51,7 +52,8 @@ from bertkit.data.atomic_files import write_json_atomic
 from bertkit.errors import BertkitError
 from bertkit.pretraining.heldout import build_heldout, heldout_fingerprint
 from bertkit.pretraining.heldout_evaluation import HeldoutEvaluation, heldout_curve
-from bertkit.pretraining.run import pretrain, pretraining_tokenizer, split_corpus
+from bertkit.pretraining.run import pretrain
+from bertkit.pretraining.training_data import pretraining_tokenizer, split_corpus
 from bertkit.reporting.plots import save_figure_atomic
 from bertkit.training import run as training_run
 from bertkit.training.arguments import resolve_mixed_precision

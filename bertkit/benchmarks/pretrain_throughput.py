@@ -37,7 +37,8 @@ from bertkit.errors import BertkitError
 from bertkit.pretraining.masking import IGNORE_INDEX
 from bertkit.pretraining.model import load_pretraining_model
 from bertkit.pretraining.phases import Phase
-from bertkit.pretraining.run import PretrainingJob, check_pretraining_config, is_streaming
+from bertkit.pretraining.run import build_pretraining_trainer, check_pretraining_config
+from bertkit.pretraining.training_data import is_streaming, prepare_pretraining_data
 from bertkit.training.arguments import build_training_arguments
 from bertkit.training.flops import peak_flops, training_flops
 from bertkit.training.models import count_parameters, dropout_settings
@@ -93,7 +94,7 @@ def plain_model(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase, initial: di
 class _Data:
     """The pipeline's output, and the plain way's copy of the instances padded to length."""
 
-    prepared: object  # PretrainingJob.prepare's result
+    prepared: object  # prepare_pretraining_data's result
     padded: datasets.Dataset
     eval_batches: list[dict]
 
@@ -141,7 +142,7 @@ def _prepare(cfg: DictConfig, run_dir: Path, steps: int) -> _Data:
     instances the MLM loss is measured on (bertkit's rule, seeded: the same for both ways)."""
     args = _arguments(cfg, "bertkit", steps, run_dir)
     set_seed(args.seed)
-    prepared = PretrainingJob().prepare_data(cfg, args)
+    prepared = prepare_pretraining_data(cfg, args)
     instances = prepared.train_dataset
     length = int(cfg.pretraining.max_seq_length)
     padded = pad_to_max_length(instances, prepared.tokenizer, length)
@@ -183,7 +184,7 @@ def _trainer(cfg: DictConfig, way: str, args, data: _Data, indices: list[int], c
         lengths = np.asarray(instances["length"])
         subset = dataclasses.replace(prepared, train_dataset=instances, collator=collate,
                                      phases=[Phase(0, lengths, len(indices))])
-        trainer, _ = PretrainingJob().build_trainer(cfg, args, subset, None)
+        trainer, _ = build_pretraining_trainer(cfg, args, subset)
         return trainer, trainer.model
     initial = load_pretraining_model(cfg.model, prepared.tokenizer).state_dict()
     model = plain_model(cfg, prepared.tokenizer, initial)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import errno
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,7 @@ class TrainingRun:
     throughput: dict | None = None  # the whole run's ThroughputMeter.record (None: disabled)
     training_seconds: float | None = None  # the training clock at the end, earlier runs' included
     budget: dict | None = None  # {"minutes", "ended_by_budget"} when budget.minutes is set
+    hyperparameters: dict = field(default_factory=dict)  # as recorded in W&B and metrics.json
 
     def train_record(self, **sizes) -> dict:
         """metrics.json's "train": the loss, how far training went of its schedule (successive
@@ -136,7 +137,7 @@ def train(cfg: DictConfig, run_dir: Path, trainer: Trainer, hyperparameters: dic
     complete = stopper is None or state.global_step >= state.max_steps
     return TrainingRun(main, wandb_run, output, seconds, state.max_steps, complete,
                        meter.record if meter is not None else None, training_seconds,
-                       budget.record() if budget is not None else None)
+                       budget.record() if budget is not None else None, hyperparameters)
 
 
 def _train_or_explain(trainer: Trainer, checkpoint: str | None):

@@ -1,14 +1,14 @@
 """The Hub model card (README.md) of every saved model directory, and the Hub push that
 carries it.
 
-run_training writes <run dir>/model/README.md right after metrics.json, from the same record,
-so that a model directory copied or uploaded anywhere says what it is: YAML metadata in the
+training.run.publish writes <run dir>/model/README.md right after metrics.json, from the same
+record, so that a model directory copied or uploaded anywhere says what it is: YAML metadata in the
 Hub's format (model-index with the dev scores, license, base model, tags) and a body with the
 command, the seed, the hyperparameters and the results. Settings: the model_card node of
 conf/config.yaml.
 
 With trainer.push_to_hub=true the model goes up through Trainer's own push_to_hub, once, at
-the end of run_training, with this card as its README.md (HubTrainer).
+the end of the run (training.run.push_if_asked), with this card as its README.md (HubTrainer).
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def hub_id(name: str | None) -> str | None:
 
 def command_line() -> str | None:
     """`bertkit <overrides>` of the running Hydra job (a sweep's job: its own values); None
-    outside one (run_training called from Python)."""
+    outside one (finetune or pretrain called from Python)."""
     if not HydraConfig.initialized():
         return None
     return " ".join(["bertkit", *(shlex.quote(o) for o in HydraConfig.get().overrides.task)])
@@ -266,7 +266,7 @@ def build_card(facts: CardFacts, settings: DictConfig, command: str | None) -> M
 
 
 def run_card(cfg: DictConfig, record: dict) -> ModelCard | None:
-    """The card of a run_training job from its metrics.json record; None with
+    """The card of a finetune or pretraining run from its metrics.json record; None with
     model_card.enabled=false."""
     if not cfg.model_card.enabled:
         return None
@@ -284,7 +284,7 @@ def write_card(card: ModelCard | None, model_dir: Path) -> Path | None:
 
 class HubTrainer(Trainer):
     """Trainer whose Hub push carries bertkit's card. bertkit pushes once, at the end of
-    run_training (push_model); Trainer's save_model would push by itself when the job saves
+    the run (push_model); Trainer's save_model would push by itself when the job saves
     <run dir>/model, before metrics.json and the card exist, so a save here never pushes; and
     the README.md that push_to_hub uploads is bertkit's card, not Trainer's draft."""
 

@@ -1,0 +1,187 @@
+"""The pretraining data, built once per run: the corpus's documents (the held-out share split
+off first), the WordPiece vocabulary, then instances per phase (sentence pairs for NSP/SOP,
+packed full sentences for MLM alone) with static masks stored on disk or a collator that draws
+dynamic masks. Every step runs through datasets.map and is cached by fingerprint, so a rerun
+or a sweep job reuses it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import datasets
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+from transformers import PreTrainedTokenizerBase, TrainingArguments
+
+from bertkit.errors import BertkitError
+from bertkit.pretraining.corpora import corpus_documents
+from bertkit.pretraining.demo_corpus import ensure_demo_corpus
+from bertkit.pretraining.dynamic_masking import DynamicMaskingCollator, padding_collator
+from bertkit.pretraining.heldout import (
+    HeldoutSet,
+    build_heldout,
+    heldout_settings,
+    split_documents,
+)
+from bertkit.pretraining.instances import (
+    packed_sequences_dataset,
+    pair_instances_dataset,
+    streaming_instances,
+    tokenize_documents,
+)
+from bertkit.pretraining.masking import Vocabulary, masking_rule_from_config
+from bertkit.pretraining.phases import Phase, phase_steps
+from bertkit.pretraining.static_masking import static_masked_copies
+from bertkit.pretraining.wordpiece import ensure_trained_tokenizer, trained_tokenizer_dir
+from bertkit.training.models import load_tokenizer
+
+
+@dataclass
+class PretrainingData:
+    """What prepare_pretraining_data builds once per process group."""
+
+    tokenizer: PreTrainedTokenizerBase
+    train_dataset: object
+    phases: list[Phase] | None
+    collator: object
+    seconds: float
+    heldout: HeldoutSet | None = None  # None: heldout.fraction=0
+    train_documents: int | None = None  # None: a stream
+
+
+
+def prepare_pretraining_data(cfg: DictConfig, args: TrainingArguments) -> PretrainingData:
+    started = time.perf_counter()
+    # Held-out documents never reach the vocabulary nor the training data.
+    documents, heldout_docs = split_corpus(cfg)
+    tokenizer = pretraining_tokenizer(cfg, documents)
+    train_dataset, phases, collator = build_training_data(cfg, documents, tokenizer, args)
+    heldout = None if heldout_docs is None else build_heldout(cfg, tokenizer, heldout_docs)
+    train_documents = len(documents) if isinstance(documents, datasets.Dataset) else None
+    return PretrainingData(tokenizer, train_dataset, phases, collator,
+                           time.perf_counter() - started, heldout, train_documents)
+
+
+def is_streaming(corpus: DictConfig) -> bool:
+    return corpus.source == "hub" and bool(OmegaConf.select(corpus, "hub.streaming"))
+
+
+def _corpus_fingerprint(corpus: DictConfig, documents) -> str:
+    """The dataset's own fingerprint; a stream has none, so its settings stand in for it."""
+    if isinstance(documents, datasets.Dataset):
+        return documents._fingerprint
+    return hashlib.sha256(OmegaConf.to_yaml(corpus, resolve=True).encode()).hexdigest()[:16]
+
+
+def pretraining_documents(cfg: DictConfig):
+    """The corpus's documents (the demo corpus generated first if it is the one)."""
+    synthetic = OmegaConf.select(cfg.corpus, "synthetic")
+    if synthetic is not None:
+        ensure_demo_corpus(Path(cfg.corpus.files[0]), OmegaConf.to_container(synthetic))
+    return corpus_documents(cfg.corpus, cfg.cache_dir, num_proc=cfg.preprocessing_num_workers)
+
+
+def split_corpus(cfg: DictConfig):
+    """(training documents, held-out documents or None): the corpus split by heldout.fraction,
+    as every pretraining run (and a benchmark scoring another model alike) splits it."""
+    documents = pretraining_documents(cfg)
+    heldout = heldout_settings(cfg)
+    return split_documents(documents, heldout.fraction, heldout.min_documents,
+                           num_proc=cfg.preprocessing_num_workers)
+
+
+def pretraining_tokenizer(cfg: DictConfig, documents) -> PreTrainedTokenizerBase:
+    """The configured WordPiece vocabulary, or one trained on this corpus (and cached)."""
+    training = cfg.tokenizer_training
+    if not training.enabled:
+        return load_tokenizer(cfg.model)
+    settings = {"vocab_size": training.vocab_size, "min_frequency": training.min_frequency,
+                "lowercase": training.lowercase}
+    directory = trained_tokenizer_dir(cfg.cache_dir, _corpus_fingerprint(cfg.corpus, documents),
+                                      **settings)
+
+    def sentences():
+        for batch in documents.iter(batch_size=1000):
+            for document in batch["sentences"]:
+                yield from document
+
+    return ensure_trained_tokenizer(sentences, directory, **settings)
+
+
+def _instances(cfg: DictConfig, tokenized, tokenizer, max_seq_length: int, copies: int):
+    if cfg.objective.packing == "full_sentences":
+        return packed_sequences_dataset(tokenized, tokenizer, max_seq_length=max_seq_length,
+                                        num_proc=cfg.preprocessing_num_workers)
+    return pair_instances_dataset(
+        tokenized, tokenizer, max_seq_length=max_seq_length,
+        short_seq_prob=cfg.pretraining.short_seq_prob, seed=cfg.seed, copies=copies,
+        num_proc=cfg.preprocessing_num_workers, sentence_task=cfg.objective.sentence_task)
+
+
+def phase_settings(cfg: DictConfig) -> list[tuple[int, int, float]]:
+    """(max_seq_length, max_predictions_per_seq, share of steps) per phase."""
+    long_phase = cfg.pretraining.long_phase
+    phases = [(cfg.pretraining.max_seq_length, cfg.masking.max_predictions_per_seq,
+               1.0 - long_phase.fraction)]
+    if long_phase.fraction > 0:
+        phases.append((long_phase.max_seq_length, long_phase.max_predictions_per_seq,
+                       long_phase.fraction))
+    return phases
+
+
+def _rule(cfg: DictConfig, max_predictions: int):
+    masking = OmegaConf.merge(cfg.masking, {"max_predictions_per_seq": max_predictions})
+    return masking_rule_from_config(masking)
+
+
+def build_training_data(cfg: DictConfig, documents, tokenizer: PreTrainedTokenizerBase,
+                        args: TrainingArguments):
+    """(train dataset, phases for the sampler or None when streaming, collator)."""
+    num_proc = cfg.preprocessing_num_workers
+    pad_to = cfg.pad_to_multiple_of if (args.bf16 or args.fp16) else None
+    settings = phase_settings(cfg)
+    static = cfg.masking.kind == "static"
+    if static:
+        collator = padding_collator(tokenizer, pad_to)
+    else:
+        collator = DynamicMaskingCollator(
+            tokenizer, [(length, _rule(cfg, predictions)) for length, predictions, _ in settings],
+            pad_to_multiple_of=pad_to)
+    if is_streaming(cfg.corpus):
+        tokenized = tokenize_documents(documents, tokenizer)
+        stream = streaming_instances(
+            tokenized, tokenizer, objective=cfg.objective.name,
+            max_seq_length=cfg.pretraining.max_seq_length,
+            short_seq_prob=cfg.pretraining.short_seq_prob, seed=cfg.seed,
+            buffer_documents=cfg.pretraining.streaming_buffer_documents)
+        return stream.remove_columns(["length"]), None, collator
+
+    tokenized = tokenize_documents(documents, tokenizer, num_proc=num_proc)
+    vocab = Vocabulary.from_tokenizer(tokenizer)
+    pairs = cfg.objective.packing == "pairs"
+    dupe_factor = cfg.masking.dupe_factor if static else 1
+    samples_per_step = (args.per_device_train_batch_size * args.gradient_accumulation_steps
+                        * args.world_size)
+    steps = phase_steps(args.max_steps, cfg.pretraining.long_phase.fraction)
+    parts, phases, offset = [], [], 0
+    for (length, predictions, _), phase_step_count in zip(settings, steps, strict=False):
+        # Pairs: each duplicate cuts the documents anew (as Google's dupe_factor does);
+        # packed sequences are cut one way, and the duplicates differ by their masks only.
+        instances = _instances(cfg, tokenized, tokenizer, length,
+                               copies=dupe_factor if pairs else 1)
+        if static:
+            instances = static_masked_copies(
+                instances, vocab, _rule(cfg, predictions), seed=cfg.seed, num_proc=num_proc,
+                dupe_factor=1 if pairs else dupe_factor)
+        if len(instances) == 0:
+            raise BertkitError(f"corpus {cfg.corpus.name}: no training instance of up to "
+                               f"{length} tokens could be built (is the corpus empty?)")
+        lengths = np.asarray(instances.with_format("numpy")["length"])
+        phases.append(Phase(offset, lengths, phase_step_count * samples_per_step))
+        parts.append(instances)
+        offset += len(instances)
+    return datasets.concatenate_datasets(parts), phases, collator
