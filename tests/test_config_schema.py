@@ -1,17 +1,19 @@
-"""The config groups' schemas (bertkit.config_schema): a wrong type is refused when the config
-is composed and a value out of range before the job starts, each naming the key; defaults are
-TrainingArguments' own, and Trainer's other arguments can still be added."""
+"""The config's schemas (bertkit.config_schema): a wrong trainer type is refused when the config
+is composed, a value out of range (and a wrong type in the nodes recipes extend) before the job
+starts, each naming the key; defaults are TrainingArguments' own, and Trainer's other
+arguments can still be added."""
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
 from hydra.errors import ConfigCompositionException
 from transformers import TrainingArguments
 
-from bertkit.config_schema import TrainerSchema
+from bertkit.config_schema import TrainerSchema, check_ranges
 from bertkit.config_tree import config_dir
 from bertkit.errors import BertkitError
 from bertkit.jobs import run_job
@@ -32,10 +34,23 @@ from tests.conftest import compose_config
     ("trainer.max_steps=-2", "trainer.max_steps=-2: expected a number >= -1"),
     ("trainer.logging_steps=0", "trainer.logging_steps=0.0: expected a positive number"),
     ("trainer.num_train_epochs=three", "trainer.num_train_epochs='three': expected a number"),
+    # The nodes recipes extend (bertkit.config_schema.SETTINGS): type and range at the edge.
+    ("task.max_seq_length=0", "task.max_seq_length=0: expected an integer of at least 3"),
+    ("task.max_seq_length=64.5", "task.max_seq_length=64.5: expected an integer of at least 3"),
+    ("pad_to_multiple_of=0", "pad_to_multiple_of=0: expected a number >= 1"),
+    ("pad_to_multiple_of=8.5", "pad_to_multiple_of=8.5: expected an integer or null"),
+    ("preprocessing_num_workers=0", "preprocessing_num_workers=0: expected a number >= 1"),
+    ("gpu_dataloader_workers=-1", "gpu_dataloader_workers=-1: expected a number >= 0"),
+    ("seed=x", "seed='x': expected an integer"),
+    ("train_fraction=0", "train_fraction=0: expected a number in (0, 1], or null for the "
+                         "whole schedule"),
+    ("early_stopping.threshold=-0.1", "early_stopping.threshold=-0.1: expected a number >= 0"),
+    ("budget.min_lr_ratio=2", "budget.min_lr_ratio=2: expected a share of the peak learning "
+                              "rate in [0, 1]"),
 ])
 def test_a_value_out_of_range_is_refused_before_the_run_starts(override, message, tmp_path):
     cfg = compose_config([override])
-    with pytest.raises(BertkitError, match="^" + message.replace(".", r"\.") + "$"):
+    with pytest.raises(BertkitError, match="^" + re.escape(message) + "$"):
         run_job(cfg, run_dir=tmp_path / "run")
     assert not (tmp_path / "run").exists()
 
@@ -77,5 +92,17 @@ EXPERIMENTS = sorted(path.stem for path in (Path(config_dir()) / "experiment").g
                          + [f"experiment={name}" for name in EXPERIMENTS])
 def test_every_recipe_and_preset_composes_against_the_schema(selection):
     """A recipe's YAML cannot add a trainer key the schema lacks (bench_glue's
-    logging_strategy did): each one composes."""
-    assert compose_config([selection]).trainer.learning_rate > 0
+    logging_strategy did): each one composes, and its values are within every schema's
+    bounds."""
+    cfg = compose_config([selection])
+    assert cfg.trainer.learning_rate > 0
+    check_ranges(cfg)
+
+
+def test_a_task_family_may_keep_keys_of_its_own():
+    """The task node is held to the keys every family reads, not closed: NER's tag scheme and
+    SQuAD's doc stride pass untouched."""
+    for recipe, key in (("recipe=ner", "tag_scheme"), ("recipe=squad", "doc_stride")):
+        cfg = compose_config([recipe])
+        check_ranges(cfg)
+        assert key in cfg.task

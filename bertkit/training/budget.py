@@ -26,6 +26,7 @@ from torch.optim.lr_scheduler import LambdaLR
 from transformers import Trainer, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
+from bertkit.config_schema import DECAYS
 from bertkit.data.atomic_files import write_json_atomic
 from bertkit.errors import BertkitError
 from bertkit.training.clock import TrainingClock
@@ -33,7 +34,6 @@ from bertkit.training.clock import TrainingClock
 logger = logging.getLogger(__name__)
 
 CLOCK_FILE = "training_clock.json"
-DECAYS = ("linear", "cosine", "constant")
 
 
 # -- the clock across resumes ---------------------------------------------------------------
@@ -84,29 +84,15 @@ class Budget:
                                  self.min_lr_ratio)
 
 
-def _number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def budget_settings(cfg: DictConfig) -> Budget | None:
-    """budget.* checked, one message naming the key; None when budget.minutes is null (or the
-    config has no budget node)."""
+    """budget.*, with the rule its schema cannot say (no train_fraction beside it); None when
+    budget.minutes is null (or the config has no budget node)."""
     node = OmegaConf.select(cfg, "budget")
     if node is None or node.get("minutes") is None:
         return None
+    # Types and ranges: bertkit.config_schema.BudgetSchema, checked before the job starts.
     minutes, warmup = node.minutes, node.get("warmup_fraction", 0.0)
     decay, floor = node.get("decay", "linear"), node.get("min_lr_ratio", 0.0)
-    if not _number(minutes) or not minutes > 0:
-        raise BertkitError(f"budget.minutes={minutes!r}: expected a positive number of minutes "
-                           f"of training, or null (off)")
-    if not _number(warmup) or not 0 <= warmup < 1:
-        raise BertkitError(f"budget.warmup_fraction={warmup!r}: expected a share of the "
-                           f"budget's time in [0, 1)")
-    if decay not in DECAYS:
-        raise BertkitError(f"budget.decay={decay!r}: expected one of {', '.join(DECAYS)}")
-    if not _number(floor) or not 0 <= floor <= 1:
-        raise BertkitError(f"budget.min_lr_ratio={floor!r}: expected a share of the peak "
-                           f"learning rate in [0, 1]")
     if OmegaConf.select(cfg, "train_fraction") is not None:
         raise BertkitError("budget.minutes with train_fraction: both cut the schedule short; "
                            "set one of them to null")

@@ -17,9 +17,6 @@ def add_early_stopping(cfg: DictConfig, trainer: Trainer) -> None:
     settings = OmegaConf.select(cfg, "early_stopping")
     if settings is None or settings.patience is None:
         return
-    if int(settings.patience) < 1:
-        raise BertkitError(f"early_stopping.patience={settings.patience}: expected a positive "
-                           f"integer (or null to turn early stopping off)")
     args = trainer.args
     # The config's value: TrainingArguments fills in "loss" by itself, which GLUE's evaluation
     # names eval_validation_loss, and Trainer would then turn early stopping off with a warning.
@@ -74,9 +71,6 @@ def add_train_fraction(cfg: DictConfig, trainer: Trainer) -> StopAtFraction | No
     share = OmegaConf.select(cfg, "train_fraction")
     if share is None:
         return None
-    if not 0.0 < float(share) <= 1.0:
-        raise BertkitError(f"train_fraction={share}: expected a number in (0, 1], or null for "
-                           f"the whole schedule")
     if float(share) == 1.0:
         return None
     callback = StopAtFraction(float(share))

@@ -250,6 +250,16 @@ class FakeHub:
         return "commit"
 
 
+def use_fake_hub(monkeypatch, hub: FakeHub) -> None:
+    """Trainer's Hub calls go to `hub`: through hf_api() (transformers >= 5.3), or
+    huggingface_hub's functions imported into transformers.trainer (5.2)."""
+    if hasattr(transformers.trainer, "hf_api"):
+        use_fake_hub(monkeypatch, hub)
+    else:
+        monkeypatch.setattr(transformers.trainer, "create_repo", hub.create_repo)
+        monkeypatch.setattr(transformers.trainer, "upload_folder", hub.upload_folder)
+
+
 def push_overrides(glue_dir, vocab_dir, **extra) -> list[str]:
     return tiny_run_overrides("mrpc", glue_dir("mrpc"), vocab_dir, **{
         "trainer.push_to_hub": True, "trainer.hub_model_id": "someone/tiny-mrpc", **extra})
@@ -259,7 +269,7 @@ def push_overrides(glue_dir, vocab_dir, **extra) -> list[str]:
 def test_push_uploads_the_model_with_the_bertkit_card(strategy, saves, glue_dir, vocab_dir,
                                                       tmp_path, monkeypatch):
     hub = FakeHub()
-    monkeypatch.setattr(transformers.trainer, "hf_api", lambda: hub)
+    use_fake_hub(monkeypatch, hub)
     run_dir = tmp_path / "run"
     run_job(compose_config(push_overrides(glue_dir, vocab_dir, **{
         "trainer.save_strategy": "steps", "trainer.save_steps": 2,
@@ -298,7 +308,7 @@ def test_push_needs_a_hub_model_id(glue_dir, vocab_dir, tmp_path):
 
 def test_an_unreachable_hub_is_one_message_before_training(glue_dir, vocab_dir, tmp_path,
                                                            monkeypatch):
-    monkeypatch.setattr(transformers.trainer, "hf_api", lambda: FakeHub("create_repo"))
+    use_fake_hub(monkeypatch, FakeHub("create_repo"))
     with pytest.raises(BertkitError, match=r"cannot create or reach the Hub repository "
                                            r"trainer.hub_model_id=someone/tiny-mrpc "
                                            r"\(ConnectionError"):
@@ -308,7 +318,7 @@ def test_an_unreachable_hub_is_one_message_before_training(glue_dir, vocab_dir, 
 
 def test_a_failed_upload_names_the_saved_model_and_card(glue_dir, vocab_dir, tmp_path,
                                                         monkeypatch):
-    monkeypatch.setattr(transformers.trainer, "hf_api", lambda: FakeHub("upload_folder"))
+    use_fake_hub(monkeypatch, FakeHub("upload_folder"))
     run_dir = tmp_path / "run"
     model_dir = run_dir / "model"
     with pytest.raises(BertkitError, match=rf"pushing to someone/tiny-mrpc failed .*saved in "

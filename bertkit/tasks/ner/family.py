@@ -43,10 +43,6 @@ def _check_task(task: DictConfig, model: DictConfig) -> None:
         raise BertkitError(f"task.labels has no {', '.join(sorted(set(missing)))}: IOB2 needs "
                            f"B-X and I-X for every entity type X")
     check_tag_scheme(task.tag_scheme)
-    if isinstance(task.max_seq_length, bool) or not isinstance(task.max_seq_length, int) \
-            or task.max_seq_length < 3:
-        raise BertkitError(f"task.max_seq_length={task.max_seq_length!r}: expected an integer "
-                           f"of at least 3")
     feature_based = OmegaConf.select(model, "feature_based")
     if feature_based is not None and feature_based.enabled:
         # A model from scratch says its depth here; a checkpoint's is checked once loaded.
