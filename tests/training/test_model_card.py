@@ -251,10 +251,10 @@ class FakeHub:
 
 
 def use_fake_hub(monkeypatch, hub: FakeHub) -> None:
-    """Trainer's Hub calls go to `hub`: through hf_api() (transformers >= 5.3), or
-    huggingface_hub's functions imported into transformers.trainer (5.2)."""
+    """Trainer's Hub calls go to `hub`: through hf_api() (newer transformers), or
+    huggingface_hub's functions imported into transformers.trainer (older ones)."""
     if hasattr(transformers.trainer, "hf_api"):
-        use_fake_hub(monkeypatch, hub)
+        monkeypatch.setattr(transformers.trainer, "hf_api", lambda: hub)
     else:
         monkeypatch.setattr(transformers.trainer, "create_repo", hub.create_repo)
         monkeypatch.setattr(transformers.trainer, "upload_folder", hub.upload_folder)
