@@ -299,11 +299,12 @@ class HubTrainer(Trainer):
         if self.is_world_process_zero():
             write_text_atomic(Path(self.args.output_dir) / CARD_FILE, self.hub_card)
 
-    def init_hf_repo(self, token: str | None = None, private: bool | None = None) -> None:
+    def init_hf_repo(self, token: str | None = None, **kwargs) -> None:
         # Network, login and permission errors come in many types (httpx's, OSError, the
-        # Hub's HTTP errors): whichever it is, one message naming the settings.
+        # Hub's HTTP errors): whichever it is, one message naming the settings. **kwargs:
+        # whatever this transformers passes (`private` in newer releases).
         try:
-            super().init_hf_repo(token=token, private=private)
+            super().init_hf_repo(token=token, **kwargs)
         except Exception as err:
             raise BertkitError(
                 f"trainer.push_to_hub=true: cannot create or reach the Hub repository "
