@@ -5,7 +5,7 @@ list it first in `defaults`, so OmegaConf refuses a value of the wrong type at c
 Its defaults are TrainingArguments' own, so a key a YAML leaves out behaves as if it were not
 given. Nodes that recipes and task families extend with keys of their own (the root, task,
 budget) cannot be closed that way: their schemas (SETTINGS) name the keys every run shares,
-and check_settings holds the composed values to them, type by OmegaConf, before a job starts.
+and check_ranges holds the composed values to them, type by OmegaConf, before a job starts.
 What a type cannot say (a batch of 0, a share above 1, a word not in a list) is in each
 field's metadata: min, above, max, below, choices, and `expect`, the message's wording.
 """
@@ -164,22 +164,26 @@ _TYPE_WORDS = {"int": "an integer", "float": "a number", "str": "a string",
                "bool": "true or false", "None": "null"}
 
 
-def _type_problem(schema: type, name: str, value) -> bool:
-    """True when OmegaConf refuses `value` for the field (e.g. a word for an integer)."""
+def _type_problem(typed: DictConfig, name: str, value) -> bool:
+    """True when OmegaConf refuses `value` for the field of the structured config `typed`
+    (e.g. a word for an integer)."""
     try:
-        OmegaConf.merge(OmegaConf.structured(schema), {name: value})
+        OmegaConf.merge(typed, {name: value})
     except (ValidationError, ValueError):
         return True
     return False
 
 
 def _check_node(path: str, node: DictConfig, schema: type, typed: bool) -> None:
+    """`typed`: OmegaConf checked the types at composition already (a ConfigStore schema)."""
+    structured = None if typed else OmegaConf.structured(schema)
     for spec in dataclasses.fields(schema):
         if spec.name not in node:
             continue
         value = node.get(spec.name)
         problem = _out_of_range(value, dict(spec.metadata))
-        if problem is None and not typed and _type_problem(schema, spec.name, value):
+        if problem is None and structured is not None \
+                and _type_problem(structured, spec.name, value):
             problem = "expected " + " or ".join(_TYPE_WORDS.get(name.strip(), name.strip())
                                                 for name in str(spec.type).split("|"))
         if problem:

@@ -17,6 +17,8 @@ from bertkit.config_schema import TrainerSchema, check_ranges
 from bertkit.config_tree import config_dir
 from bertkit.errors import BertkitError
 from bertkit.jobs import run_job
+from bertkit.tasks import finetuning_family
+from bertkit.training.finetune import finetune
 from tests.conftest import compose_config
 
 
@@ -53,6 +55,15 @@ def test_a_value_out_of_range_is_refused_before_the_run_starts(override, message
     with pytest.raises(BertkitError, match="^" + re.escape(message) + "$"):
         run_job(cfg, run_dir=tmp_path / "run")
     assert not (tmp_path / "run").exists()
+
+
+def test_a_job_called_from_python_is_checked_too(tmp_path):
+    """finetune() without run_job (a notebook, two-stage finetuning) still refuses a bad value
+    before any data is read."""
+    cfg = compose_config(["task.max_seq_length=0", f"cache_dir={tmp_path / 'cache'}"])
+    with pytest.raises(BertkitError, match=r"^task\.max_seq_length=0: expected an integer"):
+        finetune(cfg, finetuning_family(cfg.task.family), tmp_path / "run")
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize("override", ["trainer.per_device_train_batch_size=abc",
