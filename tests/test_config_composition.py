@@ -176,3 +176,30 @@ def test_presets_are_their_own_group_and_pick_their_recipe():
                           ).trainer.learning_rate == 2e-3
     with pytest.raises(MissingConfigException):
         compose_config(["recipe=pretrain_small"])  # a preset, not a recipe
+
+
+PROTOCOLS = sorted(path.stem for path in (Path(config_dir()) / "protocol").glob("*.yaml"))
+
+
+def test_each_calibrated_task_has_a_protocol():
+    assert PROTOCOLS == ["minilm_cola", "minilm_mrpc", "minilm_sst2", "minilm_stsb"]
+
+
+@pytest.mark.parametrize("recipe", ["glue", "bench_parity"])
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_protocol_sets_its_task_and_wins_over_the_recipe(recipe, protocol):
+    written = OmegaConf.load(Path(config_dir()) / "protocol" / f"{protocol}.yaml").trainer
+    cfg = compose_config([f"recipe={recipe}", f"protocol={protocol}"])
+    assert cfg.task.name == protocol.removeprefix("minilm_")
+    assert cfg.model.name_or_path.endswith("all-MiniLM-L6-v2")
+    assert cfg.recipe.name == recipe
+    for key, value in written.items():
+        assert cfg.trainer[key] == value, key
+    # Its settings are not the paper's, so this checks that the protocol is applied last.
+    assert any(written[key] != PAPER_FINETUNING[key] for key in written)
+    # The paper's other settings stay as they are.
+    assert cfg.trainer.warmup_steps == PAPER_FINETUNING["warmup_steps"]
+    assert cfg.trainer.weight_decay == PAPER_FINETUNING["weight_decay"]
+    # A command-line setting still wins over the protocol's.
+    assert compose_config([f"recipe={recipe}", f"protocol={protocol}",
+                           "trainer.learning_rate=3e-5"]).trainer.learning_rate == 3e-5

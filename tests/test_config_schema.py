@@ -97,15 +97,17 @@ def test_other_trainer_arguments_can_still_be_added():
 
 RECIPES = sorted(path.stem for path in (Path(config_dir()) / "recipe").glob("*.yaml"))
 EXPERIMENTS = sorted(path.stem for path in (Path(config_dir()) / "experiment").glob("*.yaml"))
+PROTOCOLS = sorted(path.stem for path in (Path(config_dir()) / "protocol").glob("*.yaml"))
 
 
 @pytest.mark.parametrize("selection", [f"recipe={name}" for name in RECIPES]
-                         + [f"experiment={name}" for name in EXPERIMENTS])
+                         + [f"experiment={name}" for name in EXPERIMENTS]
+                         + [f"recipe=glue protocol={name}" for name in PROTOCOLS])
 def test_every_recipe_and_preset_composes_against_the_schema(selection):
     """A recipe's YAML cannot add a trainer key the schema lacks (bench_glue's
     logging_strategy did): each one composes, and its values are within every schema's
     bounds."""
-    cfg = compose_config([selection])
+    cfg = compose_config(selection.split())
     assert cfg.trainer.learning_rate > 0
     check_ranges(cfg)
 
