@@ -59,7 +59,7 @@ LAUNCH := $(BIN)/torchrun --standalone --nproc_per_node=$(NPROC) -m bertkit
 endif
 
 .PHONY: install demo test lint glue glue-grid $(addprefix glue-,$(GLUE_TASKS)) bench-glue squad \
-	squad2 swag ner pretrain pretrain-ablation bench-pretrain-data bench-pretrain bench-pretrain-quality minilm bench-parity bench-parity-calibrated bench-sweep squad-dev-halves clean
+	squad2 swag ner pretrain pretrain-ablation bench-pretrain-data bench-pretrain bench-pretrain-quality minilm bench-parity bench-parity-calibrated methods-table bench-sweep squad-dev-halves clean
 
 install: $(VENV)/.installed
 
@@ -176,6 +176,27 @@ bench-parity-calibrated: minilm
 	$(foreach task,$(CALIBRATED_TASKS),$(LAUNCH) recipe=bench_parity protocol=minilm_$(task) \
 	  task.data_dir=$(BENCH_GLUE_DIR)/$(glue_dir_$(task)) parity.seeds=[1,2,3,4,5] \
 	  parity.baseline_padding=longest hydra.run.dir=outputs/parity_cal/$(task) $(O) && ) true
+
+# make methods-table: the finetuning arms of recipes/cards/finetuning.md at each task's calibrated
+# protocol (recipes/protocol), seeds METHODS_SEEDS, into multirun/methods/<task>/{arms,lora,stilts};
+# then bertkit-report multirun/methods/<task> --compare '<full runs>' '<arm runs>'. LoRA trains
+# at LORA_LR (10x the protocol's rate, as in the one-epoch table); STILTs' intermediate task is
+# the other task of the pair at the same settings.
+METHODS_TASKS ?= mrpc stsb
+METHODS_SEEDS ?= 1,2,3,4,5
+METHODS_ARMS ?= full,llrd,reinit,mean_pooling,freeze,layer_mix,gradual_unfreezing,r3f
+LORA_LR ?= 1e-3
+stilts_from_mrpc := stsb
+stilts_from_stsb := mrpc
+methods_run = $(LAUNCH) -m recipe=glue protocol=minilm_$(1) seed=$(METHODS_SEEDS) \
+  task.data_dir=$(BENCH_GLUE_DIR)/$(glue_dir_$(1)) hydra.sweep.dir=multirun/methods/$(1)/$(2)
+methods-table: minilm
+	$(foreach task,$(METHODS_TASKS),\
+	  $(call methods_run,$(task),arms) finetuning=$(METHODS_ARMS) $(O) && \
+	  $(call methods_run,$(task),lora) finetuning=lora trainer.learning_rate=$(LORA_LR) $(O) && \
+	  $(call methods_run,$(task),stilts) finetuning=stilts \
+	    finetuning.intermediate.task=$(stilts_from_$(task)) \
+	    finetuning.intermediate.data_dir=$(BENCH_GLUE_DIR)/$(glue_dir_$(stilts_from_$(task))) $(O) && ) true
 
 # make bench-sweep: one small MRPC grid launched one job after another and with joblib
 # (hydra/launcher=local_parallel), wall time of each; O="bench_sweep.n_jobs=4" for more at once.
