@@ -16,7 +16,8 @@ is the finetuning path: tokenisation, padding, batch order, the trainer and its 
 Seeds run in alternating order (plain, bertkit, then bertkit, plain, ...) so that a machine that
 slows down over time does not favour one way. Each finished run leaves parity_run.json with the
 settings it ran under: a rerun into the same directory reuses it, so a table grows by seeds
-across sessions, or from processes that ran disjoint seeds side by side. Welch's test between
+across sessions, or from processes that ran disjoint seeds, or one way each
+(parity.ways=[plain] beside parity.ways=[bertkit]), side by side. Welch's test between
 the ways comes from bertkit-report's statistics. Writes parity.json in the run directory and
 prints a table.
 """
@@ -83,11 +84,16 @@ SHARED_ARGUMENTS = (
 )
 
 
-def _check(cfg: DictConfig) -> list[int]:
+def _check(cfg: DictConfig) -> tuple[list[int], list[str]]:
     seeds = [int(seed) for seed in cfg.parity.seeds]
-    if len(seeds) < 2 or len(set(seeds)) != len(seeds):
+    ways = [str(way) for way in cfg.parity.ways]
+    if not ways or len(set(ways)) != len(ways) or not set(ways) <= set(WAYS):
+        raise BertkitError(f"parity.ways={ways}: expected one or both of {', '.join(WAYS)}")
+    comparing = len(ways) == len(WAYS)
+    if not seeds or len(set(seeds)) != len(seeds) or (comparing and len(seeds) < 2):
         raise BertkitError(f"parity.seeds={seeds}: give at least 2 different seeds (Welch's "
-                           f"test needs 2 runs per way)")
+                           f"test needs 2 runs per way; one way alone, parity.ways=[bertkit], "
+                           f"trains any seeds)")
     if cfg.parity.baseline_padding not in PADDINGS:
         raise BertkitError(f"parity.baseline_padding={cfg.parity.baseline_padding}: expected "
                            f"one of {', '.join(PADDINGS)}")
@@ -100,7 +106,7 @@ def _check(cfg: DictConfig) -> list[int]:
     if not cfg.model.name_or_path:
         raise BertkitError("bench_parity compares finetuning a checkpoint: model.name_or_path "
                            "is empty (pick model=minilm_l6 or a checkpoint directory)")
-    return seeds
+    return seeds, ways
 
 
 def _plain_features(split: datasets.Dataset, tokenizer: PreTrainedTokenizerBase,
@@ -250,7 +256,7 @@ def _verdict(cfg: DictConfig, comparison: dict) -> dict:
 
 def benchmark_glue_parity(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     run_dir = Path(run_dir or hydra_run_dir())
-    seeds = _check(cfg)
+    seeds, ways = _check(cfg)
     GLUE.generate_data(cfg)
     splits = GLUE.read(cfg)
     tokenizer = load_tokenizer(cfg.model)
@@ -259,6 +265,8 @@ def benchmark_glue_parity(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     settings = _settings(cfg)
     for position, seed in enumerate(seeds):
         for way in WAYS if position % 2 == 0 else WAYS[::-1]:
+            if way not in ways:
+                continue
             where = run_dir / way / f"seed_{seed}"
             runs[way][seed] = _finished_run(where, settings)
             if runs[way][seed] is not None:
@@ -270,6 +278,10 @@ def benchmark_glue_parity(cfg: DictConfig, run_dir: Path | None = None) -> dict:
             write_json_atomic(where / RUN_FILE, {"settings": settings, **runs[way][seed]})
             logger.info("bench_parity %s seed %d: %s=%.4f in %.0f s", way, seed, main,
                         runs[way][seed]["validation"][main], runs[way][seed]["seconds"])
+    if len(ways) < len(WAYS):
+        logger.info("bench_parity: trained parity.ways=%s only; launch again with both ways into "
+                    "%s for the comparison (parity.json)", ways, run_dir)
+        return {"seeds": seeds, "ways": ways, "runs": runs}
     result = _result(cfg, seeds, runs)
     path = write_json_atomic(run_dir / "parity.json", result)
     print(_table(result, path))

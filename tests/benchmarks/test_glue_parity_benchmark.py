@@ -162,3 +162,41 @@ def test_a_rerun_reuses_finished_seeds_and_refuses_runs_made_under_other_setting
                                            r"\(hyperparameters differ"):
         benchmark_glue_parity(compose_config(parity_overrides(
             data_dir, checkpoint, **{"trainer.learning_rate": 5e-4})), run_dir=run_dir)
+
+
+def test_the_two_ways_can_train_in_separate_launches_and_a_last_launch_compares_them(
+        glue_dir, checkpoint, tmp_path):
+    """parity.ways splits one comparison between processes: each trains its way's seeds (one
+    seed is enough for one way), writes no comparison, and the launch with both ways reuses
+    them all."""
+    data_dir, run_dir = glue_dir("mrpc", n_train=24, n_dev=12), tmp_path / "run"
+    plain = benchmark_glue_parity(compose_config(parity_overrides(
+        data_dir, checkpoint, **{"parity.ways": "[plain]"})), run_dir=run_dir)
+    bertkit = benchmark_glue_parity(compose_config(parity_overrides(
+        data_dir, checkpoint, **{"parity.ways": "[bertkit]", "parity.seeds": "[1]"})),
+        run_dir=run_dir)
+    assert plain["ways"] == ["plain"] and set(plain["runs"]["plain"]) == {3, 1}
+    assert plain["runs"]["bertkit"] == {} and bertkit["runs"]["plain"] == {}
+    assert set(bertkit["runs"]["bertkit"]) == {1}
+    assert not (run_dir / "parity.json").exists()
+    assert not (run_dir / "bertkit" / "seed_3").exists()
+
+    both = benchmark_glue_parity(compose_config(parity_overrides(data_dir, checkpoint)),
+                                 run_dir=run_dir)
+    assert (run_dir / "parity.json").is_file()
+    # Plain's two seeds and bertkit's seed 1 are the records of the earlier launches.
+    for seed in (3, 1):
+        assert both["ways"]["plain"]["per_seed"][str(seed)]["seconds"] == \
+            plain["runs"]["plain"][seed]["seconds"]
+    assert both["ways"]["bertkit"]["per_seed"]["1"]["seconds"] == \
+        bertkit["runs"]["bertkit"][1]["seconds"]
+    assert (run_dir / "bertkit" / "seed_3" / "parity_run.json").is_file()
+
+
+@pytest.mark.parametrize("ways", ["[]", "[plain,plain]", "[bertkit,run_glue]"])
+def test_ways_other_than_plain_and_bertkit_are_refused(glue_dir, checkpoint, tmp_path, ways):
+    cfg = compose_config(parity_overrides(glue_dir("mrpc"), checkpoint,
+                                          **{"parity.ways": ways}))
+    with pytest.raises(BertkitError, match=r"parity.ways=.*: expected one or both of plain, "
+                                           r"bertkit"):
+        benchmark_glue_parity(cfg, run_dir=tmp_path / "run")
