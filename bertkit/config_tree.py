@@ -16,8 +16,8 @@ import bertkit.config_schema  # noqa: F401  (registers the groups' schemas with 
 
 
 def config_dir() -> str:
-    """conf/ of a source checkout (recipes/recipe and recipes/experiment are linked in as
-    conf/recipe and conf/experiment), else the packaged copy."""
+    """conf/ of a source checkout (recipes/recipe, recipes/experiment and recipes/protocol are
+    linked in as conf/recipe, conf/experiment and conf/protocol), else the packaged copy."""
     here = Path(__file__).resolve().parent
     source = here.parent / "conf"
     return str(source if source.is_dir() else here / "_conf")
