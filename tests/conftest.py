@@ -16,6 +16,8 @@ from bertkit.config_tree import config_dir
 from tests.glue_fixtures import WORDS, write_glue_task
 
 GLUE_TASKS = ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli"]
+# The calibrated protocols (conf/protocol, linked from recipes/protocol).
+PROTOCOLS = sorted(path.stem for path in (Path(config_dir()) / "protocol").glob("*.yaml"))
 
 
 @pytest.fixture(autouse=True)

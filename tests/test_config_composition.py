@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from bertkit.config_tree import config_dir
 from bertkit.tasks.glue.metrics import METRICS
-from tests.conftest import GLUE_TASKS, compose_config
+from tests.conftest import GLUE_TASKS, PROTOCOLS, compose_config
 
 PAPER_FINETUNING = {
     "learning_rate": 2e-5, "per_device_train_batch_size": 32, "num_train_epochs": 3,
@@ -177,8 +177,6 @@ def test_presets_are_their_own_group_and_pick_their_recipe():
     with pytest.raises(MissingConfigException):
         compose_config(["recipe=pretrain_small"])  # a preset, not a recipe
 
-
-PROTOCOLS = sorted(path.stem for path in (Path(config_dir()) / "protocol").glob("*.yaml"))
 
 
 def test_each_calibrated_task_has_a_protocol():

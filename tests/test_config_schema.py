@@ -19,7 +19,7 @@ from bertkit.errors import BertkitError
 from bertkit.jobs import run_job
 from bertkit.tasks import finetuning_family
 from bertkit.training.finetune import finetune
-from tests.conftest import compose_config
+from tests.conftest import PROTOCOLS, compose_config
 
 
 @pytest.mark.parametrize("override, message", [
@@ -97,7 +97,6 @@ def test_other_trainer_arguments_can_still_be_added():
 
 RECIPES = sorted(path.stem for path in (Path(config_dir()) / "recipe").glob("*.yaml"))
 EXPERIMENTS = sorted(path.stem for path in (Path(config_dir()) / "experiment").glob("*.yaml"))
-PROTOCOLS = sorted(path.stem for path in (Path(config_dir()) / "protocol").glob("*.yaml"))
 
 
 @pytest.mark.parametrize("selection", [f"recipe={name}" for name in RECIPES]
