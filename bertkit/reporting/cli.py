@@ -1,4 +1,4 @@
-"""bertkit-report OUTPUTS_DIR [--out REPORT_DIR] [--compare GLOB_A GLOB_B] [--decimals N]
+"""bertkit-report OUTPUTS_DIR [--out REPORT_DIR] [--compare GLOB_A GLOB_B ...] [--decimals N]
                   [--source {auto,files,wandb}] [--reference KEY ...] [--references FILE]
 bertkit-report SWEEP_DIR --wandb-workspace ENTITY/PROJECT [--dry-run] [--workspace-name NAME]
                   [--workspace-layout FILE] [--out REPORT_DIR]
@@ -44,8 +44,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=None, metavar="REPORT_DIR",
                         help="where to write the report (default: OUTPUTS_DIR/report)")
     parser.add_argument("--compare", nargs=2, metavar=("GLOB_A", "GLOB_B"), default=None,
+                        action="append",
                         help="significance of B vs A; globs match run directories relative "
-                             "to OUTPUTS_DIR (fnmatch, '*' also matches '/')")
+                             "to OUTPUTS_DIR (fnmatch, '*' also matches '/'). Repeatable "
+                             "(e.g. each arm against one baseline): Holm's p and ASO's "
+                             "correction then count every comparison of the table")
     parser.add_argument("--paired", action="store_true",
                         help="with --compare: the paired t-test over the seeds both groups ran "
                              "(e.g. two checkpoints finetuned with the same seeds) instead of "

@@ -30,8 +30,8 @@ def render_markdown(report: dict) -> str:
     out = [*_results(report), *render_distances(report["references"], tasks,
                                                 report["decimals"]),
            *_best_grid_points(report), *_failed_jobs(report["failed"])]
-    if report["comparison"] is not None:
-        out += _significance(report["comparison"], tasks, report["decimals"])
+    if report["comparisons"]:
+        out += _significance(report["comparisons"], tasks, report["decimals"])
     out += render_halving(report["halving"])
     if report["stopped"]:
         out += ["", f"{len(report['stopped'])} run(s) stopped part-way by successive halving "
@@ -88,44 +88,52 @@ def _failed_jobs(failed: list[dict]) -> list[str]:
     return out + ["None."]
 
 
-def _significance(comparison: dict, tasks: dict, d: int) -> list[str]:
-    confidence = f"{100 * comparison['confidence']:g}%"
-    out = ["", "## Significance", "",
-           f"A: runs matching `{comparison['glob_a']}` ({comparison['n_runs_a']} runs); "
-           f"B: runs matching `{comparison['glob_b']}` ({comparison['n_runs_b']} runs). "
-           "Per task, each group's seeds at its best dev grid point; difference = "
-           "mean(B) − mean(A), two-sided p-value; Holm p: adjusted over the table's tasks. "
-           f"ε_min: the Almost Stochastic Order test (deepsig) that B is better than A at "
-           f"{confidence} confidence, Bonferroni-corrected over the tasks; B is called better "
-           f"below {comparison['aso_threshold']:g} (0: B's scores dominate A's, 1: A's "
-           f"dominate B's). Bootstrap CI: percentile interval of the difference "
-           f"({comparison['resamples']} resamples). Seeds needed: per arm, for the "
-           f"{'paired' if comparison['paired'] else 'Welch'} t-test to detect a difference "
-           f"of {comparison['detect']:g} points with power {comparison['power']:g} at "
-           f"the measured spreads.", ""]
+def _significance(comparisons: list[dict], tasks: dict, d: int) -> list[str]:
+    """One table for every --compare: a row per pair and task, corrected as a whole."""
+    first = comparisons[0]  # the settings are the same for every pair
+    confidence = f"{100 * first['confidence']:g}%"
+    out = ["", "## Significance", ""]
+    out += [f"- {_pair(c)}: A: runs matching `{c['glob_a']}` ({c['n_runs_a']} runs); B: runs "
+            f"matching `{c['glob_b']}` ({c['n_runs_b']} runs)." for c in comparisons]
+    out += ["", "Per task, each group's seeds at its best dev grid point; difference = "
+            "mean(B) − mean(A), two-sided p-value; Holm p: adjusted over every row of the "
+            f"table. ε_min: the Almost Stochastic Order test (deepsig) that B is better than A "
+            f"at {confidence} confidence, Bonferroni-corrected over the rows; B is called "
+            f"better below {first['aso_threshold']:g} (0: B's scores dominate A's, 1: A's "
+            f"dominate B's). Bootstrap CI: percentile interval of the difference "
+            f"({first['resamples']} resamples). Seeds needed: per arm, for the "
+            f"{'paired' if first['paired'] else 'Welch'} t-test to detect a difference "
+            f"of {first['detect']:g} points with power {first['power']:g} at "
+            f"the measured spreads.", ""]
     body = []
-    for task, c in comparison["tasks"].items():
-        scale = c["scale"]
-        body.append([tasks[task]["header"], str(c["n_a"]), str(c["n_b"]),
-                     fmt(c["mean_a"] * scale, d), fmt(c["mean_b"] * scale, d),
-                     fmt(c["difference"] * scale, d),
-                     f"[{fmt(c['ci_low'] * scale, d)}, {fmt(c['ci_high'] * scale, d)}]",
-                     _p(c["p_value"]), _p(c["p_holm"]), c["test"],
-                     f"{c['aso_epsilon']:.2f}" + (" (B better)" if c["b_better_by_aso"]
-                                                   else ""),
-                     f"[{fmt(c['bootstrap_low'] * scale, d)}, "
-                     f"{fmt(c['bootstrap_high'] * scale, d)}]",
-                     "> 10000" if c["seeds_needed"] is None else str(c["seeds_needed"])])
+    for comparison in comparisons:
+        for task, c in comparison["tasks"].items():
+            scale = c["scale"]
+            body.append([_pair(comparison), tasks[task]["header"], str(c["n_a"]),
+                         str(c["n_b"]), fmt(c["mean_a"] * scale, d),
+                         fmt(c["mean_b"] * scale, d), fmt(c["difference"] * scale, d),
+                         f"[{fmt(c['ci_low'] * scale, d)}, {fmt(c['ci_high'] * scale, d)}]",
+                         _p(c["p_value"]), _p(c["p_holm"]), c["test"],
+                         f"{c['aso_epsilon']:.2f}" + (" (B better)" if c["b_better_by_aso"]
+                                                       else ""),
+                         f"[{fmt(c['bootstrap_low'] * scale, d)}, "
+                         f"{fmt(c['bootstrap_high'] * scale, d)}]",
+                         "> 10000" if c["seeds_needed"] is None else str(c["seeds_needed"])])
     if body:
-        out.append(markdown_table(["Task", "n A", "n B", "mean A", "mean B", "B − A",
+        out.append(markdown_table(["B vs A", "Task", "n A", "n B", "mean A", "mean B", "B − A",
                                    f"{confidence} CI (t)", "p", "Holm p", "test", "ε_min (ASO)",
                                    f"{confidence} CI (bootstrap)", "seeds needed"],
                                   body).rstrip("\n"))
     else:
         out.append("No task has runs in both groups.")
-    for task, reason in comparison["skipped"].items():
-        out.append(f"\n- {task}: not compared: {reason}")
+    for comparison in comparisons:
+        for task, reason in comparison["skipped"].items():
+            out.append(f"\n- {_pair(comparison)}, {task}: not compared: {reason}")
     return out
+
+
+def _pair(comparison: dict) -> str:
+    return f"`{comparison['glob_b']}` vs `{comparison['glob_a']}`"
 
 
 def _p(value: float) -> str:

@@ -8,7 +8,7 @@ which runs were found, and ties between grid points are real ties.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
 from scipy import special, stats
@@ -231,7 +231,7 @@ def bootstrap_difference_ci(a: Sequence[float], b: Sequence[float], confidence: 
     return float(result.confidence_interval.low), float(result.confidence_interval.high)
 
 
-def holm_adjust(p_values: Mapping[str, float]) -> dict[str, float]:
+def holm_adjust(p_values: Mapping[Hashable, float]) -> dict[Hashable, float]:
     """Holm–Bonferroni-adjusted p-values (Holm, 1979): the k-th smallest of m multiplied by
     m - k + 1, made non-decreasing, capped at 1. Written here because scipy has no Holm
     (false_discovery_control is Benjamini–Hochberg) and statsmodels' multipletests would be a

@@ -112,7 +112,7 @@ class Significance:
 
 def build_report(
     root: str | Path,
-    compare: Sequence[str] | None = None,
+    compare: Sequence[Sequence[str]] | None = None,
     decimals: int = 1,
     source: str = "auto",
     references_file: str | Path | None = None,
@@ -123,8 +123,11 @@ def build_report(
 ) -> dict:
     """Everything the report shows, as plain data (the content of report.json).
 
-    paired / confidence: of the --compare tests; significance: the rest of their settings
-    (ASO threshold, the difference the seeds-needed line is for, ...), defaults if None.
+    compare: (GLOB_A, GLOB_B) pairs, one per --compare; Holm's adjustment and ASO's
+    Bonferroni correction count every task of every pair, so a table of arms against one
+    baseline is corrected as a whole. paired / confidence: of those tests; significance: the
+    rest of their settings (ASO threshold, the difference the seeds-needed line is for, ...),
+    defaults if None.
 
     source: where runs are read from (collect.SOURCES). references_file: the published
     scores (default: the packaged bertkit/reporting/published_scores.yaml); reference_keys:
@@ -161,15 +164,14 @@ def build_report(
         "table_csv": glue_table_csv(rows, tasks, scale=1.0),
         "failed": [{"run_dir": relative_dir(f.run_dir, root), "error": f.error}
                    for f in failed],
-        "comparison": None,
+        "comparisons": [],
         "stopped": [relative_dir(r.run_dir, root) for r in stopped],
         "halving": collect_halving(root),
     }
     if compare:
         settings = dataclasses.replace(significance or Significance(), paired=paired,
                                        confidence=confidence)
-        report["comparison"] = _compare(runs, root, compare[0], compare[1], task_info,
-                                        settings)
+        report["comparisons"] = _compare_all(runs, root, compare, task_info, settings)
     return report
 
 
@@ -275,15 +277,37 @@ def _references(system_rows: list[dict], task_info: dict, references_file,
             "skipped": skipped}
 
 
-def _compare(runs, root: Path, glob_a: str, glob_b: str, task_info: dict,
-             settings: Significance) -> dict:
-    """Per task, B against A: Welch's t-test (paired: the paired t-test over the seeds both
-    groups ran), ASO's ε_min, a bootstrap CI of the difference, Holm-adjusted p-values over
-    the table's tasks, and the seeds per arm needed to detect settings.detect points.
+def _compare_all(runs, root: Path, pairs: Sequence[Sequence[str]], task_info: dict,
+                 settings: Significance) -> list[dict]:
+    """Per pair and task, B against A: Welch's t-test (paired: the paired t-test over the
+    seeds both groups ran), ASO's ε_min, a bootstrap CI of the difference, Holm-adjusted
+    p-values over every (pair, task) of the report, and the seeds per arm needed to detect
+    settings.detect points.
 
     Each group's values are the seeds at that group's best dev grid point for the task, so a
     glob that covers a whole grid compares the configurations one would report.
     """
+    gathered = [_tests(runs, root, glob_a, glob_b, settings) for glob_a, glob_b in pairs]
+    keys = [(i, task) for i, (_, tests, _) in enumerate(gathered) for task in tests]
+    holm = holm_adjust({key: gathered[key[0]][1][key[1]][4]["p_value"] for key in keys})
+    comparisons = []
+    for i, ((glob_a, glob_b), (groups, tests, skipped)) in enumerate(
+            zip(pairs, gathered, strict=True)):
+        results = {task: {"a": best_a, "b": best_b, "scale": task_info[task]["scale"], **stats,
+                          "p_holm": holm[(i, task)],
+                          **_beyond_t(values_a, values_b, stats, task_info[task]["scale"],
+                                      settings, len(keys))}
+                   for task, (best_a, best_b, values_a, values_b, stats) in tests.items()}
+        comparisons.append({"glob_a": glob_a, "glob_b": glob_b,
+                            **dataclasses.asdict(settings), "n_runs_a": len(groups["a"]),
+                            "n_runs_b": len(groups["b"]), "tasks": results,
+                            "skipped": skipped})
+    return comparisons
+
+
+def _tests(runs, root: Path, glob_a: str, glob_b: str, settings: Significance):
+    """One pair's groups, its t-tests by task (the best grid points, their values and
+    compare_groups' result) and the tasks it could not test, with why."""
     groups = {}
     for label, pattern in (("a", glob_a), ("b", glob_b)):
         chosen = [r for r in runs if fnmatch(relative_dir(r.run_dir, root), pattern)]
@@ -303,15 +327,7 @@ def _compare(runs, root: Path, glob_a: str, glob_b: str, task_info: dict,
                 values_a, values_b, confidence=settings.confidence, paired=settings.paired))
         except BertkitError as err:
             skipped[task] = str(err)
-    holm = holm_adjust({task: test[4]["p_value"] for task, test in tests.items()})
-    results = {task: {"a": best_a, "b": best_b, "scale": task_info[task]["scale"], **stats,
-                      "p_holm": holm[task],
-                      **_beyond_t(values_a, values_b, stats, task_info[task]["scale"],
-                                  settings, len(tests))}
-               for task, (best_a, best_b, values_a, values_b, stats) in tests.items()}
-    return {"glob_a": glob_a, "glob_b": glob_b, **dataclasses.asdict(settings),
-            "n_runs_a": len(groups["a"]),
-            "n_runs_b": len(groups["b"]), "tasks": results, "skipped": skipped}
+    return groups, tests, skipped
 
 
 def _beyond_t(values_a, values_b, stats: dict, scale: float, settings: Significance,

@@ -102,7 +102,7 @@ def test_report_files_and_numbers(sweep, capsys):
             sum(SCORES[(task, 2e-5)] + SCORES[(task, 3e-5)]) / 6)
         assert best["expected_max"][-1] == max(SCORES[(task, 2e-5)] + SCORES[(task, 3e-5)])
     assert data["failed"] == [{"run_dir": "glue/mrpc/lr5e-05/seed1", "error": FAILED_ERROR}]
-    assert data["comparison"] is None
+    assert data["comparisons"] == []
 
     # figures: valid PNGs of real size, and no temp files left behind
     for task in ("mrpc", "rte"):
@@ -117,7 +117,7 @@ def test_compare_is_welch_on_the_two_groups(sweep, capsys):
                      "--decimals", "2", "--out", str(sweep / "rep"))
     assert out != sweep / "rep" and (sweep / "rep" / "report.md").exists()
     data = json.loads((sweep / "rep" / "report.json").read_text())
-    comparison = data["comparison"]
+    (comparison,) = data["comparisons"]
     assert (comparison["n_runs_a"], comparison["n_runs_b"]) == (6, 6)
     md = (sweep / "rep" / "report.md").read_text(encoding="utf-8")
     assert "## Significance" in md
@@ -134,10 +134,47 @@ def test_compare_is_welch_on_the_two_groups(sweep, capsys):
     assert "| MRPC (F1) | 3 | 3 | 88.00 | 85.00 | -3.00 |" in md
 
 
+def test_repeated_compare_corrects_over_every_row(sweep, capsys):
+    """Two arms against baselines: three rows (two tasks, then one), Holm and ASO's
+    Bonferroni counted over all three, as a methods table needs."""
+    arm = [0.89, 0.93, 0.92]
+    for seed, value in enumerate(arm, start=1):
+        write(sweep / "arm" / "mrpc" / f"seed{seed}" / "metrics.json",
+              glue_metrics("mrpc", seed, {"validation": {"f1": value}}))
+    out = run_report(sweep, "--compare", "glue/*/lr2e-05/*", "glue/*/lr3e-05/*",
+                     "--compare", "glue/mrpc/lr2e-05/*", "arm/*", "--decimals", "2")
+    first, second = json.loads((out / "report.json").read_text())["comparisons"]
+    rows = {("lr", "mrpc"): (SCORES[("mrpc", 2e-5)], SCORES[("mrpc", 3e-5)]),
+            ("lr", "rte"): (SCORES[("rte", 2e-5)], SCORES[("rte", 3e-5)]),
+            ("arm", "mrpc"): (SCORES[("mrpc", 2e-5)], arm)}
+    p = {key: stats.ttest_ind(b, a, equal_var=False).pvalue for key, (a, b) in rows.items()}
+    # Holm by its definition: the i-th smallest of m = 3 times (m - i + 1), then the running
+    # maximum in that order
+    order = sorted(p, key=p.get)
+    factors = [3, 2, 1]
+    holm, running = {}, 0.0
+    for key, factor in zip(order, factors, strict=True):
+        running = max(running, min(1.0, factor * p[key]))
+        holm[key] = running
+    results = {("lr", t): first["tasks"][t] for t in ("mrpc", "rte")}
+    results[("arm", "mrpc")] = second["tasks"]["mrpc"]
+    assert set(second["tasks"]) == {"mrpc"} and second["n_runs_b"] == 3
+    for key, result in results.items():
+        a, b = rows[key]
+        assert result["p_value"] == pytest.approx(p[key], rel=1e-12)
+        assert result["p_holm"] == pytest.approx(holm[key], rel=1e-12)
+        assert result["aso_comparisons"] == 3
+        assert result["aso_epsilon"] == pytest.approx(aso(
+            b, a, confidence_level=0.95, num_comparisons=3, show_progress=False, seed=0))
+    md = (out / "report.md").read_text(encoding="utf-8")
+    assert "| `arm/*` vs `glue/mrpc/lr2e-05/*` | MRPC (F1) | 3 | 3 | 88.00 | 91.33 | 3.33 |" in md
+    assert md.count("| `glue/*/lr3e-05/*` vs `glue/*/lr2e-05/*` |") == 2
+
+
 def test_compare_paired_by_seed_with_a_chosen_confidence(sweep, capsys):
     out = run_report(sweep, "--compare", "glue/*/lr2e-05/*", "glue/*/lr3e-05/*", "--paired",
                      "--confidence", "0.9", "--decimals", "2")
-    comparison = json.loads((out / "report.json").read_text())["comparison"]
+    (comparison,) = json.loads((out / "report.json").read_text())["comparisons"]
     assert comparison["paired"] is True and comparison["confidence"] == 0.9
     md = (out / "report.md").read_text(encoding="utf-8")
     assert "| 90% CI (t) |" in md and "| Holm p |" in md and "| ε_min (ASO) |" in md
