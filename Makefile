@@ -181,9 +181,9 @@ bench-parity-calibrated: minilm
 
 # make methods-table: the finetuning arms of recipes/cards/finetuning.md at each task's calibrated
 # protocol (recipes/protocol), seeds METHODS_SEEDS, into multirun/methods/<task>/{arms,lora,stilts};
-# then bertkit-report multirun/methods/<task> --compare '<full runs>' '<arm runs>'. LoRA trains
-# at LORA_LR (10x the protocol's rate, as in the one-epoch table); STILTs' intermediate task is
-# the other task of the pair at the same settings.
+# then bertkit-report multirun/methods/<task> --compare '<full runs>' '<arm runs>', once per arm
+# (Holm's p counts them all). LoRA trains at LORA_LR (10x the protocol's rate, as in the
+# one-epoch table); STILTs' intermediate task is the other task of the pair at the same settings.
 METHODS_TASKS ?= mrpc stsb
 METHODS_SEEDS ?= 1,2,3,4,5
 METHODS_ARMS ?= full,llrd,reinit,mean_pooling,freeze,layer_mix,gradual_unfreezing,r3f
