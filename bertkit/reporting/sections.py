@@ -100,7 +100,8 @@ def _significance(comparisons: list[dict], tasks: dict, d: int) -> list[str]:
             f"table. ε_min: the Almost Stochastic Order test (deepsig) that B is better than A "
             f"at {confidence} confidence, Bonferroni-corrected over the rows; B is called "
             f"better below {first['aso_threshold']:g} (0: B's scores dominate A's, 1: A's "
-            f"dominate B's). Bootstrap CI: percentile interval of the difference "
+            f"dominate B's); ε_min, A over B: the same test with the roles swapped, A called "
+            f"better below the same threshold. Bootstrap CI: percentile interval of the difference "
             f"({first['resamples']} resamples). Seeds needed: per arm, for the "
             f"{'paired' if first['paired'] else 'Welch'} t-test to detect a difference "
             f"of {first['detect']:g} points with power {first['power']:g} at "
@@ -116,12 +117,15 @@ def _significance(comparisons: list[dict], tasks: dict, d: int) -> list[str]:
                          _p(c["p_value"]), _p(c["p_holm"]), c["test"],
                          f"{c['aso_epsilon']:.2f}" + (" (B better)" if c["b_better_by_aso"]
                                                        else ""),
+                         f"{c['aso_epsilon_a_over_b']:.2f}" + (
+                             " (A better)" if c["a_better_by_aso"] else ""),
                          f"[{fmt(c['bootstrap_low'] * scale, d)}, "
                          f"{fmt(c['bootstrap_high'] * scale, d)}]",
                          "> 10000" if c["seeds_needed"] is None else str(c["seeds_needed"])])
     if body:
         out.append(markdown_table(["B vs A", "Task", "n A", "n B", "mean A", "mean B", "B − A",
                                    f"{confidence} CI (t)", "p", "Holm p", "test", "ε_min (ASO)",
+                                   "ε_min, A over B",
                                    f"{confidence} CI (bootstrap)", "seeds needed"],
                                   body).rstrip("\n"))
     else:

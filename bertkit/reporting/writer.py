@@ -337,9 +337,12 @@ def _beyond_t(values_a, values_b, stats: dict, scale: float, settings: Significa
         keys = sorted(values_a)
         values_a, values_b = [values_a[k] for k in keys], [values_b[k] for k in keys]
     values_a, values_b = list(values_a), list(values_b)
-    epsilon = aso_epsilon(values_a, values_b, confidence=settings.confidence,
-                          num_comparisons=comparisons, seed=settings.seed,
-                          bootstrap_iterations=settings.aso_iterations)
+    # Both directions: ε_min near 1 only says B is not better; whether A is better (a method
+    # that hurts) is the test with the roles swapped.
+    epsilon, epsilon_a = (aso_epsilon(x, y, confidence=settings.confidence,
+                                      num_comparisons=comparisons, seed=settings.seed,
+                                      bootstrap_iterations=settings.aso_iterations)
+                          for x, y in ((values_a, values_b), (values_b, values_a)))
     low, high = bootstrap_difference_ci(values_a, values_b, settings.confidence,
                                         paired=settings.paired, resamples=settings.resamples,
                                         seed=settings.seed)
@@ -350,6 +353,8 @@ def _beyond_t(values_a, values_b, stats: dict, scale: float, settings: Significa
         paired_std=float(np.std(differences, ddof=1)) if differences is not None else None)
     return {"aso_epsilon": epsilon, "aso_comparisons": comparisons,
             "b_better_by_aso": epsilon < settings.aso_threshold,
+            "aso_epsilon_a_over_b": epsilon_a,
+            "a_better_by_aso": epsilon_a < settings.aso_threshold,
             "bootstrap_low": low, "bootstrap_high": high, "seeds_needed": needed}
 
 

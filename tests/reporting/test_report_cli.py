@@ -166,6 +166,9 @@ def test_repeated_compare_corrects_over_every_row(sweep, capsys):
         assert result["aso_comparisons"] == 3
         assert result["aso_epsilon"] == pytest.approx(aso(
             b, a, confidence_level=0.95, num_comparisons=3, show_progress=False, seed=0))
+        assert result["aso_epsilon_a_over_b"] == pytest.approx(aso(
+            a, b, confidence_level=0.95, num_comparisons=3, show_progress=False, seed=0))
+        assert result["a_better_by_aso"] == (result["aso_epsilon_a_over_b"] < 0.2)
     md = (out / "report.md").read_text(encoding="utf-8")
     assert "| `arm/*` vs `glue/mrpc/lr2e-05/*` | MRPC (F1) | 3 | 3 | 88.00 | 91.33 | 3.33 |" in md
     assert md.count("| `glue/*/lr3e-05/*` vs `glue/*/lr2e-05/*` |") == 2
@@ -178,6 +181,7 @@ def test_compare_paired_by_seed_with_a_chosen_confidence(sweep, capsys):
     assert comparison["paired"] is True and comparison["confidence"] == 0.9
     md = (out / "report.md").read_text(encoding="utf-8")
     assert "| 90% CI (t) |" in md and "| Holm p |" in md and "| ε_min (ASO) |" in md
+    assert "| ε_min, A over B |" in md
     p_values = {task: stats.ttest_rel(SCORES[(task, 3e-5)], SCORES[(task, 2e-5)]).pvalue
                 for task in ("mrpc", "rte")}
     low, high = sorted(p_values, key=p_values.get)
