@@ -180,25 +180,25 @@ bench-parity-calibrated: minilm
 	  parity.baseline_padding=longest hydra.run.dir=outputs/parity_cal/$(task) $(O) && ) true
 
 # make methods-table: the finetuning arms of recipes/cards/finetuning.md at each task's calibrated
-# protocol (recipes/protocol), seeds METHODS_SEEDS, into multirun/methods/<task>/{arms,lora,stilts};
-# then bertkit-report multirun/methods/<task> --compare '<full runs>' '<arm runs>', once per arm
-# (Holm's p counts them all). LoRA trains at LORA_LR (10x the protocol's rate, as in the
-# one-epoch table); STILTs' intermediate task is the other task of the pair at the same settings.
+# protocol (recipes/protocol), seeds METHODS_SEEDS, one sweep per arm into
+# multirun/methods/<task>/<arm> (a job's directory holds no arm name: one sweep of all arms
+# could not be told apart by glob); then bertkit-report multirun/methods/<task>
+# --compare 'full/*' '<arm>/*', once per arm (Holm's p counts them all). LoRA trains at LORA_LR
+# (10x the protocol's rate); STILTs' intermediate task is the other task of the pair.
 METHODS_TASKS ?= mrpc stsb
 METHODS_SEEDS ?= 1,2,3,4,5
-METHODS_ARMS ?= full,llrd,reinit,mean_pooling,freeze,layer_mix,gradual_unfreezing,r3f
+METHODS_ARMS ?= full llrd reinit mean_pooling freeze layer_mix gradual_unfreezing r3f lora stilts
 LORA_LR ?= 1e-3
 stilts_from_mrpc := stsb
 stilts_from_stsb := mrpc
-methods_run = $(LAUNCH) -m recipe=glue protocol=minilm_$(1) seed=$(METHODS_SEEDS) \
-  task.data_dir=$(call glue_data,$(1)) hydra.sweep.dir=multirun/methods/$(1)/$(2)
+methods_extra_lora = trainer.learning_rate=$(LORA_LR)
+methods_extra_stilts = finetuning.intermediate.task=$(stilts_from_$(1)) \
+  finetuning.intermediate.data_dir=$(call glue_data,$(stilts_from_$(1)))
 methods-table: minilm
-	$(foreach task,$(METHODS_TASKS),\
-	  $(call methods_run,$(task),arms) finetuning=$(METHODS_ARMS) $(O) && \
-	  $(call methods_run,$(task),lora) finetuning=lora trainer.learning_rate=$(LORA_LR) $(O) && \
-	  $(call methods_run,$(task),stilts) finetuning=stilts \
-	    finetuning.intermediate.task=$(stilts_from_$(task)) \
-	    finetuning.intermediate.data_dir=$(call glue_data,$(stilts_from_$(task))) $(O) && ) true
+	$(foreach task,$(METHODS_TASKS),$(foreach arm,$(METHODS_ARMS),\
+	  $(LAUNCH) -m recipe=glue protocol=minilm_$(task) seed=$(METHODS_SEEDS) \
+	    task.data_dir=$(call glue_data,$(task)) finetuning=$(arm) \
+	    $(call methods_extra_$(arm),$(task)) hydra.sweep.dir=multirun/methods/$(task)/$(arm) $(O) && )) true
 
 # make bench-sweep: one small MRPC grid launched one job after another and with joblib
 # (hydra/launcher=local_parallel), wall time of each; O="bench_sweep.n_jobs=4" for more at once.
