@@ -288,15 +288,16 @@ def _compare_all(runs, root: Path, pairs: Sequence[Sequence[str]], task_info: di
     glob that covers a whole grid compares the configurations one would report.
     """
     gathered = [_tests(runs, root, glob_a, glob_b, settings) for glob_a, glob_b in pairs]
-    keys = [(i, task) for i, (_, tests, _) in enumerate(gathered) for task in tests]
-    holm = holm_adjust({key: gathered[key[0]][1][key[1]][4]["p_value"] for key in keys})
+    holm = holm_adjust({(i, task): test[4]["p_value"]
+                        for i, (_, tests, _) in enumerate(gathered)
+                        for task, test in tests.items()})  # one family: every row
     comparisons = []
     for i, ((glob_a, glob_b), (groups, tests, skipped)) in enumerate(
             zip(pairs, gathered, strict=True)):
         results = {task: {"a": best_a, "b": best_b, "scale": task_info[task]["scale"], **stats,
                           "p_holm": holm[(i, task)],
                           **_beyond_t(values_a, values_b, stats, task_info[task]["scale"],
-                                      settings, len(keys))}
+                                      settings, len(holm))}
                    for task, (best_a, best_b, values_a, values_b, stats) in tests.items()}
         comparisons.append({"glob_a": glob_a, "glob_b": glob_b,
                             **dataclasses.asdict(settings), "n_runs_a": len(groups["a"]),
