@@ -184,7 +184,9 @@ bench-parity-calibrated: minilm
 # multirun/methods/<task>/<arm> (a job's directory holds no arm name: one sweep of all arms
 # could not be told apart by glob); then bertkit-report multirun/methods/<task>
 # --compare 'full/*' '<arm>/*', once per arm (Holm's p counts them all). LoRA trains at LORA_LR
-# (10x the protocol's rate); STILTs' intermediate task is the other task of the pair.
+# (10x the protocol's rate); STILTs' intermediate task is the other task of the pair, and as
+# both protocols share their trainer settings, its first stage is that task's full arm to the
+# digit (<arm dir>/<task>/<job>/intermediate/). Records to keep: recipes/cards/runs/README.md.
 METHODS_TASKS ?= mrpc stsb
 METHODS_SEEDS ?= 1,2,3,4,5
 METHODS_ARMS ?= full llrd reinit mean_pooling freeze layer_mix gradual_unfreezing r3f lora stilts
