@@ -29,6 +29,7 @@ HERE = Path(__file__).parent / "methods"
 ORDER = ["full", "llrd", "reinit", "mean_pooling", "freeze", "layer_mix", "gradual_unfreezing",
          "lora", "r3f", "stilts"]
 SECONDARY = {"f1": "accuracy", "spearman": "pearson"}
+NAMES = {"mrpc": ("F1", "accuracy"), "stsb": ("Spearman", "Pearson")}
 
 
 def from_records(arm_dir: Path, seeds: list[int]) -> dict | None:
@@ -64,7 +65,9 @@ def from_printed(entry: dict, seeds: list[int]) -> dict:
 
 def mean_std(arm: dict) -> tuple[float, float]:
     if "secondary" in arm:
-        return statistics.fmean(arm["secondary"]), statistics.stdev(arm["secondary"])
+        values = arm["secondary"]
+        return (statistics.fmean(values),
+                statistics.stdev(values) if len(values) > 1 else float("nan"))
     return arm["secondary_mean_std"]
 
 
@@ -87,9 +90,10 @@ def table(task: str, seeds: list[int]) -> str:
     tested = [n for n, a in arms.items() if n != "full" and len(a["main"]) >= 2]
     welch = {n: compare_groups(full["main"], arms[n]["main"]) for n in tested}
     holm = holm_adjust({n: w["p_value"] for n, w in welch.items()})
-    rows = ["| arm | seeds | dev per seed | mean ± std | − full [95 % CI] | Welch p | Holm p | "
-            "ε_min, arm better | ε_min, full better | seeds for 1 point | secondary (− full, p) "
-            "| final train loss | training time (median) |",
+    main, second = NAMES[task]
+    rows = [f"| arm | seeds | dev {main} per seed | {main} mean ± std | − full, {main} [95 % CI] "
+            f"| Welch p | Holm p | ε_min, arm better | ε_min, full better | seeds for 1 point | "
+            f"{second} (− full, p) | final train loss | training time (median) |",
             "|---" * 13 + "|"]
     full_m, full_s = mean_std(full)
     for name, arm in arms.items():
