@@ -6,8 +6,8 @@ One row per arm of methods/<task>/: per-seed dev scores, the difference to the f
 Welch's interval and p, Holm's p over every row of the table, ASO's ε_min both ways
 (Bonferroni over the rows), the seeds per arm that would detect 1 point, the secondary
 metric's difference (accuracy for MRPC, Pearson for STS-B) and Welch p, mean final training
-loss and median training seconds. The tests are bertkit-report --compare's own
-(bertkit.reporting.statistics, ASO seed 0 and 1000 iterations, as its defaults); this script
+loss and median training seconds. The tests and their settings are bertkit-report --compare's
+own (bertkit.reporting.statistics at Significance's defaults); this script
 exists because a table measured over several sessions has arms whose run directories are gone:
 methods/<task>/printed.yaml holds what the card printed of those, and a record
 (seed_<k>/metrics.json) wins over it. Arms with fewer than two seeds are listed, not tested.
@@ -24,12 +24,14 @@ import yaml
 from scipy import stats
 
 from bertkit.reporting.statistics import aso_epsilon, compare_groups, holm_adjust, seeds_needed
+from bertkit.reporting.writer import Significance
 
 HERE = Path(__file__).parent / "methods"
 ORDER = ["full", "llrd", "reinit", "mean_pooling", "freeze", "layer_mix", "gradual_unfreezing",
          "lora", "r3f", "stilts"]
 SECONDARY = {"f1": "accuracy", "spearman": "pearson"}
 NAMES = {"mrpc": ("F1", "accuracy"), "stsb": ("Spearman", "Pearson")}
+SETTINGS = Significance()
 
 
 def from_records(arm_dir: Path, seeds: list[int]) -> dict | None:
@@ -44,7 +46,7 @@ def from_records(arm_dir: Path, seeds: list[int]) -> dict | None:
     main = first["main_metric"]
     second = SECONDARY[main]
     ordered = [runs[s] for s in sorted(runs)]
-    return {"seeds": sorted(runs), "main_name": main,
+    return {"seeds": sorted(runs),
             "main": [100 * r["validation"]["validation"][main] for r in ordered],
             "secondary": [100 * r["validation"]["validation"][second] for r in ordered],
             "loss": statistics.fmean(r["train"]["loss"] for r in ordered),
@@ -88,7 +90,8 @@ def table(task: str, seeds: list[int]) -> str:
     arms = load(task, seeds)
     full = arms["full"]
     tested = [n for n, a in arms.items() if n != "full" and len(a["main"]) >= 2]
-    welch = {n: compare_groups(full["main"], arms[n]["main"]) for n in tested}
+    welch = {n: compare_groups(full["main"], arms[n]["main"], SETTINGS.confidence)
+             for n in tested}
     holm = holm_adjust({n: w["p_value"] for n, w in welch.items()})
     main, second = NAMES[task]
     rows = [f"| arm | seeds | dev {main} per seed | {main} mean ± std | − full, {main} [95 % CI] "
@@ -110,9 +113,11 @@ def table(task: str, seeds: list[int]) -> str:
             rows.append(head + " (fewer than 2 seeds) | | | | | |" + f" {m:.2f} |" + tail)
             continue
         w = welch[name]
-        better = aso_epsilon(full["main"], arm["main"], num_comparisons=len(tested), seed=0)
-        worse = aso_epsilon(arm["main"], full["main"], num_comparisons=len(tested), seed=0)
-        needed = seeds_needed(statistics.stdev(full["main"]), statistics.stdev(arm["main"]), 1.0)
+        better, worse = (aso_epsilon(a, b, SETTINGS.confidence, len(tested), SETTINGS.seed,
+                                     SETTINGS.aso_iterations)
+                         for a, b in ((full["main"], arm["main"]), (arm["main"], full["main"])))
+        needed = seeds_needed(statistics.stdev(full["main"]), statistics.stdev(arm["main"]),
+                              SETTINGS.detect, 1 - SETTINGS.confidence, SETTINGS.power)
         p2 = stats.ttest_ind_from_stats(m, s, len(arm["main"]), full_m, full_s,
                                         len(full["main"]), equal_var=False).pvalue
         rows.append(head + f" {w['difference']:+.2f} [{w['ci_low']:+.2f}, {w['ci_high']:+.2f}] | "
