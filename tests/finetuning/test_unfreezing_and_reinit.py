@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import BertForSequenceClassification, TrainerCallback
+from transformers import BertForQuestionAnswering, BertForSequenceClassification, TrainerCallback
 
 from bertkit.finetuning.toolbox import Toolbox
 from tests.finetuning.toolbox_fixtures import (
@@ -117,4 +117,32 @@ def test_reinit_is_recorded(tmp_path):
     model = tiny_classifier()
     toolbox = Toolbox(settings("finetuning=reinit"))
     toolbox.apply(model)
-    assert toolbox.record() == {"reinitialised_layers": [2]}
+    assert toolbox.record() == {"reinitialised_layers": [2], "reinitialised_pooler": True}
+
+
+@pytest.mark.parametrize("pooler", [True, False])
+def test_the_preset_draws_the_pooler_afresh_unless_told_not_to(tmp_path, pooler):
+    path = checkpoint(tmp_path, initializer_range=0.5)
+    model = BertForSequenceClassification.from_pretrained(path, initializer_range=0.02)
+    before = snapshot(model)
+    flag = f"finetuning.reinit_pooler={str(pooler).lower()}"
+    Toolbox(settings("finetuning=reinit", flag)).apply(model)
+    after = snapshot(model)
+    weight, bias = after["bert.pooler.dense.weight"], after["bert.pooler.dense.bias"]
+    if pooler:  # the checkpoint's biases were 0.3 and its weights had std 0.5
+        assert torch.all(bias == 0.0)
+        assert weight.std().item() == pytest.approx(0.02, rel=0.15)
+    else:
+        assert torch.equal(weight, before["bert.pooler.dense.weight"])
+        assert torch.equal(bias, before["bert.pooler.dense.bias"])
+    assert torch.equal(after["classifier.weight"], before["classifier.weight"])
+    assert torch.equal(after["bert.encoder.layer.1.output.dense.weight"],
+                       before["bert.encoder.layer.1.output.dense.weight"])
+
+
+def test_a_model_without_a_pooler_records_that_none_was_drawn():
+    torch.manual_seed(0)
+    model = BertForQuestionAnswering(tiny_config())  # span heads read the tokens: no pooler
+    toolbox = Toolbox(settings("finetuning=reinit"))
+    toolbox.apply(model)
+    assert toolbox.record() == {"reinitialised_layers": [2], "reinitialised_pooler": False}

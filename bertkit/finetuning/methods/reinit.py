@@ -1,8 +1,8 @@
-"""Re-initialising the top encoder layers before finetuning (Zhang et al. 2021)."""
+"""Re-initialising the top encoder layers and the pooler before finetuning (Zhang et al. 2021)."""
 
 from __future__ import annotations
 
-from bertkit.finetuning.checks import whole_number, within_layers
+from bertkit.finetuning.checks import flag, whole_number, within_layers
 from bertkit.finetuning.method import Method, register
 from bertkit.finetuning.reinit import reinit_top_layers
 
@@ -13,15 +13,16 @@ class Reinit(Method):
 
     @classmethod
     def active(cls, settings) -> bool:
-        return settings.reinit_layers != 0
+        return settings.reinit_layers != 0 or flag(settings, "reinit_pooler")
 
     @classmethod
     def check(cls, settings, num_layers=None) -> None:
         within_layers("reinit_layers", whole_number(settings, "reinit_layers"), num_layers)
 
     def apply(self, model):
-        self.layers = reinit_top_layers(model, self.settings.reinit_layers)
+        self.layers, self.pooler = reinit_top_layers(
+            model, self.settings.reinit_layers, pooler=flag(self.settings, "reinit_pooler"))
         return model
 
     def record(self) -> dict:
-        return {"reinitialised_layers": self.layers}
+        return {"reinitialised_layers": self.layers, "reinitialised_pooler": self.pooler}
