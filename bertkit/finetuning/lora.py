@@ -104,11 +104,28 @@ def _modules_to_save(model: nn.Module, requested, heads: list[str]) -> list[str]
     return list(dict.fromkeys([*requested, *heads]))
 
 
+def _pooler(model: nn.Module, settings) -> list[str]:
+    """BERT's pooler, by its full name, when settings.train_pooler asks and the model has one.
+    Hu et al. train RoBERTa's whole classification head, whose dense layer is what BERT keeps
+    inside the encoder as the pooler; frozen, a checkpoint whose pooler was never trained
+    (sentence-transformers' MiniLM) gives the classifier near-constant inputs."""
+    train = getattr(settings, "train_pooler", False)
+    if not isinstance(train, bool):
+        raise BertkitError(f"{KEY}.train_pooler={train!r}: expected true or false")
+    inner = getattr(model, "get_base_model", None)
+    base = inner() if callable(inner) else model
+    prefix = getattr(base, "base_model_prefix", None)
+    if not train or getattr(encoder(model), "pooler", None) is None:
+        return []
+    return [f"{prefix}.pooler" if prefix and hasattr(base, prefix) else "pooler"]
+
+
 def add_lora(model: PreTrainedModel, settings) -> peft.PeftModel:
     """Wrap a task model for LoRA: frozen weights, adapters of rank settings.r (scale
     settings.alpha / r, dropout settings.dropout) on every module whose name ends in one of
-    settings.target_modules, and the task head (plus settings.modules_to_save) trained and
-    saved in full. Exactly the adapters' and those modules' parameters require grad."""
+    settings.target_modules, and the task head (plus BERT's pooler if settings.train_pooler,
+    plus settings.modules_to_save) trained and saved in full. Exactly the adapters' and those
+    modules' parameters require grad."""
     if isinstance(model, peft.PeftModel):
         raise BertkitError(f"{KEY}: the model is already wrapped by peft; apply LoRA once")
     r, alpha, dropout = _check_settings(settings)
@@ -116,6 +133,7 @@ def add_lora(model: PreTrainedModel, settings) -> peft.PeftModel:
     heads = head_module_names(model)
     _check_targets(model, targets, heads)
     to_save = _modules_to_save(model, getattr(settings, "modules_to_save", None), heads)
+    to_save = list(dict.fromkeys([*to_save, *_pooler(model, settings)]))
     config = peft.LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout,
                              target_modules=targets, modules_to_save=to_save, bias="none",
                              task_type=_task_type(model))

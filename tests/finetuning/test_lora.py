@@ -74,6 +74,10 @@ MODELS = {
 }
 
 
+POOLER = {f"base_model.model.bert.pooler.modules_to_save.default.dense.{w}"
+          for w in ("weight", "bias")}
+
+
 def expected_trainable(heads=("classifier",), targets=("query", "value")) -> set[str]:
     lora = {f"base_model.model.bert.encoder.layer.{i}.attention.self.{t}.lora_{ab}.default.weight"
             for i in range(TINY["num_hidden_layers"]) for t in targets for ab in "AB"}
@@ -137,12 +141,38 @@ def test_scalar_mix_and_extra_modules_to_save_train():
     model = tiny(BertForSequenceClassification, num_labels=3)
     model.scalar_mix = ScalarMix()
     wrapped = add_lora(model, lora_settings(modules_to_save=["pooler"]))
-    pooler = {f"base_model.model.bert.pooler.modules_to_save.default.dense.{w}"
-              for w in ("weight", "bias")}
+    pooler = POOLER
     mix = {f"base_model.model.scalar_mix.modules_to_save.default.{w}"
            for w in ("weights", "gamma")}
     assert trainable(wrapped) == expected_trainable() | pooler | mix
     assert {"pooler", "classifier", "scalar_mix"} <= wrapped.modules_to_save
+
+
+@pytest.mark.parametrize("kind", list(MODELS))
+def test_train_pooler_trains_berts_pooler_where_there_is_one(kind):
+    cls, config, head = MODELS[kind]
+    model = add_lora(tiny(cls, **config), lora_settings(train_pooler=True))
+    has_pooler = kind in ("classification", "regression", "choice")  # span, tag heads: none
+    expected = expected_trainable(heads=(head,)) | (POOLER if has_pooler else set())
+    assert trainable(model) == expected
+    if not has_pooler:
+        return
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    train_steps(model, batch(kind))
+    after = dict(model.named_parameters())
+    for name in POOLER:
+        assert not torch.equal(before[name], after[name]), name
+    frozen = "base_model.model.bert.pooler.original_module.dense.weight"
+    assert torch.equal(before[frozen], after[frozen])
+    # The merged model carries the trained pooler, not the frozen original.
+    trained = after["base_model.model.bert.pooler.modules_to_save.default.dense.weight"].detach()
+    merged = merge_lora(model)
+    assert torch.equal(merged.bert.pooler.dense.weight, trained)
+
+
+def test_train_pooler_must_be_a_switch():
+    with pytest.raises(BertkitError, match=r"finetuning\.lora\.train_pooler='yes'"):
+        add_lora(tiny(BertForSequenceClassification), lora_settings(train_pooler="yes"))
 
 
 @pytest.mark.parametrize("kind", ["classification", "choice"])  # choice: no peft task type
