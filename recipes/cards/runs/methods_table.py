@@ -28,7 +28,10 @@ from bertkit.reporting.writer import Significance
 
 HERE = Path(__file__).parent / "methods"
 ORDER = ["full", "llrd", "reinit", "mean_pooling", "freeze", "layer_mix", "gradual_unfreezing",
-         "lora", "r3f", "stilts"]
+         "lora", "lora_pooler", "r3f", "stilts", "stilts_fresh_pooler"]
+# Follow-ups: an arm changed in one respect after its row was measured, tested against that
+# row as well as against full (LoRA with BERT's pooler trained; STILTs with a fresh pooler).
+FOLLOW_UPS = {"lora_pooler": "lora", "stilts_fresh_pooler": "stilts"}
 SECONDARY = {"f1": "accuracy", "spearman": "pearson"}
 NAMES = {"mrpc": ("F1", "accuracy"), "stsb": ("Spearman", "Pearson")}
 SETTINGS = Significance()
@@ -125,7 +128,26 @@ def table(task: str, seeds: list[int]) -> str:
                     f"{needed if needed is not None else '> 10000'} | "
                     f"{m:.2f} ± {s:.2f} ({m - full_m:+.2f}, {p2:.2f}) |" + tail)
     sources = ", ".join(f"{n}: {a['source']}" for n, a in arms.items())
-    return "\n".join(rows) + f"\n\n(from {sources})"
+    return "\n".join(rows) + follow_ups(arms, main) + f"\n\n(from {sources})"
+
+
+def follow_ups(arms: dict[str, dict], main: str) -> str:
+    """Each follow-up against the arm it changes (Welch, ASO both ways; no Holm: one test each)."""
+    pairs = [(new, old) for new, old in FOLLOW_UPS.items()
+             if new in arms and old in arms and min(len(arms[new]["main"]),
+                                                    len(arms[old]["main"])) >= 2]
+    if not pairs:
+        return ""
+    rows = ["", "", f"| follow-up | − its arm, {main} [95 % CI] | Welch p "
+            f"| ε_min, follow-up better | ε_min, arm better |", "|---|---|---|---|---|"]
+    for new, old in pairs:
+        a, b = arms[old]["main"], arms[new]["main"]
+        w = compare_groups(a, b, SETTINGS.confidence)
+        better, worse = (aso_epsilon(x, y, SETTINGS.confidence, 1, SETTINGS.seed,
+                                     SETTINGS.aso_iterations) for x, y in ((a, b), (b, a)))
+        rows.append(f"| {new} − {old} | {w['difference']:+.2f} [{w['ci_low']:+.2f}, "
+                    f"{w['ci_high']:+.2f}] | {w['p_value']:.3f} | {better:.2f} | {worse:.2f} |")
+    return "\n".join(rows)
 
 
 def main() -> None:
