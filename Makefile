@@ -187,19 +187,29 @@ bench-parity-calibrated: minilm
 # (10x the protocol's rate); STILTs' intermediate task is the other task of the pair, and as
 # both protocols share their trainer settings, its first stage is that task's full arm to the
 # digit (<arm dir>/<task>/<job>/intermediate/). Records to keep: recipes/cards/runs/README.md.
+# The arms are the card's rows as measured: reinit and lora with BERT's pooler kept as it was
+# (their presets now reset / train it), lora_pooler and stilts_fresh_pooler the follow-ups.
 METHODS_TASKS ?= mrpc stsb
 METHODS_SEEDS ?= 1,2,3,4,5
-METHODS_ARMS ?= full llrd reinit mean_pooling freeze layer_mix gradual_unfreezing r3f lora stilts
+METHODS_ARMS ?= full llrd reinit mean_pooling freeze layer_mix gradual_unfreezing r3f lora stilts \
+  lora_pooler stilts_fresh_pooler
 LORA_LR ?= 1e-3
 stilts_from_mrpc := stsb
 stilts_from_stsb := mrpc
-methods_extra_lora = trainer.learning_rate=$(LORA_LR)
+methods_preset_lora_pooler := lora
+methods_preset_stilts_fresh_pooler := stilts
+methods_extra_reinit = finetuning.reinit_pooler=false
+methods_extra_lora = trainer.learning_rate=$(LORA_LR) finetuning.lora.train_pooler=false
+methods_extra_lora_pooler = trainer.learning_rate=$(LORA_LR) finetuning.lora.train_pooler=true \
+  finetuning.name=lora_pooler
 methods_extra_stilts = finetuning.intermediate.task=$(stilts_from_$(1)) \
   finetuning.intermediate.data_dir=$(call glue_data,$(stilts_from_$(1)))
+methods_extra_stilts_fresh_pooler = $(call methods_extra_stilts,$(1)) \
+  finetuning.reinit_pooler=true finetuning.name=stilts_fresh_pooler
 methods-table: minilm
 	$(foreach task,$(METHODS_TASKS),$(foreach arm,$(METHODS_ARMS),\
 	  $(LAUNCH) -m recipe=glue protocol=minilm_$(task) seed=$(METHODS_SEEDS) \
-	    task.data_dir=$(call glue_data,$(task)) finetuning=$(arm) \
+	    task.data_dir=$(call glue_data,$(task)) finetuning=$(or $(methods_preset_$(arm)),$(arm)) \
 	    $(call methods_extra_$(arm),$(task)) hydra.sweep.dir=multirun/methods/$(task)/$(arm) $(O) && )) true
 
 # make bench-sweep: one small MRPC grid launched one job after another and with joblib
