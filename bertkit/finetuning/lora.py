@@ -112,12 +112,10 @@ def _pooler(model: nn.Module, settings) -> list[str]:
     train = getattr(settings, "train_pooler", False)
     if not isinstance(train, bool):
         raise BertkitError(f"{KEY}.train_pooler={train!r}: expected true or false")
-    inner = getattr(model, "get_base_model", None)
-    base = inner() if callable(inner) else model
-    prefix = getattr(base, "base_model_prefix", None)
     if not train or getattr(encoder(model), "pooler", None) is None:
         return []
-    return [f"{prefix}.pooler" if prefix and hasattr(base, prefix) else "pooler"]
+    prefix = getattr(model, "base_model_prefix", "")  # a task model, never a peft one here
+    return [f"{prefix}.pooler" if hasattr(model, prefix) else "pooler"]
 
 
 def add_lora(model: PreTrainedModel, settings) -> peft.PeftModel:

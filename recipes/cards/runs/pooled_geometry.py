@@ -21,46 +21,40 @@ import torch
 from scipy import stats
 from transformers import AutoModel, AutoTokenizer
 
+from bertkit.finetuning.layer_mix import use_mean_pooling
+
 # GLUE's column names of the two sentences, per task file (MRPC keeps Microsoft's).
 SENTENCES = [("sentence1", "sentence2"), ("#1 String", "#2 String")]
 
 
-def dev_pairs(data_dir: Path, count: int) -> list[tuple[str, str]]:
+def dev_rows(data_dir: Path) -> tuple[list[str], list[list[str]]]:
     with open(data_dir / "dev.tsv", encoding="utf-8-sig", newline="") as handle:
         rows = list(csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))
-    header = rows[0]
+    return rows[0], rows[1:]
+
+
+def sentence_pairs(header: list[str], rows: list[list[str]]) -> tuple[list[str], list[str]]:
     names = next((pair for pair in SENTENCES if set(pair) <= set(header)), None)
     if names is None:
-        raise SystemExit(f"{data_dir / 'dev.tsv'}: no sentence-pair columns {SENTENCES} "
-                         f"in {header}")
+        raise SystemExit(f"dev.tsv: no sentence-pair columns {SENTENCES} in {header}")
     first, second = (header.index(name) for name in names)
-    return [(row[first], row[second]) for row in rows[1:count + 1]]
+    return [row[first] for row in rows], [row[second] for row in rows]
 
 
-def scored_pairs(data_dir: Path) -> tuple[list[str], list[str], list[float]]:
-    with open(data_dir / "dev.tsv", encoding="utf-8-sig", newline="") as handle:
-        rows = list(csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))
-    header = rows[0]
-    a, b, score = (header.index(name) for name in ("sentence1", "sentence2", "score"))
-    return [r[a] for r in rows[1:]], [r[b] for r in rows[1:]], [float(r[score]) for r in rows[1:]]
-
-
-def mean_pooled(model, tokenizer, sentences: list[str], max_length: int) -> torch.Tensor:
-    out = []
-    for start in range(0, len(sentences), 64):
-        batch = tokenizer(sentences[start:start + 64], padding=True, truncation=True,
-                          max_length=max_length, return_tensors="pt")
-        with torch.no_grad():
-            tokens = model(**batch).last_hidden_state
-        mask = batch["attention_mask"].unsqueeze(-1).to(tokens.dtype)
-        out.append((tokens * mask).sum(1) / mask.sum(1))
-    return torch.cat(out)
-
-
-def zero_shot_spearman(model, tokenizer, data_dir: Path, max_length: int) -> float:
-    first, second, gold = scored_pairs(data_dir)
-    u, v = (mean_pooled(model, tokenizer, side, max_length) for side in (first, second))
-    cosine = torch.nn.functional.cosine_similarity(u, v, dim=-1)
+def zero_shot_spearman(model, tokenizer, header, rows, max_length: int) -> float:
+    """Spearman of gold scores against the cosine of the two sentences' pooled outputs, after
+    bertkit's own mean pooling (finetuning.pooling=mean) has replaced the pooler."""
+    gold = [float(row[header.index("score")]) for row in rows]
+    sides = []
+    for side in sentence_pairs(header, rows):
+        pooled = []
+        for start in range(0, len(side), 64):
+            batch = tokenizer(side[start:start + 64], padding=True, truncation=True,
+                              max_length=max_length, return_tensors="pt")
+            with torch.no_grad():
+                pooled.append(model(**batch).pooler_output)
+        sides.append(torch.cat(pooled))
+    cosine = torch.nn.functional.cosine_similarity(*sides, dim=-1)
     return float(stats.spearmanr(cosine.numpy(), gold).statistic)
 
 
@@ -72,10 +66,11 @@ def main() -> None:
     parser.add_argument("--max-length", type=int, default=128)
     parser.add_argument("--similarity", action="store_true")
     args = parser.parse_args()
-    pairs = dev_pairs(args.data_dir, args.pairs)
+    header, rows = dev_rows(args.data_dir)
+    first, second = sentence_pairs(header, rows[:args.pairs])
     tokenizer = AutoTokenizer.from_pretrained(args.encoders[0])
-    batch = tokenizer([a for a, _ in pairs], [b for _, b in pairs], padding=True,
-                      truncation=True, max_length=args.max_length, return_tensors="pt")
+    batch = tokenizer(first, second, padding=True, truncation=True,
+                      max_length=args.max_length, return_tensors="pt")
     for path in args.encoders:
         model = AutoModel.from_pretrained(path).eval()
         with torch.no_grad():
@@ -85,7 +80,8 @@ def main() -> None:
         line = (f"{path}: mean pairwise cosine {cosine:.3f}, mean |value| "
                 f"{pooled.abs().mean().item():.3f}")
         if args.similarity:
-            spearman = zero_shot_spearman(model, tokenizer, args.data_dir, args.max_length)
+            use_mean_pooling(model)
+            spearman = zero_shot_spearman(model, tokenizer, header, rows, args.max_length)
             line += f", zero-shot Spearman of mean-pooled cosine {100 * spearman:.2f}"
         print(line)
 
