@@ -32,3 +32,12 @@ def replace_model(trainer, model) -> None:
     """After train(): evaluation, prediction and saving use `model` (LoRA's merged weights)."""
     trainer.model = model
     trainer.model_wrapped = model
+
+
+def put_last(trainer, callback) -> None:
+    """After every other callback (added later ones included): what it does at a step's end
+    sees what the others decided there."""
+    callbacks = trainer.callback_handler.callbacks
+    if callback in callbacks:
+        callbacks.remove(callback)
+    callbacks.append(callback)

@@ -8,6 +8,7 @@ import numpy as np
 import torch
 from transformers import DataCollatorForTokenClassification, PreTrainedTokenizerBase
 
+from bertkit.pretraining.batches import Columns, PhaseShapes, model_batch, slots_of
 from bertkit.pretraining.masking import (
     IGNORE_INDEX,
     MaskingRule,
@@ -19,7 +20,7 @@ from bertkit.pretraining.masking import (
 
 
 def padding_collator(tokenizer: PreTrainedTokenizerBase, pad_to_multiple_of: int | None):
-    """Pads input_ids and the other inputs, and `labels` with -100.
+    """Pads input_ids and the other inputs, and `labels` with -100 (the held-out sets' collator).
 
     DataCollatorForTokenClassification is exactly that (its name aside): per-position labels
     padded with the index the loss ignores.
@@ -27,13 +28,46 @@ def padding_collator(tokenizer: PreTrainedTokenizerBase, pad_to_multiple_of: int
     return DataCollatorForTokenClassification(tokenizer, pad_to_multiple_of=pad_to_multiple_of)
 
 
-class DynamicMaskingCollator:
-    """Masks each example as its batch is built, then pads.
+class StaticShapeCollator:
+    """Pads a batch to its phase's length and gathers its masked positions into the phase's
+    slots (bertkit.pretraining.batches); subclasses choose the masked positions."""
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase,
+                 phases: Sequence[tuple[int | None, int]], pad_to_multiple_of: int | None = None):
+        self.vocab = Vocabulary.from_tokenizer(tokenizer)
+        self.pad_id = tokenizer.pad_token_id
+        self.shapes = PhaseShapes(phases, pad_to_multiple_of)
+
+    def __call__(self, features) -> dict:
+        columns = Columns(features)
+        width = self.shapes.width(int(columns.lengths.max()))
+        ids = columns.padded("input_ids", width, self.pad_id)
+        masked, chosen, original = self.mask(columns, ids)
+        positions, labels = slots_of(chosen, original, self.shapes.slots(width))
+        return model_batch(columns, masked, positions, labels, self.pad_id)
+
+    def mask(self, columns: Columns, ids: np.ndarray):
+        """(the input ids fed, the chosen positions, the original ids)."""
+        raise NotImplementedError
+
+
+class StaticMasksCollator(StaticShapeCollator):
+    """Static masking's batches: the masks drawn in preprocessing (input_ids masked, `labels`
+    holding the originals), read as arrays."""
+
+    def mask(self, columns, ids):
+        labels = columns.padded("labels", ids.shape[1], IGNORE_INDEX)
+        chosen = labels != IGNORE_INDEX
+        return ids, chosen, np.where(chosen, labels, ids)
+
+
+class DynamicMaskingCollator(StaticShapeCollator):
+    """Masks each example as its batch is built.
 
     The generator is seeded from torch's RNG at every batch: Trainer seeds that RNG (and gives
     each DataLoader worker its own), so runs are reproducible and workers never repeat masks.
-    Token masking runs on the padded batch as a whole (a random rank per position, the
-    lowest `budget` of each row chosen): the same distribution as mask_sequence, without its
+    Token masking runs on the padded batch as a whole (a random key per position, the lowest
+    `budget` keys of each row chosen): the same distribution as mask_sequence, without its
     per-sequence Python. Whole-word and span masking go sequence by sequence.
     """
 
@@ -42,9 +76,9 @@ class DynamicMaskingCollator:
                  pad_to_multiple_of: int | None = None):
         """rules: one rule, or (longest sequence, rule) pairs by increasing length, e.g. the
         paper's phases: 20 predictions up to 128 tokens, 80 up to 512."""
-        self.vocab = Vocabulary.from_tokenizer(tokenizer)
         self.rules = [(None, rules)] if isinstance(rules, MaskingRule) else list(rules)
-        self.pad = padding_collator(tokenizer, pad_to_multiple_of)
+        super().__init__(tokenizer, [(length, rule.max_predictions_per_seq)
+                                     for length, rule in self.rules], pad_to_multiple_of)
 
     def rule_for(self, length: int) -> MaskingRule:
         for longest, rule in self.rules:
@@ -52,31 +86,44 @@ class DynamicMaskingCollator:
                 return rule
         return self.rules[-1][1]
 
-    def __call__(self, features: list[dict]) -> dict:
+    def mask(self, columns, ids):
         rng = np.random.default_rng(int(torch.randint(0, 2**62, ()).item()))
-        rules = [self.rule_for(len(feature["input_ids"])) for feature in features]
+        rules = [self.rule_for(int(length)) for length in columns.lengths]
         if all(rule.unit == "token" for rule in rules):
-            return self._mask_padded_batch(self.pad(features), rules, rng)
-        masked = []
-        for feature, rule in zip(features, rules, strict=True):
-            ids, labels = mask_sequence(feature["input_ids"], self.vocab, rule, rng)
-            masked.append({**feature, "input_ids": ids.tolist(), "labels": labels.tolist()})
-        return self.pad(masked)
+            return self._mask_tokens(ids, rules, rng)
+        masked = np.full_like(ids, self.pad_id)
+        labels = np.full_like(ids, IGNORE_INDEX)
+        for row, (length, rule) in enumerate(zip(columns.lengths, rules, strict=True)):
+            masked[row, :length], labels[row, :length] = mask_sequence(
+                ids[row, :length], self.vocab, rule, rng)
+        return masked, labels != IGNORE_INDEX, ids
 
-    def _mask_padded_batch(self, batch: dict, rules: list[MaskingRule],
-                           rng: np.random.Generator) -> dict:
-        ids = batch["input_ids"].numpy()
+    def _mask_tokens(self, ids: np.ndarray, rules: list[MaskingRule], rng: np.random.Generator):
         special = self.vocab.special[ids]  # [CLS], [SEP] and the padding
         budget = prediction_budget((~special).sum(axis=1),
                                    np.array([rule.mlm_probability for rule in rules]),
                                    np.array([rule.max_predictions_per_seq for rule in rules]))
         keys = rng.random(ids.shape)
         keys[special] = 2.0  # after every candidate
-        rank = keys.argsort(axis=1).argsort(axis=1)
-        chosen = rank < budget[:, None]
+        chosen = _lowest(keys, budget)
         column = np.array([[rule.mask_token_fraction, rule.random_token_fraction]
                            for rule in rules])
         masked = replace_chosen(ids, chosen, self.vocab, column[:, :1], column[:, 1:], rng)
-        batch["input_ids"] = torch.from_numpy(masked)
-        batch["labels"] = torch.from_numpy(np.where(chosen, ids, IGNORE_INDEX))
-        return batch
+        return masked, chosen, ids
+
+
+def _lowest(keys: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """[rows, width] bool: each row's counts[i] lowest keys. A partition to the most any row
+    takes, then a sort of those few: the same choice as ranking whole rows, at a fraction of
+    the cost."""
+    most = int(counts.max()) if counts.size else 0
+    chosen = np.zeros(keys.shape, dtype=bool)
+    if most == 0:
+        return chosen
+    candidates = np.argpartition(keys, most - 1, axis=1)[:, :most] \
+        if most < keys.shape[1] else np.argsort(keys, axis=1)
+    order = np.take_along_axis(keys, candidates, axis=1).argsort(axis=1)
+    candidates = np.take_along_axis(candidates, order, axis=1)
+    np.put_along_axis(chosen, candidates, np.arange(most)[None, :] < counts[:, None], axis=1)
+    return chosen
+

@@ -40,24 +40,39 @@ class MaskedOnlyBertForPreTraining(BertForPreTraining):
     # bertkit.training.throughput counts its FLOPs on (transformers' class: every position).
     mlm_on_labelled_positions_only = True
 
-    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor,
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None,
-                next_sentence_label: torch.Tensor | None = None) -> PreTrainingStepOutput:
+                next_sentence_label: torch.Tensor | None = None,
+                mlm_positions: torch.Tensor | None = None,
+                mlm_labels: torch.Tensor | None = None) -> PreTrainingStepOutput:
+        """The masked positions come as per-position `labels` (-100 elsewhere), or as
+        bertkit's fixed slots (mlm_positions, mlm_labels: [batch, slots], -100 in the unused
+        ones; bertkit.pretraining.batches): one shape per phase, no data-dependent indexing."""
         sequence_output, pooled_output = self.bert(
             input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
             return_dict=False)[:2]
-        masked = labels != IGNORE_INDEX
-        targets = labels[masked]
-        logits = self.cls.predictions(sequence_output[masked]).float()
-        token_losses = functional.cross_entropy(logits, targets, reduction="none")
-        mlm_count = targets.numel()
+        if mlm_positions is not None:
+            index = mlm_positions[..., None].expand(-1, -1, sequence_output.shape[-1])
+            predicted = sequence_output.gather(1, index).flatten(0, 1)
+            targets = mlm_labels.flatten()
+        elif labels is not None:
+            masked = labels != IGNORE_INDEX
+            predicted, targets = sequence_output[masked], labels[masked]
+        else:
+            raise ValueError("MaskedOnlyBertForPreTraining needs labels or mlm_positions and "
+                             "mlm_labels")
+        logits = self.cls.predictions(predicted).float()
+        token_losses = functional.cross_entropy(logits, targets, reduction="none",
+                                                ignore_index=IGNORE_INDEX)
+        weights = targets != IGNORE_INDEX
+        mlm_count = weights.sum()
         # A batch with nothing masked contributes a zero loss rather than NaN.
-        loss = token_losses.sum() / max(mlm_count, 1)
+        loss = token_losses.sum() / mlm_count.clamp(min=1)
         output = PreTrainingStepOutput(
             mlm_loss_sum=token_losses.detach().sum(),
-            mlm_correct=(logits.detach().argmax(-1) == targets).sum(),
-            mlm_count=torch.tensor(mlm_count, device=labels.device))
+            mlm_correct=((logits.detach().argmax(-1) == targets) & weights).sum(),
+            mlm_count=mlm_count)
 
         sentence_logits = self.cls.seq_relationship(pooled_output).float()
         if next_sentence_label is None:
@@ -71,8 +86,8 @@ class MaskedOnlyBertForPreTraining(BertForPreTraining):
             output.sentence_loss_sum = sentence_losses.detach().sum()
             output.sentence_correct = (sentence_logits.detach().argmax(-1)
                                        == next_sentence_label).sum()
-            output.sentence_count = torch.tensor(next_sentence_label.numel(),
-                                                 device=labels.device)
+            output.sentence_count = torch.full((), next_sentence_label.numel(),
+                                               device=next_sentence_label.device)
         output.loss = loss
         return output
 

@@ -8,11 +8,15 @@ logged MLM loss is the mean over every masked token of the window, not a mean of
 
 from __future__ import annotations
 
+import datasets
 import torch
 
+from bertkit.pretraining.batches import ArrowRows
 from bertkit.pretraining.phases import Phase, PhasedLengthGroupedSampler
 from bertkit.training.model_card import HubTrainer
 
+# The instance columns the collators read (the rest, e.g. "length", is not fetched).
+MODEL_COLUMNS = ("input_ids", "token_type_ids", "next_sentence_label", "labels")
 STATISTICS = ("mlm_loss_sum", "mlm_correct", "mlm_count", "sentence_loss_sum",
               "sentence_correct", "sentence_count", "real_tokens", "batch_tokens")
 
@@ -20,6 +24,10 @@ STATISTICS = ("mlm_loss_sum", "mlm_correct", "mlm_count", "sentence_loss_sum",
 class PretrainingTrainer(HubTrainer):
     def __init__(self, *args, phases: list[Phase] | None = None,
                  sentence_task: str | None = "nsp", **kwargs):
+        train_dataset = kwargs.get("train_dataset")
+        if isinstance(train_dataset, datasets.Dataset):  # batches as Arrow tables
+            kwargs["train_dataset"] = ArrowRows(train_dataset.remove_columns(
+                [name for name in train_dataset.column_names if name not in MODEL_COLUMNS]))
         super().__init__(*args, **kwargs)
         self.phases = phases
         self.sentence_task = sentence_task
@@ -39,8 +47,9 @@ class PretrainingTrainer(HubTrainer):
             batch = {name: outputs[name] for name in STATISTICS[:6]
                      if outputs.get(name) is not None}
             ids = inputs["input_ids"]
-            batch["real_tokens"] = mask.sum() if mask is not None else torch.tensor(ids.numel())
-            batch["batch_tokens"] = torch.tensor(ids.numel(), device=ids.device)
+            # torch.full fills on the device: no copy from the host, no wait for it.
+            batch["batch_tokens"] = torch.full((), ids.numel(), device=ids.device)
+            batch["real_tokens"] = mask.sum() if mask is not None else batch["batch_tokens"]
             for name, value in batch.items():
                 value = value.detach().to(torch.float64)
                 self._window[name] = self._window[name] + value if name in self._window \

@@ -20,7 +20,7 @@ from transformers import PreTrainedTokenizerBase, TrainingArguments
 from bertkit.errors import BertkitError
 from bertkit.pretraining.corpora import corpus_documents
 from bertkit.pretraining.demo_corpus import ensure_demo_corpus
-from bertkit.pretraining.dynamic_masking import DynamicMaskingCollator, padding_collator
+from bertkit.pretraining.dynamic_masking import DynamicMaskingCollator, StaticMasksCollator
 from bertkit.pretraining.heldout import (
     HeldoutSet,
     build_heldout,
@@ -146,7 +146,8 @@ def build_training_data(cfg: DictConfig, documents, tokenizer: PreTrainedTokeniz
     settings = phase_settings(cfg)
     static = cfg.masking.kind == "static"
     if static:
-        collator = padding_collator(tokenizer, pad_to)
+        collator = StaticMasksCollator(
+            tokenizer, [(length, predictions) for length, predictions, _ in settings], pad_to)
     else:
         collator = DynamicMaskingCollator(
             tokenizer, [(length, _rule(cfg, predictions)) for length, predictions, _ in settings],

@@ -27,6 +27,7 @@ from transformers import Trainer
 
 from bertkit.data.atomic_files import write_text_atomic
 from bertkit.errors import BertkitError
+from bertkit.training.lean_step import LeanStepTrainer
 
 CARD_FILE = "README.md"
 
@@ -282,7 +283,7 @@ def write_card(card: ModelCard | None, model_dir: Path) -> Path | None:
     return write_text_atomic(model_dir / CARD_FILE, str(card))
 
 
-class HubTrainer(Trainer):
+class HubTrainer(LeanStepTrainer):
     """Trainer whose Hub push carries bertkit's card. bertkit pushes once, at the end of
     the run (push_model); Trainer's save_model would push by itself when the job saves
     <run dir>/model, before metrics.json and the card exist, so a save here never pushes; and

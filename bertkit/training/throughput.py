@@ -148,7 +148,8 @@ class ThroughputMeter(TrainerCallback):
         else:
             lengths = torch.full((rows.shape[0],), rows.shape[1], dtype=torch.int64,
                                  device=ids.device)
-        labels = kwargs.get("labels")
+        # bertkit's pretraining batches name their masked slots mlm_labels (-100: unused).
+        labels = kwargs.get("mlm_labels", kwargs.get("labels"))
         vocabulary = self.shape.vocabulary if self.shape is not None else None
         if vocabulary == "labelled" and isinstance(labels, torch.Tensor):
             predicted = (labels != IGNORE_INDEX).sum()

@@ -8,6 +8,7 @@ import csv
 import json
 
 import pytest
+import torch
 from transformers import BertConfig
 
 from bertkit.jobs import run_job
@@ -137,10 +138,11 @@ def test_pretraining_counts_the_predicted_positions_the_head_ran_on(tmp_path, mo
     seen = {"predicted": 0, "real": 0, "squares": 0, "rows": 0}
     forward = MaskedOnlyBertForPreTraining.forward
 
-    def counting_forward(self, input_ids, labels, attention_mask=None, **kwargs):
+    def counting_forward(self, input_ids, labels=None, attention_mask=None, **kwargs):
         output = forward(self, input_ids, labels, attention_mask=attention_mask, **kwargs)
-        if self.training:
-            lengths = attention_mask.sum(-1)
+        if self.training:  # a batch without padding comes without a mask
+            lengths = attention_mask.sum(-1) if attention_mask is not None \
+                else torch.full((len(input_ids),), input_ids.shape[1])
             seen["predicted"] += int(output.mlm_count)
             seen["real"] += int(lengths.sum())
             seen["squares"] += int((lengths * lengths).sum())

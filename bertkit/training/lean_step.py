@@ -1,0 +1,175 @@
+"""Trainer's step without host syncs between logging steps, for every bertkit trainer.
+
+On a GPU, anything that reads a device value on the host (`.item()`, `bool(tensor)`, a
+data-dependent shape) stops Python until the GPU has run every kernel queued before it, so the
+next step's kernels start late. Counted with bertkit.benchmarks.host_syncs, Trainer's own step
+made three or four per step; each is moved here to the device, or to logging steps only:
+
+- the NaN/Inf filter of the logged loss (trainer.logging_nan_inf_filter): Trainer asks
+  `torch.isnan(loss) or torch.isinf(loss)` every micro-batch. Here a non-finite loss is
+  replaced on the device by the mean of the window's finite ones (Trainer adds the mean of the
+  window so far: the same idea) and counted; the count is logged as `nonfinite_losses` when not
+  zero. Evaluation keeps Trainer's own filter (on host arrays, no sync).
+- tokens seen (trainer.include_num_input_tokens_seen): Trainer gathers and `.item()`s the count
+  every step; here it is summed on the device and added to state.num_input_tokens_seen at
+  logging, saving and the end of training (one collective each time under DDP).
+- the FLOPs Trainer logs (floating_point_ops): Trainer walks the model's parameters in Python
+  every step; here the per-token count is taken once (the same 6 x non-embedding parameters x
+  tokens).
+- the attention mask (bertkit.training.padding_masks): transformers asks the GPU whether a
+  padding mask is all ones before SDPA; a batch without padding goes without a mask, and a
+  padded one as the 4D mask transformers would build, which it uses as given.
+
+Trainer's own flags are turned off on the arguments this trainer holds (their values are kept
+and acted on here), so the rest of Trainer's loop is unchanged.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import Trainer, TrainerCallback
+
+from bertkit.trainer_internals import put_last
+from bertkit.training.padding_masks import attach_padding_masks, without_full_masks
+
+TOKENS_MODES = ("all", "non_padding", "no")
+
+
+class LeanStepTrainer(Trainer):
+    """Trainer with the step's host syncs moved to logging steps (module docstring)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        settings = getattr(self.args, "_bertkit_lean_settings", None)
+        if settings is None:  # the user's settings, taken once per arguments object
+            tokens = self.args.include_num_input_tokens_seen
+            tokens = {True: "all", False: "no"}.get(tokens, tokens)
+            settings = (bool(self.args.logging_nan_inf_filter), str(tokens))
+            self.args._bertkit_lean_settings = settings
+            self.args.logging_nan_inf_filter = False
+            self.args.include_num_input_tokens_seen = "no"
+        self.filter_nonfinite, self.count_tokens = settings
+        self._lean_window = _DeviceWindow()
+        self._flops_per_token: int | None = None
+        if self.data_collator is not None:
+            self.data_collator = without_full_masks(self.data_collator)
+        attach_padding_masks(self.model)
+        self._flush_callback = FlushAtLoggingSteps(self)
+        self.add_callback(self._flush_callback)
+
+    # -- the step -------------------------------------------------------------------------
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        if self.count_tokens != "no":
+            self._lean_window.add_tokens(self._tokens_of(inputs), loss.device)
+        if self.filter_nonfinite:
+            loss = self._lean_window.filtered(loss)
+        return loss
+
+    def _tokens_of(self, inputs) -> torch.Tensor | int:
+        ids = inputs[getattr(self.model, "main_input_name", "input_ids")]
+        mask = inputs.get("attention_mask")
+        if self.count_tokens == "non_padding" and mask is not None:
+            return mask.sum()
+        return ids.numel()  # "all", or a batch without padding (its mask was dropped)
+
+    def floating_point_ops(self, inputs) -> int:
+        """Trainer's count (6 x non-embedding parameters x input tokens), the parameters
+        counted once rather than every step."""
+        main = getattr(self.model, "main_input_name", "input_ids")
+        if main not in inputs or not hasattr(self.model, "num_parameters"):
+            return 0
+        if self._flops_per_token is None:
+            self._flops_per_token = 6 * self.model.num_parameters(exclude_embeddings=True)
+        return self._flops_per_token * inputs[main].numel()
+
+    # -- reading the window at logging steps -------------------------------------------------
+    def flush_step_counters(self) -> dict:
+        """Adds the window's tokens to state.num_input_tokens_seen and returns what the log
+        line adds: the tokens seen, and the non-finite losses if there were any."""
+        tokens, nonfinite = self._lean_window.read(self.accelerator)
+        extra = {}
+        if self.count_tokens != "no":
+            self.state.num_input_tokens_seen += tokens
+            extra["num_input_tokens_seen"] = self.state.num_input_tokens_seen
+        if nonfinite:
+            extra["nonfinite_losses"] = nonfinite
+        return extra
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if "loss" in logs:  # a training line (evaluation lines carry eval_*)
+            logs = {**logs, **self.flush_step_counters()}
+        super().log(logs, start_time)
+
+    def train(self, *args, **kwargs):
+        # Last among the callbacks, so that a stop or save that another callback decides at a
+        # step's end still finds the counters flushed into the state it saves.
+        put_last(self, self._flush_callback)
+        return super().train(*args, **kwargs)
+
+    def evaluation_loop(self, *args, **kwargs):
+        """Evaluation keeps Trainer's own NaN/Inf filter (on host arrays: no sync)."""
+        self.args.logging_nan_inf_filter = self.filter_nonfinite
+        try:
+            return super().evaluation_loop(*args, **kwargs)
+        finally:
+            self.args.logging_nan_inf_filter = False
+
+
+class _DeviceWindow:
+    """Sums on the device between two readings: input tokens, finite losses and their count,
+    non-finite losses."""
+
+    def __init__(self):
+        self.tokens: torch.Tensor | int = 0
+        self.loss_sum: torch.Tensor | None = None
+        self.finite = None
+        self.nonfinite = None
+
+    def add_tokens(self, count, device) -> None:
+        if isinstance(count, torch.Tensor):
+            count = count.to(torch.int64)
+        self.tokens = self.tokens + count
+
+    def filtered(self, loss: torch.Tensor) -> torch.Tensor:
+        finite = torch.isfinite(loss)
+        if self.loss_sum is None:
+            self.loss_sum = torch.zeros_like(loss)
+            self.finite = torch.zeros((), dtype=torch.int64, device=loss.device)
+            self.nonfinite = torch.zeros((), dtype=torch.int64, device=loss.device)
+        kept = torch.where(finite, loss, torch.zeros_like(loss))
+        self.loss_sum = self.loss_sum + kept
+        self.finite = self.finite + finite
+        self.nonfinite = self.nonfinite + ~finite
+        mean = self.loss_sum / self.finite.clamp(min=1)
+        return torch.where(finite, loss, mean)
+
+    def read(self, accelerator) -> tuple[int, int]:
+        """(tokens, non-finite losses) of the window over all processes; opens the next."""
+        device = accelerator.device
+        values = torch.stack([torch.as_tensor(self.tokens, dtype=torch.int64, device=device),
+                              (self.nonfinite if self.nonfinite is not None
+                               else torch.zeros((), dtype=torch.int64, device=device))
+                              .to(device)])
+        if accelerator.num_processes > 1:
+            values = accelerator.reduce(values, reduction="sum")
+        tokens, nonfinite = (int(value) for value in values.tolist())
+        self.__init__()
+        return tokens, nonfinite
+
+
+class FlushAtLoggingSteps(TrainerCallback):
+    """Flushes the counters into Trainer's state before a checkpoint is saved and when
+    training ends, so that a resumed run counts on from the right number."""
+
+    def __init__(self, trainer: LeanStepTrainer):
+        self.trainer = trainer
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if control.should_save and not control.should_log:
+            self.trainer.flush_step_counters()
+        return control
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.trainer.flush_step_counters()
+        return control
