@@ -30,6 +30,7 @@ JOBS = {
     "bench_pretrain": "bertkit.benchmarks.pretrain_throughput:benchmark_pretrain_throughput",
     "bench_pretrain_quality": "bertkit.benchmarks.pretrain_quality:benchmark_pretrain_quality",
     "bench_sweep": "bertkit.benchmarks.sweep_launchers:benchmark_sweep_launchers",
+    "bench_step": "bertkit.benchmarks.step_cost:benchmark_step_cost",
 }
 
 

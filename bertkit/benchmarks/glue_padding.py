@@ -3,10 +3,11 @@
   plain:   what run_glue.py does by default: every example padded to a fixed length when the
            data is tokenised (padding="max_length"), batches drawn at random, plain Trainer with
            default_data_collator;
-  bertkit: what `recipe=glue` does: each batch padded to its own longest example by
-           DataCollatorWithPadding (to a multiple of pad_to_multiple_of only under mixed
-           precision), batches in trainer.train_sampling_strategy's order (random by default;
-           group_by_length: batches of similar length, LengthGroupedTrainer).
+  bertkit: what `recipe=glue` does: each batch padded to its own longest example rounded up
+           to a multiple of bucket_width by DataCollatorWithPadding (and of
+           pad_to_multiple_of under mixed precision), batches in
+           trainer.train_sampling_strategy's order (random by default; group_by_length:
+           batches of similar length, LengthGroupedTrainer).
 
 Both ways train the same model from the same initial weights (same seed and config), with the
 same batch size, learning rate and number of optimizer steps, on the same tokenised examples
@@ -50,7 +51,7 @@ from bertkit.benchmarks.measure import device_name, synchronize
 from bertkit.data.atomic_files import write_json_atomic
 from bertkit.errors import BertkitError
 from bertkit.tasks.glue.family import FAMILY as GLUE
-from bertkit.training.arguments import build_training_arguments
+from bertkit.training.arguments import build_training_arguments, padding_multiple
 from bertkit.training.length_grouped_trainer import LengthGroupedTrainer
 from bertkit.training.models import count_parameters, load_tokenizer
 from bertkit.training.run import hydra_run_dir
@@ -232,7 +233,7 @@ def _result(cfg: DictConfig, probe, precision: str, ways: dict, runs: dict,
         "seed": probe.seed,
         "max_seq_length": task.max_seq_length,
         "baseline_max_length": int(bench.baseline_max_length),
-        "pad_to_multiple_of": cfg.pad_to_multiple_of if precision != "fp32" else None,
+        "pad_to_multiple_of": padding_multiple(cfg, precision != "fp32"),
         "timing": "wall time of trainer.train() per timed run, median over repeats; each way "
                   "first ran warmup_steps steps on a throwaway copy (not timed)",
         "ways": ways,
@@ -254,8 +255,8 @@ def benchmark_glue_padding(cfg: DictConfig, run_dir: Path | None = None) -> dict
     def collator(way: str, precision: str):
         if way == "plain":
             return default_data_collator
-        pad_to = cfg.pad_to_multiple_of if precision != "fp32" else None
-        return DataCollatorWithPadding(tokenizer, pad_to_multiple_of=pad_to)
+        multiple = padding_multiple(cfg, precision != "fp32")
+        return DataCollatorWithPadding(tokenizer, pad_to_multiple_of=multiple)
 
     # The precision every run below resolves (it decides pad_to_multiple_of).
     probe = build_training_arguments(cfg, run_dir, [])

@@ -4,6 +4,7 @@ mixed precision on a GPU, where checkpoints go, and which tracker Trainer report
 from __future__ import annotations
 
 import logging
+import math
 import os
 from pathlib import Path
 
@@ -77,3 +78,12 @@ def build_training_arguments(
                            f"argument names)") from None
     except ValueError as err:
         raise BertkitError(f"trainer: {err}") from None
+
+
+def padding_multiple(cfg: DictConfig, mixed_precision: bool) -> int | None:
+    """What finetuning batches are padded to a multiple of: bucket_width (a few static
+    shapes), and pad_to_multiple_of as well under mixed precision (tensor cores); None for 1."""
+    multiple = int(OmegaConf.select(cfg, "bucket_width", default=1) or 1)
+    if mixed_precision and cfg.pad_to_multiple_of:
+        multiple = math.lcm(multiple, int(cfg.pad_to_multiple_of))
+    return multiple if multiple > 1 else None

@@ -145,16 +145,38 @@ class BudgetCallback(TrainerCallback):
     spent. Trainer's schedules are LambdaLR objects that set each group's rate to its base
     rate (layer-wise rates kept) x lambda(step): the lambdas are replaced by ones that ignore
     the step and read the clock, once per optimizer step, so the rate Trainer logs
-    (get_last_lr) is the schedule's. After the ClockCallback, which starts the clock."""
+    (get_last_lr) is the schedule's. After the ClockCallback, which starts the clock.
 
-    def __init__(self, budget: Budget, clock: TrainingClock):
+    One process reads its own clock at every step (the host's clock: no sync). Under DDP the
+    processes must see one time, so they take process 0's reading at the first two steps and
+    then every agree_every_steps steps (a broadcast, which waits for the GPU) and, between
+    two readings, extrapolate it by the seconds a step took over the last interval: the same arithmetic on every process, so
+    the rate and the stop stay identical without a collective per step."""
+
+    def __init__(self, budget: Budget, clock: TrainingClock, agree_every_steps: int = 1):
         self.budget = budget
         self.clock = clock
+        self.agree_every_steps = max(1, int(agree_every_steps))
         self.elapsed = 0.0  # the clock as of the latest optimizer step, on every process
         self.ended_by_budget = False
+        self._agreed: tuple[int, float] | None = None  # (step, seconds) of the last reading
+        self._seconds_per_step = 0.0
+        self._rate_known = False  # after two readings (the first two steps agree)
 
-    def _read_clock(self, args) -> None:
-        self.elapsed = agreed_seconds(self.clock.elapsed(), args)
+    def _read_clock(self, args, step: int = 0) -> None:
+        if args.world_size <= 1 or not torch.distributed.is_initialized():
+            self.elapsed = self.clock.elapsed()
+            return
+        if self._rate_known and step % self.agree_every_steps:
+            agreed_step, agreed = self._agreed
+            self.elapsed = agreed + self._seconds_per_step * (step - agreed_step)
+            return
+        seconds = agreed_seconds(self.clock.elapsed(), args)
+        if self._agreed is not None and step > self._agreed[0]:
+            self._seconds_per_step = (seconds - self._agreed[1]) / (step - self._agreed[0])
+            self._rate_known = True
+        self._agreed = (step, seconds)
+        self.elapsed = seconds
 
     def on_train_begin(self, args, state, control, lr_scheduler=None, **kwargs):
         if not isinstance(lr_scheduler, LambdaLR):
@@ -181,7 +203,8 @@ class BudgetCallback(TrainerCallback):
         return control
 
     def on_optimizer_step(self, args, state, control, **kwargs):
-        self._read_clock(args)  # right before the scheduler's step, which reads it
+        # Right before the scheduler's step, which reads it; global_step counts the steps done.
+        self._read_clock(args, state.global_step + 1)
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.elapsed >= self.budget.seconds:
@@ -198,6 +221,7 @@ def add_budget(cfg: DictConfig, trainer: Trainer, clock: TrainingClock) -> Budge
     budget = budget_settings(cfg)
     if budget is None:
         return None
-    callback = BudgetCallback(budget, clock)
+    callback = BudgetCallback(budget, clock, OmegaConf.select(cfg, "agree_every_steps",
+                                                             default=1))
     trainer.add_callback(callback)
     return callback

@@ -114,7 +114,8 @@ def train(cfg: DictConfig, run_dir: Path, trainer: Trainer, hyperparameters: dic
     stopper = add_train_fraction(cfg, trainer)
     budget = add_budget(cfg, trainer, clock)
     meter = add_throughput(cfg, trainer)
-    preemption = PreemptionCallback()
+    preemption = PreemptionCallback(
+        agree_every_steps=OmegaConf.select(cfg, "agree_every_steps", default=1))
     trainer.add_callback(preemption)
     main = trainer.is_world_process_zero()
     uses_wandb = "wandb" in (trainer.args.report_to or [])

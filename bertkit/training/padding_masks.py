@@ -50,18 +50,15 @@ def four_d_mask(mask: torch.Tensor, implementation: str, dtype: torch.dtype) -> 
 
 
 def _expand_mask(module: BertModel, args, kwargs):
-    mask = kwargs.get(MASK)
-    if mask is None and len(args) > 1:
-        mask = args[1]
-        args = (args[0], None, *args[2:])
-    if not isinstance(mask, torch.Tensor) or mask.dim() != 2:
-        return None
+    positional = MASK not in kwargs and len(args) > 1
+    mask = args[1] if positional else kwargs.get(MASK)
     implementation = module.config._attn_implementation
-    if implementation not in FOUR_D:
+    if not isinstance(mask, torch.Tensor) or mask.dim() != 2 or implementation not in FOUR_D:
         return None
-    dtype = module.get_input_embeddings().weight.dtype
-    kwargs[MASK] = four_d_mask(mask, implementation, dtype)
-    return args, kwargs
+    mask = four_d_mask(mask, implementation, module.get_input_embeddings().weight.dtype)
+    if positional:
+        return (args[0], mask, *args[2:]), kwargs
+    return args, {**kwargs, MASK: mask}
 
 
 def attach_padding_masks(model: torch.nn.Module) -> None:

@@ -3,9 +3,10 @@
 SLURM and most schedulers send SIGTERM some seconds before they kill a preempted job; a
 submitit job gets its own signal (USR2 by default: SUBMITIT_PREEMPT_SIGNAL), on which submitit
 requeues the job and exits at once, losing everything since the last periodic checkpoint.
-Here the signal only raises a flag. At the end of the optimizer step Trainer saves a
+Here the signal only raises a flag. At the end of an optimizer step Trainer saves a
 checkpoint and stops (every process of a distributed run at the same step: the flag is
-reduced over them), then the job ends with Preempted: exit status 128 + the signal for a
+reduced over them every `agree_every_steps` steps), then the job ends with Preempted: exit
+status 128 + the signal for a
 plain job; for submitit, its own handler runs now (checkpoint/requeue), and the requeued job
 continues from that checkpoint with resume=auto.
 """
@@ -59,8 +60,11 @@ def preemption_signals() -> list[int]:
 class PreemptionCallback(TrainerCallback):
     """Catches the preemption signals during training; saves and stops at the step's end."""
 
-    def __init__(self, signals: list[int] | None = None):
+    def __init__(self, signals: list[int] | None = None, agree_every_steps: int = 1):
+        """agree_every_steps: under DDP, the processes compare their flags at every this many
+        optimizer steps (one collective each time, not one per step)."""
         self.signals = preemption_signals() if signals is None else signals
+        self.agree_every_steps = max(1, int(agree_every_steps))
         self.received: int | None = None
         self.stopped_at: int | None = None
         self.previous: dict[int, object] = {}
@@ -78,7 +82,7 @@ class PreemptionCallback(TrainerCallback):
                 self.previous[signum] = signal.signal(signum, self._catch)
 
     def on_step_end(self, args, state, control, **kwargs):
-        if self._any_process_received():
+        if self._any_process_received(state.global_step):
             self.stopped_at = state.global_step
             control.should_save = True
             control.should_training_stop = True
@@ -87,11 +91,15 @@ class PreemptionCallback(TrainerCallback):
         for signum, handler in self.previous.items():
             signal.signal(signum, handler)
 
-    def _any_process_received(self) -> bool:
+    def _any_process_received(self, step: int) -> bool:
         """Every process stops at the same step: the schedulers signal them at different
-        moments, and a process that saved alone would wait for the others forever."""
+        moments, and a process that saved alone would wait for the others forever. They agree
+        at every agree_every_steps-th step only: a collective and its read-back stop the host
+        until the GPU drains, and a scheduler's grace period spans many steps."""
         if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
             return self.received is not None
+        if step % self.agree_every_steps:
+            return False
         flag = torch.tensor([0 if self.received is None else self.received], dtype=torch.int64)
         if torch.distributed.get_backend() == "nccl":
             flag = flag.cuda()

@@ -22,7 +22,7 @@ from transformers import Trainer, TrainingArguments, set_seed
 from bertkit.config_schema import check_ranges
 from bertkit.data.atomic_files import write_json_atomic
 from bertkit.data.metrics_file import METRICS_FILE
-from bertkit.training.arguments import build_training_arguments
+from bertkit.training.arguments import build_training_arguments, padding_multiple
 from bertkit.training.budget import ClockCallback, budget_hyperparameters, budget_settings
 from bertkit.training.clock import TrainingClock
 from bertkit.training.lifecycle import (
@@ -43,7 +43,7 @@ class RunSetup:
     args: TrainingArguments
     checkpoint: str | None  # the checkpoint to resume from (None: from the start)
     clock: TrainingClock  # the run's training clock, started by the trainer's ClockCallback
-    pad_to_multiple_of: int | None  # pad_to_multiple_of under bf16/fp16, else None
+    pad_to_multiple_of: int | None  # finetuning batches' widths (arguments.padding_multiple)
 
 
 @dataclass
@@ -76,7 +76,7 @@ def start_run(cfg: DictConfig, run_dir: Path | None = None) -> RunSetup:
     args = build_training_arguments(cfg, run_dir, report_to(cfg))
     checkpoint = resume_checkpoint(cfg.resume, args)
     set_seed(args.seed)
-    pad_to = cfg.pad_to_multiple_of if (args.bf16 or args.fp16) else None
+    pad_to = padding_multiple(cfg, args.bf16 or args.fp16)
     return RunSetup(run_dir, args, checkpoint, training_clock(), pad_to)
 
 

@@ -8,6 +8,7 @@ import pytest
 import torch
 from transformers import BertConfig, BertForPreTraining, BertForSequenceClassification
 
+from bertkit.pretraining.batches import per_position_labels, slots_of
 from bertkit.pretraining.model import MaskedOnlyBertForPreTraining
 
 
@@ -86,3 +87,32 @@ def test_saved_checkpoint_is_a_plain_bert(models, tmp_path):
     reloaded = BertForPreTraining.from_pretrained(tmp_path)
     torch.testing.assert_close(reloaded.cls.predictions.decoder.weight,
                                ours.bert.embeddings.word_embeddings.weight)
+
+
+def test_fixed_slots_give_the_loss_and_statistics_of_per_position_labels(models):
+    """bertkit's static-shape batches gather the masked positions into fixed slots (unused
+    ones weighing 0): the loss and the logged counts equal the per-position computation."""
+    ours, _ = models
+    inputs = batch()
+    chosen = (inputs["labels"] != -100).numpy()
+    positions, slot_labels = slots_of(chosen, inputs["input_ids"].numpy(), slots=10)
+    assert (slot_labels == -100).any()  # some slots unused
+    slotted = {**{k: v for k, v in inputs.items() if k != "labels"},
+               "mlm_positions": torch.from_numpy(positions),
+               "mlm_labels": torch.from_numpy(slot_labels)}
+    torch.testing.assert_close(per_position_labels(slotted), inputs["labels"], rtol=0, atol=0)
+    expected, output = ours(**inputs), ours(**slotted)
+    torch.testing.assert_close(output.loss, expected.loss)
+    torch.testing.assert_close(output.mlm_loss_sum, expected.mlm_loss_sum)
+    assert output.mlm_count.item() == expected.mlm_count.item() == chosen.sum()
+    assert output.mlm_correct.item() == expected.mlm_correct.item()
+    # Gradients too: the unused slots add nothing.
+    ours.train()
+    grads = []
+    for fed in (inputs, slotted):
+        ours.zero_grad()
+        torch.manual_seed(1)
+        ours(**fed).loss.backward()
+        grads.append(torch.cat([p.grad.flatten() for p in ours.parameters()
+                                if p.grad is not None]))
+    torch.testing.assert_close(grads[0], grads[1])

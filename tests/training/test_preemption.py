@@ -11,6 +11,8 @@ import signal
 import subprocess
 import sys
 import time
+
+import torch
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -162,3 +164,26 @@ def test_sigkill_at_random_moments_then_resume_auto_ends_as_the_uninterrupted_ru
     assert not (run_dir / "metrics.json").exists()
     run_to_end(overrides, run_dir, "resume=auto")
     assert_same_result(run_dir, reference_dir)
+
+
+def test_under_ddp_processes_compare_flags_every_n_steps_only(monkeypatch):
+    """The flag's all-reduce (a host sync on a GPU) runs at every agree_every_steps-th step;
+    a signal is acted on at the next such step, by every process alike."""
+    from bertkit.training.preemption import PreemptionCallback
+
+    reductions = []
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.distributed, "get_backend", lambda: "gloo")
+    monkeypatch.setattr(torch.distributed, "all_reduce",
+                        lambda flag, op=None: reductions.append(int(flag)))
+    callback = PreemptionCallback(signals=[], agree_every_steps=5)
+    stopped = []
+    for step in range(1, 13):
+        if step == 7:
+            callback.received = signal.SIGTERM
+        control = SimpleNamespace(should_save=False, should_training_stop=False)
+        callback.on_step_end(None, SimpleNamespace(global_step=step), control)
+        if control.should_training_stop:
+            stopped.append(step)
+    assert len(reductions) == 2  # steps 5 and 10
+    assert stopped == [10]

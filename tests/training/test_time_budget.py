@@ -254,3 +254,31 @@ def test_a_schedule_that_is_no_lambda_is_refused(tmp_path):
 def test_a_checkpoint_without_the_clock_carries_nothing(tmp_path):
     assert carried_seconds(None) == 0.0
     assert carried_seconds(str(tmp_path)) == 0.0
+
+
+def test_under_ddp_processes_agree_on_the_clock_every_n_steps_only(monkeypatch):
+    """A broadcast of process 0's clock waits for the GPU: the budget takes one every
+    agree_every_steps steps and extrapolates between them, the same arithmetic on every
+    process, so the rate and the stop agree without a collective per step."""
+    import bertkit.training.budget as budget_module
+
+    time = FakeTime()
+    clock = TrainingClock(time_fn=time)
+    clock.start()
+    broadcasts = []
+
+    def agreed(seconds, args):
+        broadcasts.append(seconds)
+        return seconds
+
+    monkeypatch.setattr(budget_module, "agreed_seconds", agreed)
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    callback = BudgetCallback(Budget(1.0, 0.0, "linear", 0.0), clock, agree_every_steps=10)
+    args = SimpleNamespace(world_size=2)
+    readings = []
+    for step in range(1, 26):
+        time.now += 2.0  # a steady 2 s a step
+        callback._read_clock(args, step)
+        readings.append(callback.elapsed)
+    assert len(broadcasts) == 4  # steps 1 and 2 (a first rate), 10 and 20
+    assert readings == pytest.approx([2.0 * step for step in range(1, 26)])

@@ -1,0 +1,415 @@
+"""The bench_step job: what the host spends on one training step, three ways, on the same small
+BERT (one seeded init, deep-copied per run) and the same pre-built batches, alternating in one
+process: `bare`, a PyTorch loop with nothing but forward, backward, clip_grad_norm_, a fused
+AdamW step, a linear LR step and zero_grad; `plain`, transformers.Trainer with the same settings;
+`bertkit`, bertkit's trainer (PretrainingTrainer, or LengthGroupedTrainer for GLUE) with the
+callbacks every bertkit run carries (throughput meter, PreemptionCallback, ClockCallback). Both
+Trainers read the batches through their own DataLoader from a collator that hands over the
+pre-built batch of each step, so collation costs nothing; the model is small, so the step
+machinery is a visible share of the step. A run is timed whole (trainer.train(), its setup
+included; the bare loop without building its optimizer), each way after an untimed warm-up
+run, and reported as the median ms per optimizer step over repeats; host syncs per step come
+from one separate untimed run per way (bertkit.benchmarks.host_syncs), never from a timed one.
+Writes bench_step.json in the run directory and prints a markdown table.
+"""
+
+from __future__ import annotations
+
+import copy
+import gc
+import logging
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import transformers
+from omegaconf import DictConfig, OmegaConf, open_dict
+from transformers import (
+    BertConfig,
+    BertForSequenceClassification,
+    PrinterCallback,
+    Trainer,
+    get_scheduler,
+    set_seed,
+)
+
+from bertkit.benchmarks.host_syncs import HostSyncCounter, SyncStepCallback
+from bertkit.benchmarks.measure import device_name, synchronize
+from bertkit.data.atomic_files import write_json_atomic
+from bertkit.errors import BertkitError
+from bertkit.pretraining.masking import IGNORE_INDEX
+from bertkit.pretraining.model import MaskedOnlyBertForPreTraining
+from bertkit.pretraining.trainer import PretrainingTrainer
+from bertkit.training.arguments import build_training_arguments
+from bertkit.training.budget import ClockCallback
+from bertkit.training.clock import TrainingClock
+from bertkit.training.length_grouped_trainer import LengthGroupedTrainer
+from bertkit.training.models import count_parameters
+from bertkit.training.preemption import PreemptionCallback
+from bertkit.training.run import hydra_run_dir
+from bertkit.training.throughput import add_throughput
+
+logger = logging.getLogger(__name__)
+
+RESULT_FILE = "bench_step.json"
+WAYS = ("bare", "plain", "bertkit")
+WORKLOADS = ("pretraining", "glue")
+RATIOS = (("bertkit", "bare"), ("plain", "bare"), ("bertkit", "plain"))
+BERTKIT_TRAINERS = {"pretraining": PretrainingTrainer, "glue": LengthGroupedTrainer}
+PAD_ID = 0  # ids are drawn from [1, vocab_size)
+
+
+# -- the batches ------------------------------------------------------------------------------
+def _rows(settings: DictConfig, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """(real length of each row, position index): padded_share of the rows shorter."""
+    batch, width = int(settings.batch_size), int(settings.seq_length)
+    lengths = np.full(batch, width)
+    short = rng.random(batch) < float(settings.padded_share)
+    lengths[short] = rng.integers(int(settings.min_length), width, size=int(short.sum()))
+    return lengths, np.arange(width)[None, :]
+
+
+def _encoder_inputs(lengths, position, vocab_size: int, rng) -> dict[str, np.ndarray]:
+    """Random ids, two segments split at random, padding (id 0, mask 0) after each length."""
+    real = position < lengths[:, None]
+    split = rng.integers(1, lengths - 1)[:, None]
+    ids = rng.integers(PAD_ID + 1, vocab_size, size=real.shape)
+    return {"input_ids": np.where(real, ids, PAD_ID),
+            "token_type_ids": (real & (position >= split)).astype(np.int64),
+            "attention_mask": real.astype(np.int64)}
+
+
+def pretraining_batch(settings: DictConfig, vocab_size: int, rng) -> dict[str, np.ndarray]:
+    """What bertkit's pretraining collator feeds MaskedOnlyBertForPreTraining: mlm_used of the
+    mlm_slots slots at distinct positions inside each row ([CLS] and the last token left out),
+    the rest position 0 with label -100; a random NSP label per row."""
+    lengths, position = _rows(settings, rng)
+    batch = _encoder_inputs(lengths, position, vocab_size, rng)
+    slots, used = int(settings.mlm_slots), int(settings.mlm_used)
+    inside = (position > 0) & (position < lengths[:, None] - 1)
+    keys = np.where(inside, rng.random(inside.shape), np.inf)
+    positions = np.zeros((len(lengths), slots), dtype=np.int64)
+    positions[:, :used] = np.argsort(keys, axis=1)[:, :used]
+    labels = np.full((len(lengths), slots), IGNORE_INDEX)
+    labels[:, :used] = rng.integers(PAD_ID + 1, vocab_size, size=(len(lengths), used))
+    return {**batch, "mlm_positions": positions, "mlm_labels": labels,
+            "next_sentence_label": rng.integers(0, 2, size=len(lengths))}
+
+
+def glue_batch(settings: DictConfig, vocab_size: int, rng) -> dict[str, np.ndarray]:
+    lengths, position = _rows(settings, rng)
+    batch = _encoder_inputs(lengths, position, vocab_size, rng)
+    return {**batch, "labels": rng.integers(0, int(settings.num_labels), size=len(lengths))}
+
+
+BATCHES = {"pretraining": pretraining_batch, "glue": glue_batch}
+
+
+def build_batches(cfg: DictConfig, workload: str) -> list[dict[str, torch.Tensor]]:
+    """The workload's distinct batches (seeded), as int64 tensors on the host."""
+    settings = cfg.bench[workload]
+    rng = np.random.default_rng(int(cfg.seed))
+    vocab_size = int(cfg.bench.model.vocab_size)
+    return [{name: torch.from_numpy(np.ascontiguousarray(value, dtype=np.int64))
+             for name, value in BATCHES[workload](settings, vocab_size, rng).items()}
+            for _ in range(int(settings.batches))]
+
+
+class StepIndices(torch.utils.data.Dataset):
+    """n items, each its own index: what Trainer's sampler and DataLoader iterate over."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int) -> int:
+        return index
+
+
+class FeedBatches:
+    """The data collator: the next pre-built batch, whatever the indices. A shallow copy, as a
+    collator builds a new dict: bertkit's wrapper drops a full attention mask from it."""
+
+    def __init__(self, batches: list[dict]):
+        self.batches = batches
+        self.fed = 0
+
+    def __call__(self, features) -> dict:
+        batch = dict(self.batches[self.fed % len(self.batches)])
+        self.fed += 1
+        return batch
+
+
+# -- the model and the arguments ------------------------------------------------------------------
+def initial_model(cfg: DictConfig, workload: str) -> torch.nn.Module:
+    """The workload's model from the seeded init (every run trains a deep copy of it)."""
+    options = OmegaConf.to_container(cfg.bench.model, resolve=True)
+    set_seed(int(cfg.seed))
+    if workload == "glue":
+        config = BertConfig(pad_token_id=PAD_ID, num_labels=int(cfg.bench.glue.num_labels),
+                            **options)
+        return BertForSequenceClassification(config)
+    return MaskedOnlyBertForPreTraining(BertConfig(pad_token_id=PAD_ID, **options))
+
+
+def _arguments(cfg: DictConfig, workload: str, steps: int, run_dir: Path):
+    """TrainingArguments of one run (a fresh object each: bertkit's trainer edits its own)."""
+    options = {**OmegaConf.to_container(cfg.trainer, resolve=True),
+               # TrainingArguments the trainer group's schema does not hold: a plain node.
+               **OmegaConf.to_container(cfg.bench.trainer, resolve=True),
+               **OmegaConf.to_container(cfg.bench[workload].trainer, resolve=True),
+               "max_steps": steps,
+               "per_device_train_batch_size": int(cfg.bench[workload].batch_size)}
+    cfg = cfg.copy()
+    with open_dict(cfg):
+        cfg.trainer = OmegaConf.create(options)
+    return build_training_arguments(cfg, run_dir, [])
+
+
+def _trainer(cfg: DictConfig, way: str, workload: str, model, args, batches) -> Trainer:
+    """The plain Trainer, or bertkit's with what a bertkit run adds around it
+    (bertkit.training.run.train_run and lifecycle.train: the clock's callback, the throughput
+    meter first, the preemption callback)."""
+    dataset = StepIndices(args.max_steps * args.per_device_train_batch_size)
+    trainer_class = Trainer if way == "plain" else BERTKIT_TRAINERS[workload]
+    trainer = trainer_class(model=model, args=args, train_dataset=dataset,
+                            data_collator=FeedBatches(batches))
+    trainer.remove_callback(PrinterCallback)  # its end-of-train line, in both
+    if way == "bertkit":
+        trainer.add_callback(ClockCallback(TrainingClock(), None))
+        add_throughput(cfg, trainer)
+        trainer.add_callback(PreemptionCallback())
+    return trainer
+
+
+# -- the bare loop ----------------------------------------------------------------------------
+class BareLoop:
+    """The step with nothing around it: Trainer's optimizer (fused AdamW, weight decay off
+    biases and LayerNorm), clipping and schedule from the same arguments."""
+
+    def __init__(self, model, args, steps: int):
+        self.model, self.args = model.to(args.device), args
+        named = list(model.named_parameters())
+        no_decay = [p for name, p in named if "bias" in name or "LayerNorm" in name]
+        decay = [p for name, p in named if not ("bias" in name or "LayerNorm" in name)]
+        self.optimizer = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": args.weight_decay},
+             {"params": no_decay, "weight_decay": 0.0}],
+            lr=args.learning_rate, betas=(args.adam_beta1, args.adam_beta2),
+            eps=args.adam_epsilon, fused=True)
+        self.scheduler = get_scheduler(args.lr_scheduler_type, self.optimizer,
+                                       num_warmup_steps=args.get_warmup_steps(steps),
+                                       num_training_steps=steps)
+
+    def step(self, batch: dict) -> None:
+        batch = {name: value.to(self.args.device) for name, value in batch.items()}
+        loss = self.model(**batch).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.args.max_grad_norm)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+
+# -- one run of each kind ---------------------------------------------------------------------
+def _run(cfg: DictConfig, way: str, workload: str, initial, batches, steps: int,
+         run_dir: Path) -> float:
+    """Seconds of `steps` optimizer steps from a copy of the initial weights."""
+    args = _arguments(cfg, workload, steps, run_dir)
+    model = copy.deepcopy(initial)
+    set_seed(args.seed)
+    if way == "bare":
+        loop = BareLoop(model, args, steps)
+        synchronize()
+        started = time.perf_counter()
+        model.train()
+        for index in range(steps):
+            loop.step(batches[index % len(batches)])
+        synchronize()
+        return time.perf_counter() - started
+    trainer = _trainer(cfg, way, workload, model, args, batches)
+    synchronize()
+    started = time.perf_counter()
+    output = trainer.train()
+    synchronize()
+    seconds = time.perf_counter() - started
+    if output.global_step != steps:
+        raise BertkitError(f"bench: the {way} run made {output.global_step} steps, not {steps}")
+    return seconds
+
+
+def _syncs(cfg: DictConfig, way: str, workload: str, initial, batches, steps: int,
+           run_dir: Path) -> dict:
+    """Host syncs per optimizer step, over the steps that did not log (for the Trainers: all
+    but the last, which holds the end-of-training log line), and where they came from."""
+    args = _arguments(cfg, workload, steps, run_dir)
+    model = copy.deepcopy(initial)
+    set_seed(args.seed)
+    counter = HostSyncCounter()
+    if way == "bare":
+        loop = BareLoop(model, args, steps)
+        model.train()
+        with counter:
+            for index in range(steps):
+                counter.step = index + 1
+                loop.step(batches[index % len(batches)])
+        quiet = list(range(1, steps + 1))
+    else:
+        trainer = _trainer(cfg, way, workload, model, args, batches)
+        marks = SyncStepCallback(counter)
+        trainer.add_callback(marks)
+        trainer.data_collator = counter.excluding(trainer.data_collator)  # host work by design
+        with counter:
+            trainer.train()
+        quiet = [step for step in range(1, steps + 1) if step not in marks.logged_steps]
+    per_step = counter.per_step()
+    return {"syncs_per_step": sum(per_step[step] for step in quiet) / len(quiet),
+            "steps_counted": len(quiet),
+            "sync_sources": {f"{op} at {caller}": count / len(quiet)
+                             for (op, caller), count in counter.where(quiet).most_common()}}
+
+
+def _release() -> None:
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+# -- the job ----------------------------------------------------------------------------------
+def _check(cfg: DictConfig) -> list[str]:
+    bench = cfg.bench
+    if int(bench.steps) < 1 or int(bench.repeats) < 1 or int(bench.warmup_steps) < 0:
+        raise BertkitError(f"bench: steps ({bench.steps}) and repeats ({bench.repeats}) must be "
+                           f"at least 1, warmup_steps ({bench.warmup_steps}) at least 0")
+    if int(bench.sync_steps) < 2:
+        raise BertkitError(f"bench.sync_steps={bench.sync_steps}: at least 2 (the last step "
+                           f"logs, and is not counted)")
+    workloads = list(bench.workloads)
+    if not workloads or set(workloads) - set(WORKLOADS):
+        raise BertkitError(f"bench.workloads={workloads}: expected some of {', '.join(WORKLOADS)}")
+    for workload in workloads:
+        settings = bench[workload]
+        least = int(settings.mlm_used) + 2 if workload == "pretraining" else 3
+        if not least <= int(settings.min_length) <= int(settings.seq_length) \
+                <= int(bench.model.max_position_embeddings):
+            raise BertkitError(f"bench.{workload}: expected {least} <= min_length "
+                               f"({settings.min_length}) <= seq_length ({settings.seq_length}) "
+                               f"<= bench.model.max_position_embeddings")
+        if workload == "pretraining" and int(settings.mlm_used) > int(settings.mlm_slots):
+            raise BertkitError("bench.pretraining: mlm_used must be at most mlm_slots")
+    if int(cfg.trainer.gradient_accumulation_steps) != 1:
+        raise BertkitError("bench: trainer.gradient_accumulation_steps must be 1 (one batch a "
+                           "step, as the bare loop runs)")
+    return workloads
+
+
+def _workload(cfg: DictConfig, workload: str, run_dir: Path) -> dict:
+    bench = cfg.bench
+    steps, warmup_steps, repeats = int(bench.steps), int(bench.warmup_steps), int(bench.repeats)
+    batches = build_batches(cfg, workload)
+    initial = initial_model(cfg, workload)
+    for way in WAYS if warmup_steps else ():
+        logger.info("bench %s %s: warm-up, %d steps (not timed)", workload, way, warmup_steps)
+        _run(cfg, way, workload, initial, batches, warmup_steps, run_dir)
+        _release()
+    seconds: dict[str, list[float]] = {way: [] for way in WAYS}
+    for repeat in range(repeats):  # bare, plain, bertkit, bertkit, plain, bare, ...
+        for way in WAYS if repeat % 2 == 0 else WAYS[::-1]:
+            logger.info("bench %s %s: timed run %d of %d, %d steps", workload, way, repeat + 1,
+                        repeats, steps)
+            seconds[way].append(_run(cfg, way, workload, initial, batches, steps, run_dir))
+            _release()
+    ways = {}
+    for way in WAYS:
+        logger.info("bench %s %s: counting host syncs, %d steps (not timed)", workload, way,
+                    int(bench.sync_steps))
+        syncs = _syncs(cfg, way, workload, initial, batches, int(bench.sync_steps), run_dir)
+        _release()
+        each = [1000 * value / steps for value in seconds[way]]
+        ways[way] = {"ms_per_step": statistics.median(each), "ms_per_step_each_repeat": each,
+                     **syncs}
+    masks = torch.cat([batch["attention_mask"] for batch in batches])
+    return {
+        "model_class": type(initial).__name__,
+        "num_parameters": count_parameters(initial),
+        **{key: value for key, value in OmegaConf.to_container(bench[workload]).items()
+           if key != "trainer"},
+        "real_token_share": float(masks.float().mean()),
+        "trainer_settings": OmegaConf.to_container(bench[workload].trainer),
+        "ways": ways,
+        "ratio": {f"{a}/{b}": ways[a]["ms_per_step"] / ways[b]["ms_per_step"] for a, b in RATIOS},
+    }
+
+
+def benchmark_step_cost(cfg: DictConfig, run_dir: Path | None = None) -> dict:
+    run_dir = Path(run_dir or hydra_run_dir())
+    workloads = _check(cfg)
+    if cfg.bench.num_threads is not None:
+        torch.set_num_threads(int(cfg.bench.num_threads))
+    probe = _arguments(cfg, workloads[0], int(cfg.bench.steps), run_dir)
+    if probe.world_size > 1:
+        raise BertkitError("bench: run on one process (it times one process's steps)")
+    results = {workload: _workload(cfg, workload, run_dir) for workload in workloads}
+    scratch = run_dir / "checkpoints"
+    if scratch.is_dir() and not any(scratch.iterdir()):
+        scratch.rmdir()
+    bench = cfg.bench
+    result = {
+        "recipe": cfg.recipe.name,
+        "device": probe.device.type,
+        "device_name": device_name(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "steps": int(bench.steps),
+        "warmup_steps": int(bench.warmup_steps),
+        "repeats": int(bench.repeats),
+        "sync_steps": int(bench.sync_steps),
+        "seed": probe.seed,
+        "model": OmegaConf.to_container(bench.model, resolve=True),
+        "trainer": {"optim": str(probe.optim), "learning_rate": probe.learning_rate,
+                    "lr_scheduler_type": str(probe.lr_scheduler_type),
+                    "warmup_steps": probe.warmup_steps, "weight_decay": probe.weight_decay,
+                    "max_grad_norm": probe.max_grad_norm, "logging_steps": probe.logging_steps,
+                    **OmegaConf.to_container(bench.trainer)},
+        "timing": "wall time of trainer.train() (its setup included) or of the bare loop (its "
+                  "optimizer built before), divided by steps; median over repeats in "
+                  "alternating order; each way first ran warmup_steps steps on a throwaway "
+                  "copy (not timed)",
+        "syncs": "host syncs (bertkit.benchmarks.host_syncs) per optimizer step in one "
+                 "separate untimed run of sync_steps steps per way, the collator's own work "
+                 "and the Trainers' last (logging) step left out",
+        "workloads": results,
+    }
+    path = write_json_atomic(run_dir / RESULT_FILE, result)
+    print(table(result, path))
+    return result
+
+
+def table(result: dict, path: Path | None = None) -> str:
+    """One markdown row per workload: ms/step of each way, the ratios, syncs per step."""
+    model = result["model"]
+    lines = [
+        f"\nbench_step: {result['steps']} steps x {result['repeats']} repeat(s), "
+        f"{result['warmup_steps']} warm-up steps not timed; {model['num_hidden_layers']}x"
+        f"{model['hidden_size']} BERT (vocab {model['vocab_size']:,}), {result['device_name']}, "
+        f"{result['torch_threads']} thread(s), torch {result['torch']}, transformers "
+        f"{result['transformers']}\n",
+        "| workload | batch | bare ms/step | plain ms/step | bertkit ms/step | bertkit/bare "
+        "| plain/bare | bertkit/plain | syncs/step bare / plain / bertkit |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, workload in result["workloads"].items():
+        ways, ratio = workload["ways"], workload["ratio"]
+        syncs = " / ".join(f"{ways[way]['syncs_per_step']:g}" for way in WAYS)
+        lines.append(f"| {name} | {workload['batch_size']} x {workload['seq_length']} "
+                     + "".join(f"| {ways[way]['ms_per_step']:.1f} " for way in WAYS)
+                     + "".join(f"| {ratio[f'{a}/{b}']:.2f}x " for a, b in RATIOS)
+                     + f"| {syncs} |")
+    if path is not None:
+        lines.append(f"\nresult: {path}")
+    return "\n".join(lines)
