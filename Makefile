@@ -61,7 +61,7 @@ LAUNCH := $(BIN)/torchrun --standalone --nproc_per_node=$(NPROC) -m bertkit
 endif
 
 .PHONY: install demo test lint glue glue-grid $(addprefix glue-,$(GLUE_TASKS)) bench-glue squad \
-	squad2 swag ner pretrain pretrain-ablation bench-pretrain-data bench-pretrain bench-pretrain-quality minilm bench-parity bench-parity-calibrated methods-table bench-sweep squad-dev-halves clean
+	squad2 swag ner pretrain pretrain-ablation bench-pretrain-data bench-pretrain bench-step bench-pretrain-quality minilm bench-parity bench-parity-calibrated methods-table bench-sweep squad-dev-halves clean
 
 install: $(VENV)/.installed
 
@@ -142,6 +142,11 @@ bench-pretrain-data: install
 # On a GPU: O="model=scratch_base bench.batch_size=256 bench.steps=200".
 bench-pretrain: install
 	$(BIN)/bertkit recipe=bench_pretrain $(O)
+
+# The host's cost of one training step: ms/step of a bare PyTorch loop, a plain Trainer and
+# bertkit's trainer, same model and pre-built batches, and host syncs per step (bench_step.json).
+bench-step: install
+	$(BIN)/bertkit recipe=bench_step $(O)
 
 # Time to quality: bertkit's budget pretraining vs the plain run_mlm.py way, same budget, model,
 # vocabulary and text, scored on the same held-out masked positions (recipes/cards/pretrain.md).

@@ -88,6 +88,7 @@ class RunSchema:
     gpu_dataloader_workers: int = _setting(6, min=0)
     agree_every_steps: int = _setting(10, "a positive number of optimizer steps", min=1)
     bucket_width: int = _setting(32, "a positive number of tokens (1: no buckets)", min=1)
+    buckets_on_cpu: bool = False
     train_fraction: float | None = _setting(
         None, "a number in (0, 1], or null for the whole schedule", above=0, max=1)
 

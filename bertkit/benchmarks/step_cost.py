@@ -182,7 +182,8 @@ def _trainer(cfg: DictConfig, way: str, workload: str, model, args, batches) -> 
     if way == "bertkit":
         trainer.add_callback(ClockCallback(TrainingClock(), None))
         add_throughput(cfg, trainer)
-        trainer.add_callback(PreemptionCallback())
+        trainer.add_callback(PreemptionCallback(
+            agree_every_steps=OmegaConf.select(cfg, "agree_every_steps", default=1)))
     return trainer
 
 
@@ -294,10 +295,10 @@ def _check(cfg: DictConfig) -> list[str]:
     for workload in workloads:
         settings = bench[workload]
         least = int(settings.mlm_used) + 2 if workload == "pretraining" else 3
-        if not least <= int(settings.min_length) <= int(settings.seq_length) \
+        if not least <= int(settings.min_length) < int(settings.seq_length) \
                 <= int(bench.model.max_position_embeddings):
             raise BertkitError(f"bench.{workload}: expected {least} <= min_length "
-                               f"({settings.min_length}) <= seq_length ({settings.seq_length}) "
+                               f"({settings.min_length}) < seq_length ({settings.seq_length}) "
                                f"<= bench.model.max_position_embeddings")
         if workload == "pretraining" and int(settings.mlm_used) > int(settings.mlm_slots):
             raise BertkitError("bench.pretraining: mlm_used must be at most mlm_slots")
@@ -371,8 +372,8 @@ def benchmark_step_cost(cfg: DictConfig, run_dir: Path | None = None) -> dict:
         "sync_steps": int(bench.sync_steps),
         "seed": probe.seed,
         "model": OmegaConf.to_container(bench.model, resolve=True),
-        "trainer": {"optim": str(probe.optim), "learning_rate": probe.learning_rate,
-                    "lr_scheduler_type": str(probe.lr_scheduler_type),
+        "trainer": {"optim": _name(probe.optim), "learning_rate": probe.learning_rate,
+                    "lr_scheduler_type": _name(probe.lr_scheduler_type),
                     "warmup_steps": probe.warmup_steps, "weight_decay": probe.weight_decay,
                     "max_grad_norm": probe.max_grad_norm, "logging_steps": probe.logging_steps,
                     **OmegaConf.to_container(bench.trainer)},
@@ -388,6 +389,11 @@ def benchmark_step_cost(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     path = write_json_atomic(run_dir / RESULT_FILE, result)
     print(table(result, path))
     return result
+
+
+def _name(setting) -> str:
+    """A TrainingArguments enum as its value ("adamw_torch_fused")."""
+    return str(getattr(setting, "value", setting))
 
 
 def table(result: dict, path: Path | None = None) -> str:

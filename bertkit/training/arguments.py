@@ -82,8 +82,13 @@ def build_training_arguments(
 
 def padding_multiple(cfg: DictConfig, mixed_precision: bool) -> int | None:
     """What finetuning batches are padded to a multiple of: bucket_width (a few static
-    shapes), and pad_to_multiple_of as well under mixed precision (tensor cores); None for 1."""
+    shapes) on a GPU or with torch_compile, or on a CPU too with buckets_on_cpu; and
+    pad_to_multiple_of under mixed precision (tensor cores). None for 1."""
     multiple = int(OmegaConf.select(cfg, "bucket_width", default=1) or 1)
+    static_shapes_pay = (torch.cuda.is_available() or bool(cfg.trainer.get("torch_compile"))
+                         or bool(OmegaConf.select(cfg, "buckets_on_cpu", default=False)))
+    if not static_shapes_pay:
+        multiple = 1
     if mixed_precision and cfg.pad_to_multiple_of:
         multiple = math.lcm(multiple, int(cfg.pad_to_multiple_of))
     return multiple if multiple > 1 else None
