@@ -6,10 +6,11 @@ AdamW step, a linear LR step and zero_grad; `plain`, transformers.Trainer with t
 callbacks every bertkit run carries (throughput meter, PreemptionCallback, ClockCallback). Both
 Trainers read the batches through their own DataLoader from a collator that hands over the
 pre-built batch of each step, so collation costs nothing; the model is small, so the step
-machinery is a visible share of the step. A run is timed whole (trainer.train(), its setup
-included; the bare loop without building its optimizer), each way after an untimed warm-up
-run, and reported as the median ms per optimizer step over repeats; host syncs per step come
-from one separate untimed run per way (bertkit.benchmarks.host_syncs), never from a timed one.
+machinery is a visible share of the step. A run is timed from its first step's start to its
+last step's end (Trainer's setup and closing log line, and the bare loop's optimizer building,
+left out), each way after an untimed warm-up run, and reported as the median ms per optimizer
+step over repeats; host syncs per step come from one separate untimed run per way
+(bertkit.benchmarks.host_syncs), never from a timed one.
 Writes bench_step.json in the run directory and prints a markdown table.
 """
 
@@ -31,6 +32,7 @@ from transformers import (
     BertForSequenceClassification,
     PrinterCallback,
     Trainer,
+    TrainerCallback,
     get_scheduler,
     set_seed,
 )
@@ -233,14 +235,27 @@ def _run(cfg: DictConfig, way: str, workload: str, initial, batches, steps: int,
         synchronize()
         return time.perf_counter() - started
     trainer = _trainer(cfg, way, workload, model, args, batches)
-    synchronize()
-    started = time.perf_counter()
+    timer = StepSpan()
+    trainer.add_callback(timer)
     output = trainer.train()
-    synchronize()
-    seconds = time.perf_counter() - started
     if output.global_step != steps:
         raise BertkitError(f"bench: the {way} run made {output.global_step} steps, not {steps}")
-    return seconds
+    return timer.seconds
+
+
+class StepSpan(TrainerCallback):
+    """From the first step's start to the last step's end (Trainer's setup and its closing
+    log line left out, as the bare loop's optimizer building is), after a synchronisation."""
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if state.global_step == 0:
+            synchronize()
+            self.started = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == state.max_steps:
+            synchronize()
+            self.seconds = time.perf_counter() - self.started
 
 
 def _syncs(cfg: DictConfig, way: str, workload: str, initial, batches, steps: int,
@@ -377,8 +392,9 @@ def benchmark_step_cost(cfg: DictConfig, run_dir: Path | None = None) -> dict:
                     "warmup_steps": probe.warmup_steps, "weight_decay": probe.weight_decay,
                     "max_grad_norm": probe.max_grad_norm, "logging_steps": probe.logging_steps,
                     **OmegaConf.to_container(bench.trainer)},
-        "timing": "wall time of trainer.train() (its setup included) or of the bare loop (its "
-                  "optimizer built before), divided by steps; median over repeats in "
+        "timing": "wall time from the first step's start to the last step's end (Trainer's "
+                  "setup and the bare loop's optimizer building left out), divided by steps; "
+                  "median over repeats in "
                   "alternating order; each way first ran warmup_steps steps on a throwaway "
                   "copy (not timed)",
         "syncs": "host syncs (bertkit.benchmarks.host_syncs) per optimizer step in one "

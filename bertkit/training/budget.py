@@ -150,8 +150,9 @@ class BudgetCallback(TrainerCallback):
     One process reads its own clock at every step (the host's clock: no sync). Under DDP the
     processes must see one time, so they take process 0's reading at the first two steps and
     then every agree_every_steps steps (a broadcast, which waits for the GPU) and, between
-    two readings, extrapolate it by the seconds a step took over the last interval: the same arithmetic on every process, so
-    the rate and the stop stay identical without a collective per step."""
+    two readings, extrapolate it by the seconds a step took over the last interval: the same
+    arithmetic on every process, so the rate and the stop stay identical without a collective
+    per step."""
 
     def __init__(self, budget: Budget, clock: TrainingClock, agree_every_steps: int = 1):
         self.budget = budget

@@ -11,12 +11,11 @@ import signal
 import subprocess
 import sys
 import time
-
-import torch
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import torch
 from safetensors.torch import load_file
 
 from bertkit.training.checkpoints import scan_checkpoints
