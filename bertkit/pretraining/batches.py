@@ -139,7 +139,8 @@ class PhaseShapes:
 
 def model_batch(columns: Columns, ids: np.ndarray, positions: np.ndarray, labels: np.ndarray,
                 pad_id: int) -> dict[str, torch.Tensor]:
-    """The model's inputs: no attention mask when nothing in the batch is padded."""
+    """The model's inputs (the trainer drops the attention mask of a batch without padding
+    where that pays: bertkit.training.padding_masks)."""
     width = ids.shape[1]
     batch = {"input_ids": torch.from_numpy(ids),
              SLOT_POSITIONS: torch.from_numpy(positions), SLOT_LABELS: torch.from_numpy(labels)}
@@ -147,9 +148,8 @@ def model_batch(columns: Columns, ids: np.ndarray, positions: np.ndarray, labels
         batch["token_type_ids"] = torch.from_numpy(columns.padded("token_type_ids", width, 0))
     if "next_sentence_label" in columns.names:
         batch["next_sentence_label"] = torch.from_numpy(columns.vector("next_sentence_label"))
-    if (columns.lengths < width).any():
-        mask = np.arange(width)[None, :] < columns.lengths[:, None]
-        batch["attention_mask"] = torch.from_numpy(mask.astype(np.int64))
+    mask = np.arange(width)[None, :] < columns.lengths[:, None]
+    batch["attention_mask"] = torch.from_numpy(mask.astype(np.int64))
     return batch
 
 

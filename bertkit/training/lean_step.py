@@ -17,8 +17,9 @@ made three or four per step; each is moved here to the device, or to logging ste
   every step; here the per-token count is taken once (the same 6 x non-embedding parameters x
   tokens).
 - the attention mask (bertkit.training.padding_masks): transformers asks the GPU whether a
-  padding mask is all ones before SDPA; a batch without padding goes without a mask, and a
-  padded one as the 4D mask transformers would build, which it uses as given.
+  padding mask is all ones before SDPA; a batch without padding goes without a mask (unless
+  compiled: one graph per shape), and a padded one as the 4D mask transformers would build,
+  which it uses as given.
 
 Trainer's own flags are turned off on the arguments this trainer holds (their values are kept
 and acted on here), so the rest of Trainer's loop is unchanged.
@@ -51,9 +52,15 @@ class LeanStepTrainer(Trainer):
         self.filter_nonfinite, self.count_tokens = settings
         self._lean_window = _DeviceWindow()
         self._flops_per_token: int | None = None
-        if self.data_collator is not None:
+        # Compiled, a batch with and one without a mask would be two graphs: keep the mask.
+        if self.data_collator is not None and not self.args.torch_compile:
             self.data_collator = without_full_masks(self.data_collator)
         attach_padding_masks(self.model)
+        if self.args.torch_compile:
+            # Trainer compiles with dynamic=None: at a second batch width dynamo would trace a
+            # dynamic-shape graph (slower kernels, no CUDA graphs). bertkit's widths are a few
+            # phases or buckets, known ahead: one static graph each.
+            torch._dynamo.config.automatic_dynamic_shapes = False
         self._flush_callback = FlushAtLoggingSteps(self)
         self.add_callback(self._flush_callback)
 

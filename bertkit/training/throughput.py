@@ -135,6 +135,9 @@ class ThroughputMeter(TrainerCallback):
         self._host_counts = dict.fromkeys(HOST_COUNTS, 0)
         self._seconds = 0.0
 
+    # Not compiled with the model (trainer.torch_compile): its host counters would be guarded
+    # values, a recompilation per step; it runs eagerly in front of the compiled forward.
+    @torch.compiler.disable
     def _count(self, module, args, kwargs) -> None:
         if not module.training:
             return
