@@ -70,6 +70,8 @@ class TrainerSchema:
     logging_first_step: bool = _argument("logging_first_step")
     # auto or a number of worker processes (bertkit.training.arguments checks it).
     dataloader_num_workers: Any = _argument("dataloader_num_workers")
+    dataloader_persistent_workers: bool = _argument("dataloader_persistent_workers")
+    dataloader_prefetch_factor: int | None = _argument("dataloader_prefetch_factor", min=1)
     include_num_input_tokens_seen: Any = _argument("include_num_input_tokens_seen")
     torch_compile: bool = _argument("torch_compile")
     ddp_find_unused_parameters: bool | None = _argument("ddp_find_unused_parameters")

@@ -67,6 +67,7 @@ class BatchCounter:
     def __init__(self):
         self.shapes: list[tuple[int, int]] = []
         self.sums = None
+        self.slots = 0  # the MLM head's rows on bertkit's fixed slots, unused ones included
 
     def attach(self, model) -> None:
         model.register_forward_pre_hook(self._count, with_kwargs=True)
@@ -75,12 +76,17 @@ class BatchCounter:
     def _count(self, module, args, kwargs) -> None:
         if not module.training:
             return
-        mask, labels = kwargs["attention_mask"], kwargs["labels"]
-        lengths = mask.sum(dim=1, dtype=torch.int64)
+        ids, mask = kwargs["input_ids"], kwargs.get("attention_mask")
+        # bertkit's batches: masked slots (mlm_labels, -100 unused), no mask when unpadded.
+        slots = kwargs.get("mlm_labels")
+        labels = slots if slots is not None else kwargs["labels"]
+        lengths = mask.sum(dim=1, dtype=torch.int64) if mask is not None \
+            else torch.full((ids.shape[0],), ids.shape[1], device=ids.device)
         sums = torch.stack([lengths.sum(), (lengths * lengths).sum(),
                             (labels != IGNORE_INDEX).sum()])
         self.sums = sums if self.sums is None else self.sums + sums
-        self.shapes.append(tuple(mask.shape))
+        self.shapes.append(tuple(ids.shape))
+        self.slots += slots.numel() if slots is not None else 0
 
     def totals(self) -> dict[str, int]:
         real, squared, masked = (self.sums.tolist() if self.sums is not None else (0, 0, 0))
@@ -88,4 +94,4 @@ class BatchCounter:
                 "positions": sum(rows * width for rows, width in self.shapes),
                 "sum_squared_lengths": int(squared),
                 "sum_squared_widths": sum(rows * width * width for rows, width in self.shapes),
-                "masked_tokens": int(masked)}
+                "masked_tokens": int(masked), "mlm_slots": self.slots}

@@ -47,6 +47,7 @@ from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerBas
 
 from bertkit.data.atomic_files import write_json_atomic
 from bertkit.errors import BertkitError
+from bertkit.pretraining.batches import ArrowRows
 from bertkit.pretraining.corpora import corpus_documents, corpus_files
 from bertkit.pretraining.demo_corpus import ensure_demo_corpus
 from bertkit.pretraining.dynamic_masking import DynamicMaskingCollator
@@ -115,30 +116,29 @@ def _instances(cfg: DictConfig, tokenized: datasets.Dataset, tokenizer: PreTrain
         seed=cfg.seed, copies=1, num_proc=num_proc, sentence_task=cfg.objective.sentence_task)
 
 
-def _rows(batch: dict) -> list[dict]:
-    keys = list(batch)
-    return [dict(zip(keys, values, strict=True)) for values in zip(*batch.values(), strict=True)]
-
-
 def time_collators(instances: datasets.Dataset,
                    collators: dict[str, tuple[Callable, Sequence[str] | None]],
                    batch_size: int) -> dict[str, float]:
-    """Seconds each collator spends on every instance once, in batches of batch_size.
+    """Seconds each collator's batches cost, every instance once, in batches of batch_size,
+    as Trainer's DataLoader pays them: the rows fetched (bertkit's as one Arrow table through
+    ArrowRows, the plain way's as datasets' list of dicts) and collated.
 
     collators: name -> (collator, the instance columns it gets; None: all but `length`, which
-    Trainer drops as no model input). Only the collator calls are timed (not reading the rows
-    from Arrow). Each batch goes to every collator, in alternating order, so that all see the
-    same data in the same state of the process."""
+    Trainer drops as no model input; bertkit's reads them as an Arrow table). Each batch goes
+    to every collator, in alternating order, so that all see the same data in the same state
+    of the process."""
     names = list(collators)
     seconds = dict.fromkeys(names, 0.0)
     every = [column for column in instances.column_names if column != "length"]
+    sources = {name: ArrowRows(instances.select_columns(columns or every))
+               if columns is None else instances.select_columns(columns)
+               for name, (_, columns) in collators.items()}
     for number, start in enumerate(range(0, len(instances), batch_size)):
-        batch = instances[start:start + batch_size]
+        indices = list(range(start, min(start + batch_size, len(instances))))
         for name in names if number % 2 == 0 else names[::-1]:
-            collate, columns = collators[name]
-            features = _rows({column: batch[column] for column in columns or every})
+            collate = collators[name][0]
             started = time.perf_counter()
-            collate(features)
+            collate(sources[name].__getitems__(indices))
             seconds[name] += time.perf_counter() - started
     return seconds
 
@@ -196,12 +196,15 @@ def _check(cfg: DictConfig) -> tuple[int, int | None, int]:
     return batch_size, num_proc, repeats
 
 
-def _stage(name: str, times: list[float], corpus_bytes: int, instances: int | None) -> dict:
+def _stage(name: str, times: list[float], corpus_bytes: int, instances: int | None,
+           batches: int | None = None) -> dict:
     seconds = statistics.median(times)
     entry = {"description": DESCRIPTIONS[name], "seconds": seconds,
              "seconds_each_repeat": times, "mb_per_second": corpus_bytes / MB / seconds}
     if instances is not None:
         entry["instances_per_second"] = instances / seconds
+    if batches is not None:
+        entry["ms_per_batch"] = 1000 * seconds / batches
     return entry
 
 
@@ -210,8 +213,10 @@ DESCRIPTIONS = {
     "tokenize": "WordPiece ids per sentence (tokenize_documents)",
     "instances": "training instances at max_seq_length, one copy",
     "static_mask": "static masks, one copy (static_masked_copies, dupe_factor=1)",
-    "dynamic_mask": "DynamicMaskingCollator over every instance once (one epoch)",
-    "hf_collator": "transformers DataCollatorForLanguageModeling over every instance once",
+    "dynamic_mask": "DynamicMaskingCollator over every instance once (one epoch), the rows "
+                    "fetched as training fetches them (ArrowRows)",
+    "hf_collator": "transformers DataCollatorForLanguageModeling over every instance once, the "
+                   "rows fetched as datasets' list of dicts",
     "preprocessing": "read + tokenize + instances + static_mask, per repeat",
 }
 
@@ -263,8 +268,10 @@ def benchmark_pretrain_data(cfg: DictConfig, run_dir: Path | None = None) -> dic
     times, outputs = _timed_repeats(cfg, tokenizer, collators, num_proc, batch_size, repeats)
     lengths = outputs["lengths"]
     n = len(lengths)
+    batches = -(-n // batch_size)
     stages = {name: _stage(name, times[name], corpus_bytes,
-                           n if name not in ("read", "tokenize") else None) for name in STAGES}
+                           n if name not in ("read", "tokenize") else None,
+                           batches if name in collators else None) for name in STAGES}
     totals = [sum(times[name][repeat] for name in PREPROCESSING) for repeat in range(repeats)]
     stages["preprocessing"] = _stage("preprocessing", totals, corpus_bytes, n)
     ratio = (stages["dynamic_mask"]["instances_per_second"]
@@ -295,8 +302,9 @@ def benchmark_pretrain_data(cfg: DictConfig, run_dir: Path | None = None) -> dic
         "mean_instance_length": float(np.mean(lengths)),
         "timing": "wall time per stage, median over repeats; each repeat reads the corpus into "
                   "a fresh temporary cache directory, so no stage is a cache hit; MB/s = corpus "
-                  "file bytes / 10^6 / seconds; the collators are timed on their calls only, "
-                  "batch by batch in alternating order, without padding to a multiple",
+                  "file bytes / 10^6 / seconds; the collators are timed on fetching the rows as "
+                  "Trainer's DataLoader does and collating them, batch by batch in alternating "
+                  "order",
         "stages": stages,
         "dynamic_mask_vs_hf_collator": ratio,
         "real_token_share": {"batch_size": batch_size, "grouped_by_length": grouped,

@@ -34,6 +34,7 @@ from bertkit.benchmarks.glue_padding import pad_to_max_length
 from bertkit.benchmarks.measure import BatchCounter, PeakMemory, device_name, synchronize
 from bertkit.data.atomic_files import write_json_atomic
 from bertkit.errors import BertkitError
+from bertkit.pretraining.batches import per_position_labels
 from bertkit.pretraining.masking import IGNORE_INDEX
 from bertkit.pretraining.model import load_pretraining_model
 from bertkit.pretraining.phases import Phase
@@ -53,7 +54,8 @@ DESCRIPTIONS = {
     "plain": "BertForPreTraining (vocabulary head on every position), padded to max_seq_length, "
              "random batches, DataCollatorForLanguageModeling, Trainer",
     "bertkit": "MaskedOnlyBertForPreTraining (head on masked positions), dynamic masking with "
-               "per-batch padding, length-grouped batches, PretrainingTrainer",
+               "batches padded to the phase length with fixed masked slots (one shape "
+               "per phase), length-grouped batches, PretrainingTrainer",
 }
 
 
@@ -165,9 +167,9 @@ def masked_lm_loss(model, batches: list[dict]) -> float:
     with torch.no_grad():
         for batch in batches:
             batch = {name: value.to(device) for name, value in batch.items()}
-            hidden = model.bert(batch["input_ids"], attention_mask=batch["attention_mask"],
+            hidden = model.bert(batch["input_ids"], attention_mask=batch.get("attention_mask"),
                                 token_type_ids=batch.get("token_type_ids"), return_dict=False)[0]
-            labels = batch["labels"]
+            labels = batch["labels"] if "labels" in batch else per_position_labels(batch)
             masked = labels != IGNORE_INDEX
             logits = model.cls.predictions(hidden[masked]).float()
             total += float(functional.cross_entropy(logits, labels[masked], reduction="sum"))
@@ -237,7 +239,8 @@ def _flops(way: str, config, counts: dict) -> tuple[float, float]:
     every position fed, padding too (hardware)."""
     masked = counts["masked_tokens"]
     useful_head = masked if way == "bertkit" else counts["real_tokens"]
-    hardware_head = masked if way == "bertkit" else counts["positions"]
+    # bertkit's head runs on its fixed slots (unused ones too); the plain way's on every position.
+    hardware_head = counts["mlm_slots"] if way == "bertkit" else counts["positions"]
     useful = training_flops(config, real_tokens=counts["real_tokens"],
                             sum_squared_lengths=counts["sum_squared_lengths"],
                             predicted_tokens=useful_head, sequences=counts["sequences"])

@@ -58,6 +58,10 @@ def build_training_arguments(
         options.get("dataloader_num_workers", 0), torch.cuda.is_available(),
         OmegaConf.select(cfg, "gpu_dataloader_workers", default=0), os.cpu_count() or 1,
         world_size())
+    if options["dataloader_num_workers"] == 0:
+        # Prefetching and persistence are worker settings: DataLoader refuses them without.
+        options.pop("dataloader_prefetch_factor", None)
+        options.pop("dataloader_persistent_workers", None)
     if not torch.cuda.is_available():
         options["dataloader_pin_memory"] = False  # pinning needs a GPU; it only warns on a CPU
         if world_size() > 1:

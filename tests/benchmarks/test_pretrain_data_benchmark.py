@@ -8,6 +8,7 @@ import json
 import random
 import statistics
 
+import pyarrow as pa
 import pytest
 import torch
 
@@ -157,7 +158,11 @@ def test_each_collator_gets_every_instance_once_with_its_columns(vocab_dir, tmp_
     seen: dict[str, list[dict]] = {"bertkit": [], "hf": []}
 
     def recorder(name):
-        return lambda features: seen[name].extend(features)
+        def record(features):  # bertkit's rows come as one Arrow table (ArrowRows)
+            if len(features) == 1 and isinstance(features[0], pa.Table):
+                features = features[0].to_pylist()
+            seen[name].extend(features)
+        return record
 
     seconds = time_collators(instances, {"bertkit": (recorder("bertkit"), None),
                                          "hf": (recorder("hf"), ["input_ids", "token_type_ids"])},
