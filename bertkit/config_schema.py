@@ -74,6 +74,7 @@ class TrainerSchema:
     dataloader_prefetch_factor: int | None = _argument("dataloader_prefetch_factor", min=1)
     include_num_input_tokens_seen: Any = _argument("include_num_input_tokens_seen")
     torch_compile: bool = _argument("torch_compile")
+    torch_compile_mode: str | None = _argument("torch_compile_mode")
     ddp_find_unused_parameters: bool | None = _argument("ddp_find_unused_parameters")
     disable_tqdm: bool | None = _argument("disable_tqdm")
     push_to_hub: bool = _argument("push_to_hub")

@@ -131,3 +131,40 @@ def test_the_private_sampler_hooks_bertkit_overrides_are_still_called(tmp_path):
     assert set(kinds) == {"train", "eval"}, "Trainer no longer calls bertkit's sampler hooks"
     assert isinstance(kinds["train"], EpochSeededLengthGroupedSampler)
     assert isinstance(kinds["eval"], torch.utils.data.SequentialSampler)
+
+
+class SavesAtStepTwo(TrainerCallback):
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == 2:
+            control.should_save = True
+
+
+def test_a_callback_put_last_sees_what_later_added_ones_decided(tmp_path):
+    """The lean step's flush (bertkit.training.lean_step) runs last at a step's end, so that
+    a save another callback asked for finds the device counters in the state it saves."""
+    from bertkit.trainer_internals import put_last
+
+    seen = []
+
+    class Last(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            seen.append((state.global_step, control.should_save))
+
+    trainer = Trainer(model=tiny_classifier(), args=arguments(tmp_path),
+                      train_dataset=RandomPairs())
+    last = Last()
+    trainer.add_callback(last)
+    trainer.add_callback(SavesAtStepTwo())  # added after: would run after `last`
+    put_last(trainer, last)
+    trainer.train()
+    assert callbacks_of(trainer)[-1] is last
+    assert (2, True) in seen
+
+
+def test_trainer_reads_the_flags_the_lean_step_turns_off_from_its_arguments(tmp_path):
+    """The lean step takes Trainer's per-step NaN/Inf check and tokens-seen count off by
+    setting these two arguments on the trainer's own args; Trainer must still read them there
+    (a release that cached them at construction would sync again, and the sync test fail)."""
+    source = inspect.getsource(Trainer)
+    assert "self.args.logging_nan_inf_filter" in source
+    assert "self.args.include_num_input_tokens_seen" in source

@@ -89,7 +89,8 @@ def padding_multiple(cfg: DictConfig, mixed_precision: bool) -> int | None:
     shapes) on a GPU or with torch_compile, or on a CPU too with buckets_on_cpu; and
     pad_to_multiple_of under mixed precision (tensor cores). None for 1."""
     multiple = int(OmegaConf.select(cfg, "bucket_width", default=1) or 1)
-    static_shapes_pay = (torch.cuda.is_available() or bool(cfg.trainer.get("torch_compile"))
+    compiled = cfg.trainer.get("torch_compile") or cfg.trainer.get("torch_compile_mode")
+    static_shapes_pay = (torch.cuda.is_available() or bool(compiled)
                          or bool(OmegaConf.select(cfg, "buckets_on_cpu", default=False)))
     if not static_shapes_pay:
         multiple = 1
