@@ -114,27 +114,36 @@ def slots_of(chosen: np.ndarray, ids: np.ndarray, slots: int) -> tuple[np.ndarra
 
 class PhaseShapes:
     """The width and slot count of a batch: the shortest phase whose length holds the batch's
-    longest row, and that phase's predictions per sequence (the most of any rule up to it)."""
+    longest row, and that phase's predictions per sequence (the most of any rule up to it).
 
-    def __init__(self, phases: Sequence[tuple[int | None, int]], pad_to_multiple_of=None):
+    static=False (a CPU without compile, where padding is compute paid for nothing and shapes
+    are free): the batch's longest row, rounded up to pad_to_multiple_of, instead of the
+    phase's length; the slots stay the phase's."""
+
+    def __init__(self, phases: Sequence[tuple[int | None, int]], pad_to_multiple_of=None,
+                 static: bool = True):
         """phases: (length, max_predictions_per_seq) by increasing length; a length of None
         (one rule for any length) pads each batch to its longest row instead."""
         self.phases = list(phases)
         self.pad_to_multiple_of = pad_to_multiple_of
+        self.static = static
 
-    def width(self, longest: int) -> int:
-        for length, _ in self.phases:
-            if length is None:
-                multiple = self.pad_to_multiple_of or 1
-                return -(-longest // multiple) * multiple
-            if longest <= length:
-                return length
+    def phase(self, longest: int) -> tuple[int | None, int]:
+        for index, (length, _) in enumerate(self.phases):
+            if length is None or longest <= length:
+                slots = max(predictions for _, predictions in self.phases[:index + 1])
+                return length, slots
         raise BertkitError(f"a pretraining instance of {longest} tokens is longer than the "
                            f"longest phase ({self.phases[-1][0]} tokens)")
 
-    def slots(self, width: int) -> int:
-        return max(predictions for length, predictions in self.phases
-                   if length is None or length <= width)
+    def shape(self, longest: int) -> tuple[int, int]:
+        """(width, slots) of a batch whose longest row has `longest` tokens."""
+        length, slots = self.phase(longest)
+        if length is None or not self.static:
+            multiple = self.pad_to_multiple_of or 1
+            width = -(-longest // multiple) * multiple
+            return (width if length is None else min(width, length)), slots
+        return length, slots
 
 
 def model_batch(columns: Columns, ids: np.ndarray, positions: np.ndarray, labels: np.ndarray,

@@ -33,17 +33,19 @@ class StaticShapeCollator:
     slots (bertkit.pretraining.batches); subclasses choose the masked positions."""
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase,
-                 phases: Sequence[tuple[int | None, int]], pad_to_multiple_of: int | None = None):
+                 phases: Sequence[tuple[int | None, int]], pad_to_multiple_of: int | None = None,
+                 static: bool = True):
+        """static=False: each batch padded to its longest row (PhaseShapes)."""
         self.vocab = Vocabulary.from_tokenizer(tokenizer)
         self.pad_id = tokenizer.pad_token_id
-        self.shapes = PhaseShapes(phases, pad_to_multiple_of)
+        self.shapes = PhaseShapes(phases, pad_to_multiple_of, static)
 
     def __call__(self, features) -> dict:
         columns = Columns(features)
-        width = self.shapes.width(int(columns.lengths.max()))
+        width, slots = self.shapes.shape(int(columns.lengths.max()))
         ids = columns.padded("input_ids", width, self.pad_id)
         masked, chosen, original = self.mask(columns, ids)
-        positions, labels = slots_of(chosen, original, self.shapes.slots(width))
+        positions, labels = slots_of(chosen, original, slots)
         return model_batch(columns, masked, positions, labels, self.pad_id)
 
     def mask(self, columns: Columns, ids: np.ndarray):
@@ -73,12 +75,12 @@ class DynamicMaskingCollator(StaticShapeCollator):
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase,
                  rules: MaskingRule | Sequence[tuple[int, MaskingRule]],
-                 pad_to_multiple_of: int | None = None):
+                 pad_to_multiple_of: int | None = None, static: bool = True):
         """rules: one rule, or (longest sequence, rule) pairs by increasing length, e.g. the
         paper's phases: 20 predictions up to 128 tokens, 80 up to 512."""
         self.rules = [(None, rules)] if isinstance(rules, MaskingRule) else list(rules)
         super().__init__(tokenizer, [(length, rule.max_predictions_per_seq)
-                                     for length, rule in self.rules], pad_to_multiple_of)
+                                     for length, rule in self.rules], pad_to_multiple_of, static)
 
     def rule_for(self, length: int) -> MaskingRule:
         for longest, rule in self.rules:

@@ -98,6 +98,9 @@ class HeldoutEvaluation(TrainerCallback):
             scores = evaluate_heldout(self.trainer.model, self.heldout, self.collator,
                                       self.batch_size)
         self._last_step, self._last_elapsed = state.global_step, elapsed
+        flush = getattr(self.trainer, "flush_step_counters", None)
+        if flush is not None:  # the tokens counted on the device, into the state
+            flush()
         self.trainer.log({**{PREFIX + key: value for key, value in scores.items()},
                           PREFIX + TOKENS: state.num_input_tokens_seen,
                           PREFIX + ELAPSED: elapsed})

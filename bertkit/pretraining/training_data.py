@@ -37,6 +37,7 @@ from bertkit.pretraining.masking import Vocabulary, masking_rule_from_config
 from bertkit.pretraining.phases import Phase, phase_steps
 from bertkit.pretraining.static_masking import static_masked_copies
 from bertkit.pretraining.wordpiece import ensure_trained_tokenizer, trained_tokenizer_dir
+from bertkit.training.arguments import static_shapes_pay
 from bertkit.training.models import load_tokenizer
 
 
@@ -145,13 +146,16 @@ def build_training_data(cfg: DictConfig, documents, tokenizer: PreTrainedTokeniz
     pad_to = cfg.pad_to_multiple_of if (args.bf16 or args.fp16) else None
     settings = phase_settings(cfg)
     static = cfg.masking.kind == "static"
+    # Batches at their phase's length where static shapes pay (bertkit.training.arguments).
+    widths = static_shapes_pay(cfg)
     if static:
         collator = StaticMasksCollator(
-            tokenizer, [(length, predictions) for length, predictions, _ in settings], pad_to)
+            tokenizer, [(length, predictions) for length, predictions, _ in settings], pad_to,
+            static=widths)
     else:
         collator = DynamicMaskingCollator(
             tokenizer, [(length, _rule(cfg, predictions)) for length, predictions, _ in settings],
-            pad_to_multiple_of=pad_to)
+            pad_to_multiple_of=pad_to, static=widths)
     if is_streaming(cfg.corpus):
         tokenized = tokenize_documents(documents, tokenizer)
         stream = streaming_instances(

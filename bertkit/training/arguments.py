@@ -84,15 +84,22 @@ def build_training_arguments(
         raise BertkitError(f"trainer: {err}") from None
 
 
-def padding_multiple(cfg: DictConfig, mixed_precision: bool) -> int | None:
-    """What finetuning batches are padded to a multiple of: bucket_width (a few static
-    shapes) on a GPU or with torch_compile, or on a CPU too with buckets_on_cpu; and
-    pad_to_multiple_of under mixed precision (tensor cores). None for 1."""
-    multiple = int(OmegaConf.select(cfg, "bucket_width", default=1) or 1)
+def static_shapes_pay(cfg: DictConfig) -> bool:
+    """Batches of a few fixed widths (pretraining's phase lengths, finetuning's buckets) where
+    they pay: on a GPU, or compiled (one graph per shape). On a CPU without compile, where
+    compute is the cost and shapes are free, each batch is padded to its longest sequence
+    unless buckets_on_cpu=true."""
     compiled = cfg.trainer.get("torch_compile") or cfg.trainer.get("torch_compile_mode")
-    static_shapes_pay = (torch.cuda.is_available() or bool(compiled)
-                         or bool(OmegaConf.select(cfg, "buckets_on_cpu", default=False)))
-    if not static_shapes_pay:
+    return (torch.cuda.is_available() or bool(compiled)
+            or bool(OmegaConf.select(cfg, "buckets_on_cpu", default=False)))
+
+
+def padding_multiple(cfg: DictConfig, mixed_precision: bool) -> int | None:
+    """What finetuning batches are padded to a multiple of: bucket_width where static shapes
+    pay (static_shapes_pay), and pad_to_multiple_of under mixed precision (tensor cores);
+    None for 1."""
+    multiple = int(OmegaConf.select(cfg, "bucket_width", default=1) or 1)
+    if not static_shapes_pay(cfg):
         multiple = 1
     if mixed_precision and cfg.pad_to_multiple_of:
         multiple = math.lcm(multiple, int(cfg.pad_to_multiple_of))

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import torch
 from transformers import Trainer, TrainerCallback
+from transformers.trainer_utils import speed_metrics
 
 from bertkit.trainer_internals import put_last
 from bertkit.training.padding_masks import attach_padding_masks, without_full_masks
@@ -91,21 +92,26 @@ class LeanStepTrainer(Trainer):
         return self._flops_per_token * inputs[main].numel()
 
     # -- reading the window at logging steps -------------------------------------------------
-    def flush_step_counters(self) -> dict:
-        """Adds the window's tokens to state.num_input_tokens_seen and returns what the log
-        line adds: the tokens seen, and the non-finite losses if there were any."""
+    def flush_step_counters(self) -> int:
+        """Adds the window's tokens to state.num_input_tokens_seen (a read of the device: at
+        logging, saving and the end only); returns the window's non-finite losses."""
         tokens, nonfinite = self._lean_window.read(self.accelerator)
-        extra = {}
-        if self.count_tokens != "no":
-            self.state.num_input_tokens_seen += tokens
-            extra["num_input_tokens_seen"] = self.state.num_input_tokens_seen
-        if nonfinite:
-            extra["nonfinite_losses"] = nonfinite
-        return extra
+        self.state.num_input_tokens_seen += tokens
+        return nonfinite
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        if "loss" in logs:  # a training line (evaluation lines carry eval_*)
-            logs = {**logs, **self.flush_step_counters()}
+        """Trainer's log line, with the tokens seen (and their rate on the closing line) that
+        Trainer adds when it counts them itself."""
+        nonfinite = self.flush_step_counters()
+        logs = dict(logs)
+        if nonfinite:
+            logs["nonfinite_losses"] = nonfinite
+        if self.count_tokens != "no":
+            logs["num_input_tokens_seen"] = self.state.num_input_tokens_seen
+            if start_time is not None:
+                session = self.state.num_input_tokens_seen - getattr(
+                    self, "_initial_num_input_tokens_seen", 0)
+                logs.update(speed_metrics("train", start_time, num_tokens=session))
         super().log(logs, start_time)
 
     def train(self, *args, **kwargs):

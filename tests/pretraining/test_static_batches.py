@@ -84,3 +84,16 @@ def test_the_partial_sort_chooses_each_rows_lowest_keys(width):
     counts = rng.integers(0, min(width, 9) + 1, size=50)
     rank = keys.argsort(axis=1).argsort(axis=1)  # the whole-row ranking it replaces
     assert np.array_equal(_lowest(keys, counts), rank < counts[:, None])
+
+
+def test_without_static_shapes_a_batch_is_padded_to_its_longest_row(tokenizer):  # noqa: F811
+    """A CPU without compile: per-batch widths (padding is compute there), slots of the phase."""
+    collate = DynamicMaskingCollator(tokenizer, [(24, rule(4)), (64, rule(9))],
+                                     pad_to_multiple_of=8, static=False)
+    short = rows_of(tokenizer, 8, 1, longest=20)
+    long = rows_of(tokenizer, 8, 2, longest=60)
+    for features, slots in ((short, 4), (long, 9)):
+        batch = collate([{"input_ids": ids} for ids in features])
+        longest = max(len(ids) for ids in features)
+        assert batch["input_ids"].shape[1] == min(-(-longest // 8) * 8, 64)
+        assert batch["mlm_positions"].shape == (8, slots)
