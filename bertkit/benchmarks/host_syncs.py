@@ -99,6 +99,13 @@ class HostSyncCounter(TorchDispatchMode):
 
         return uncounted
 
+    def watch(self, trainer) -> SyncStepCallback:
+        """Counts `trainer`'s steps (its collator left out); returns what marks them."""
+        steps = SyncStepCallback(self)
+        trainer.add_callback(steps)
+        trainer.data_collator = self.excluding(trainer.data_collator)
+        return steps
+
     def per_step(self) -> Counter:
         return Counter(sync.step for sync in self.syncs if sync.step is not None)
 

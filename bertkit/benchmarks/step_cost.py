@@ -37,7 +37,7 @@ from transformers import (
     set_seed,
 )
 
-from bertkit.benchmarks.host_syncs import HostSyncCounter, SyncStepCallback
+from bertkit.benchmarks.host_syncs import HostSyncCounter
 from bertkit.benchmarks.measure import device_name, synchronize
 from bertkit.data.atomic_files import write_json_atomic
 from bertkit.errors import BertkitError
@@ -276,9 +276,7 @@ def _syncs(cfg: DictConfig, way: str, workload: str, initial, batches, steps: in
         quiet = list(range(1, steps + 1))
     else:
         trainer = _trainer(cfg, way, workload, model, args, batches)
-        marks = SyncStepCallback(counter)
-        trainer.add_callback(marks)
-        trainer.data_collator = counter.excluding(trainer.data_collator)  # host work by design
+        marks = counter.watch(trainer)
         with counter:
             trainer.train()
         quiet = [step for step in range(1, steps + 1) if step not in marks.logged_steps]

@@ -24,8 +24,8 @@ import pyarrow.compute as pc
 import torch
 
 from bertkit.errors import BertkitError
+from bertkit.pretraining.masking import IGNORE_INDEX
 
-IGNORE_INDEX = -100
 SLOT_POSITIONS, SLOT_LABELS = "mlm_positions", "mlm_labels"
 
 
@@ -63,7 +63,8 @@ class Columns:
         else:
             self._table, self._features = None, list(features)
             self.names = set(self._features[0]) if self._features else set()
-        self.lengths = self.ragged("input_ids")[1]
+        self._ids = self.ragged("input_ids")  # read once: the lengths and the padded ids
+        self.lengths = self._ids[1]
 
     def __len__(self) -> int:
         return len(self.lengths)
@@ -83,7 +84,7 @@ class Columns:
         return np.array([feature[name] for feature in self._features], dtype=np.int64)
 
     def padded(self, name: str, width: int, fill: int) -> np.ndarray:
-        values, lengths = self.ragged(name)
+        values, lengths = self._ids if name == "input_ids" else self.ragged(name)
         return pad_rows(values, lengths, width, fill)
 
 
@@ -146,8 +147,8 @@ class PhaseShapes:
         return length, slots
 
 
-def model_batch(columns: Columns, ids: np.ndarray, positions: np.ndarray, labels: np.ndarray,
-                pad_id: int) -> dict[str, torch.Tensor]:
+def model_batch(columns: Columns, ids: np.ndarray, positions: np.ndarray,
+                labels: np.ndarray) -> dict[str, torch.Tensor]:
     """The model's inputs (the trainer drops the attention mask of a batch without padding
     where that pays: bertkit.training.padding_masks)."""
     width = ids.shape[1]

@@ -46,7 +46,7 @@ class StaticShapeCollator:
         ids = columns.padded("input_ids", width, self.pad_id)
         masked, chosen, original = self.mask(columns, ids)
         positions, labels = slots_of(chosen, original, slots)
-        return model_batch(columns, masked, positions, labels, self.pad_id)
+        return model_batch(columns, masked, positions, labels)
 
     def mask(self, columns: Columns, ids: np.ndarray):
         """(the input ids fed, the chosen positions, the original ids)."""

@@ -161,21 +161,19 @@ class BudgetCallback(TrainerCallback):
         self.elapsed = 0.0  # the clock as of the latest optimizer step, on every process
         self.ended_by_budget = False
         self._agreed: tuple[int, float] | None = None  # (step, seconds) of the last reading
-        self._seconds_per_step = 0.0
-        self._rate_known = False  # after two readings (the first two steps agree)
+        self._seconds_per_step: float | None = None  # known after two readings
 
     def _read_clock(self, args, step: int = 0) -> None:
         if args.world_size <= 1 or not torch.distributed.is_initialized():
             self.elapsed = self.clock.elapsed()
             return
-        if self._rate_known and step % self.agree_every_steps:
+        if self._seconds_per_step is not None and step % self.agree_every_steps:
             agreed_step, agreed = self._agreed
             self.elapsed = agreed + self._seconds_per_step * (step - agreed_step)
             return
         seconds = agreed_seconds(self.clock.elapsed(), args)
         if self._agreed is not None and step > self._agreed[0]:
             self._seconds_per_step = (seconds - self._agreed[1]) / (step - self._agreed[0])
-            self._rate_known = True
         self._agreed = (step, seconds)
         self.elapsed = seconds
 

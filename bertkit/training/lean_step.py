@@ -34,8 +34,6 @@ from transformers.trainer_utils import speed_metrics
 from bertkit.trainer_internals import put_last
 from bertkit.training.padding_masks import attach_padding_masks, without_full_masks
 
-TOKENS_MODES = ("all", "non_padding", "no")
-
 
 class LeanStepTrainer(Trainer):
     """Trainer with the step's host syncs moved to logging steps (module docstring)."""
@@ -69,7 +67,7 @@ class LeanStepTrainer(Trainer):
     def training_step(self, model, inputs, num_items_in_batch=None):
         loss = super().training_step(model, inputs, num_items_in_batch)
         if self.count_tokens != "no":
-            self._lean_window.add_tokens(self._tokens_of(inputs), loss.device)
+            self._lean_window.add_tokens(self._tokens_of(inputs))
         if self.filter_nonfinite:
             loss = self._lean_window.filtered(loss)
         return loss
@@ -134,14 +132,14 @@ class _DeviceWindow:
     non-finite losses."""
 
     def __init__(self):
+        self.reset()
+
+    def reset(self) -> None:
         self.tokens: torch.Tensor | int = 0
         self.loss_sum: torch.Tensor | None = None
-        self.finite = None
-        self.nonfinite = None
+        self.finite = self.nonfinite = None
 
-    def add_tokens(self, count, device) -> None:
-        if isinstance(count, torch.Tensor):
-            count = count.to(torch.int64)
+    def add_tokens(self, count: torch.Tensor | int) -> None:
         self.tokens = self.tokens + count
 
     def filtered(self, loss: torch.Tensor) -> torch.Tensor:
@@ -159,15 +157,13 @@ class _DeviceWindow:
 
     def read(self, accelerator) -> tuple[int, int]:
         """(tokens, non-finite losses) of the window over all processes; opens the next."""
-        device = accelerator.device
-        values = torch.stack([torch.as_tensor(self.tokens, dtype=torch.int64, device=device),
-                              (self.nonfinite if self.nonfinite is not None
-                               else torch.zeros((), dtype=torch.int64, device=device))
-                              .to(device)])
+        nonfinite = 0 if self.nonfinite is None else self.nonfinite
+        values = torch.stack([torch.as_tensor(value, dtype=torch.int64, device=accelerator.device)
+                              for value in (self.tokens, nonfinite)])
         if accelerator.num_processes > 1:
             values = accelerator.reduce(values, reduction="sum")
         tokens, nonfinite = (int(value) for value in values.tolist())
-        self.__init__()
+        self.reset()
         return tokens, nonfinite
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 import bertkit.training.lifecycle as lifecycle
-from bertkit.benchmarks.host_syncs import HostSyncCounter, SyncStepCallback
+from bertkit.benchmarks.host_syncs import HostSyncCounter
 from bertkit.jobs import run_job
 from bertkit.pretraining.run import pretrain
 from bertkit.tasks.glue.family import FAMILY
@@ -30,9 +30,7 @@ def counted(monkeypatch):
 
     def counting(trainer, checkpoint):
         counter = HostSyncCounter()
-        steps = SyncStepCallback(counter)
-        trainer.add_callback(steps)
-        trainer.data_collator = counter.excluding(trainer.data_collator)
+        steps = counter.watch(trainer)
         with counter:
             output = train(trainer, checkpoint)
         seen.update(counter=counter, steps=steps)
