@@ -22,6 +22,7 @@ from torch import nn
 from transformers import PreTrainedModel
 from transformers.utils import find_labels
 
+from bertkit.data.atomic_files import follow_umask
 from bertkit.errors import BertkitError
 from bertkit.finetuning.layers import encoder, head_module_names
 
@@ -179,6 +180,7 @@ def save_adapter(model: peft.PeftModel, directory: str | Path) -> Path:
                            f"the adapter; a reloaded model would predict with a random head")
     directory = Path(directory)
     model.save_pretrained(str(directory))
+    follow_umask(directory)
     return directory
 
 

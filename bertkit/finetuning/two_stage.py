@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from transformers import AutoModel
 
 from bertkit.config_tree import compose_config
+from bertkit.data.atomic_files import follow_umask
 from bertkit.errors import BertkitError
 
 INTERMEDIATE = "intermediate"
@@ -71,6 +72,7 @@ def export_encoder(model_dir: Path, encoder_dir: Path) -> None:
     distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
     if not distributed or torch.distributed.get_rank() == 0:
         AutoModel.from_pretrained(str(model_dir)).save_pretrained(str(encoder_dir))
+        follow_umask(encoder_dir)
         card = model_dir / REPOCARD_NAME  # the first stage's card: the run that trained it
         if card.is_file():
             shutil.copyfile(card, encoder_dir / REPOCARD_NAME)

@@ -25,7 +25,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from transformers import Trainer
 
-from bertkit.data.atomic_files import write_text_atomic
+from bertkit.data.atomic_files import follow_umask, write_text_atomic
 from bertkit.errors import BertkitError
 from bertkit.training.lean_step import LeanStepTrainer
 
@@ -293,6 +293,8 @@ class HubTrainer(LeanStepTrainer):
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         super().save_model(output_dir, _internal_call=True)
+        if self.args.should_save:  # checkpoints come here too (Trainer._save_checkpoint)
+            follow_umask(output_dir or self.args.output_dir)
 
     def create_model_card(self, **kwargs) -> None:
         if self.hub_card is None:  # model_card.enabled=false: Trainer's own card
