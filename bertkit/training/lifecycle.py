@@ -2,9 +2,9 @@
 reports to, early stopping, stopping at a share of the schedule (successive halving), the W&B
 run and the resolved config.yaml on the main process, resuming from the newest complete
 checkpoint when asked (bertkit.training.checkpoints), saving and stopping on a preemption
-signal (bertkit.training.preemption), training to a time budget (bertkit.training.budget),
-the training time and throughput (bertkit.training.throughput), and closing the W&B run with
-the final scores.
+signal (bertkit.training.preemption), training to a time budget (bertkit.training.budget;
+its progress bar, bertkit.training.budget_progress), the training time and throughput
+(bertkit.training.throughput), and closing the W&B run with the final scores.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from transformers import Trainer
 from bertkit.data.atomic_files import write_text_atomic
 from bertkit.errors import BertkitError
 from bertkit.training.budget import add_budget
+from bertkit.training.budget_progress import show_budget_progress
 from bertkit.training.callbacks import add_early_stopping, add_train_fraction
 from bertkit.training.checkpoints import scan_checkpoints
 from bertkit.training.clock import TrainingClock
@@ -113,6 +114,8 @@ def train(cfg: DictConfig, run_dir: Path, trainer: Trainer, hyperparameters: dic
     add_early_stopping(cfg, trainer)
     stopper = add_train_fraction(cfg, trainer)
     budget = add_budget(cfg, trainer, clock)
+    if budget is not None:  # the bar counts the budget's time, not max_steps
+        show_budget_progress(trainer, budget)
     meter = add_throughput(cfg, trainer)
     preemption = PreemptionCallback(
         agree_every_steps=OmegaConf.select(cfg, "agree_every_steps", default=1))

@@ -61,9 +61,12 @@ def test_pretraining_step_makes_no_host_sync(arm, counted, tmp_path):
     assert record["train"]["tokens_seen"] > STEPS * 32 * 40
 
 
-def test_glue_step_makes_no_host_sync(counted, glue_dir, vocab_dir, tmp_path):
+# A time budget (long enough not to stop) with its progress bar reads the host's clock only.
+@pytest.mark.parametrize("arm", [{}, {"budget.minutes": 60, "trainer.disable_tqdm": False}],
+                         ids=["plain", "budget-bar"])
+def test_glue_step_makes_no_host_sync(arm, counted, glue_dir, vocab_dir, tmp_path):
     cfg = compose_config(tiny_run_overrides("mrpc", glue_dir("mrpc", n_train=120), vocab_dir,
-                                            **QUIET, cache_dir=str(tmp_path / "cache")))
+                                            **QUIET, **arm, cache_dir=str(tmp_path / "cache")))
     finetune(cfg, FAMILY, tmp_path / "run")
     assert_no_syncs_between_logging_steps(counted)
 
