@@ -3,6 +3,7 @@ and GLUE task files written in each task's original layout."""
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 from pathlib import Path
@@ -44,6 +45,18 @@ def hub_offline(monkeypatch):
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", True)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+
+
+@functools.cache
+def glue_classification_tasks() -> tuple[str, ...]:
+    """Every task conf of the GLUE family that has classes (not regression), read from
+    conf/task/ rather than listed, so that a task added there is tested too."""
+    tasks = []
+    for path in sorted((Path(config_dir()) / "task").glob("*.yaml")):
+        task = compose_config([f"task={path.stem}"]).task
+        if task.family == "glue" and task.labels is not None:
+            tasks.append(path.stem)
+    return tuple(tasks)
 
 
 def compose_config(overrides: list[str], with_hydra: bool = False) -> DictConfig:

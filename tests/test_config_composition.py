@@ -140,8 +140,8 @@ def test_squad_recipe_carries_the_paper_defaults(task, version, epochs, hub):
 GLUE_TASK_MAX_LINES = 16
 GLUE_TASK_KEYS = {
     "name", "family", "hub", "data_dir", "train_file", "validation_file", "test_file", "files",
-    "columns", "headerless_splits", "headerless_columns", "labels", "label_range", "metrics",
-    "main_metric", "max_seq_length", "leaderboard_files", "skip_malformed_rows"}
+    "columns", "headerless_splits", "headerless_columns", "labels", "class_names", "label_range",
+    "metrics", "main_metric", "max_seq_length", "leaderboard_files", "skip_malformed_rows"}
 
 
 @pytest.mark.parametrize("task", GLUE_TASKS)
@@ -162,7 +162,8 @@ def test_glue_task_is_a_short_yaml_on_the_shared_base(task):
 def test_the_glue_base_is_not_a_task(base):
     task = compose_config(["recipe=glue", f"task={base}"]).task
     missing = {key.removeprefix("task.") for key in OmegaConf.missing_keys(task)}
-    assert {"name", "metrics", "main_metric", "labels", "leaderboard_files"} <= missing
+    assert {"name", "metrics", "main_metric", "labels", "class_names",
+            "leaderboard_files"} <= missing
 
 
 def test_presets_are_their_own_group_and_pick_their_recipe():

@@ -14,6 +14,7 @@ from bertkit.data.hub import load_hub_dataset
 from bertkit.data.sources import SINGLE_FILE_KEYS, uses_local_files
 from bertkit.data.task_data import TaskSplits
 from bertkit.errors import BertkitError
+from bertkit.tasks.glue.classes import class_names, file_labels
 from bertkit.tasks.glue.files import read_glue_file
 
 
@@ -80,7 +81,7 @@ def _fingerprint(task: DictConfig, files: dict[str, Path]) -> str:
 
 def load_local_splits(task: DictConfig) -> TaskSplits:
     files = local_split_files(task)
-    labels = list(task.labels) if task.labels is not None else None
+    labels = file_labels(task)
     label_range = list(task.label_range) if task.label_range is not None else None
     columns = OmegaConf.to_container(task.columns)
     headerless = (OmegaConf.to_container(task.headerless_columns)
@@ -103,16 +104,36 @@ def load_local_splits(task: DictConfig) -> TaskSplits:
     return TaskSplits(splits, {split: fingerprint for split in splits})
 
 
+def _hub_class_ids(task: DictConfig, raw: datasets.DatasetDict, where: str) -> list[int] | None:
+    """Hub class id -> the task's class id, through the class names: the dataset's own
+    (a ClassLabel label column, as nyu-mll/glue has), else task.hub.labels. None: regression."""
+    names = class_names(task)
+    if names is None:
+        return None
+    feature = next(iter(raw.values())).features.get("label")
+    hub_names = getattr(feature, "names", None)
+    source = f"the label names of {where}"
+    if hub_names is None:
+        if task.hub.labels is None:
+            raise BertkitError(f"{where} does not name its classes (no ClassLabel label "
+                               f"column): set task.hub.labels to the class name of each id")
+        hub_names, source = [str(name) for name in task.hub.labels], "task.hub.labels"
+    unknown = [name for name in hub_names if name not in names]
+    if unknown:
+        raise BertkitError(f"{source} {list(hub_names)}: {unknown} not among the task's "
+                           f"class names {names} (task.class_names)")
+    return [names.index(name) for name in hub_names]
+
+
 def load_hub_splits(task: DictConfig) -> TaskSplits:
     hub = task.hub
+    where = f"the Hub dataset {hub.path}/{hub.name}"
     raw = load_hub_dataset(
-        f"the Hub dataset {hub.path}/{hub.name} for task {task.name}",
+        f"{where} for task {task.name}",
         f"give local files: task.data_dir=<dir with {', '.join(task.files.values())}>",
         hub.path, hub.name)
     text_a, text_b = hub.columns.text_a, hub.columns.text_b
-    to_task_label = None
-    if task.labels is not None:
-        to_task_label = [list(task.labels).index(name) for name in hub.labels]
+    to_task_label = _hub_class_ids(task, raw, where)
     splits = {}
     for split, table in raw.items():
         columns = {"text_a": table[text_a], "idx": table["idx"]}
@@ -125,8 +146,9 @@ def load_hub_splits(task: DictConfig) -> TaskSplits:
                 [to_task_label[label] for label in hub_labels] if to_task_label else hub_labels
             )
         splits[split] = datasets.Dataset.from_dict(columns)
+    # The id mapping too: the cached features hold the mapped labels.
     fingerprint = hashlib.sha256(
-        "".join(raw[s]._fingerprint for s in sorted(raw)).encode()
+        ("".join(raw[s]._fingerprint for s in sorted(raw)) + str(to_task_label)).encode()
     ).hexdigest()[:16]
     return TaskSplits(splits, {split: fingerprint for split in splits})
 

@@ -14,6 +14,7 @@ from transformers import DataCollatorWithPadding, EvalPrediction
 
 from bertkit.data.task_data import TaskData, TaskSplits
 from bertkit.errors import BertkitError
+from bertkit.tasks.glue.classes import class_names, file_labels
 from bertkit.tasks.glue.data import is_test_split, is_validation_split, load_glue_splits
 from bertkit.tasks.glue.demo_data import ensure_demo_data
 from bertkit.tasks.glue.features import tokenize_splits
@@ -22,10 +23,6 @@ from bertkit.tasks.glue.models import load_sequence_classifier
 from bertkit.tasks.glue.predictions import write_dev_predictions, write_leaderboard_file
 from bertkit.training.family import Evaluation, FinetuningFamily
 from bertkit.training.length_grouped_trainer import LengthGroupedTrainer
-
-
-def _labels(task: DictConfig) -> list[str] | None:
-    return list(task.labels) if task.labels is not None else None
 
 
 def logits_of(output) -> np.ndarray:
@@ -39,6 +36,7 @@ class GlueFamily(FinetuningFamily):
 
     def check(self, cfg: DictConfig) -> None:
         task_metrics(cfg.task)
+        class_names(cfg.task)
         entries = list(cfg.task.metrics)
         if all(isinstance(entry, str) for entry in entries) \
                 and cfg.task.main_metric not in entries:
@@ -60,7 +58,7 @@ class GlueFamily(FinetuningFamily):
         return TaskData(splits, features)
 
     def build_model(self, cfg, tokenizer, data):
-        return load_sequence_classifier(cfg.model, tokenizer, _labels(cfg.task))
+        return load_sequence_classifier(cfg.model, tokenizer, class_names(cfg.task))
 
     def build_trainer(self, cfg, args, model, tokenizer, data, pad_to_multiple_of):
         metrics = task_metrics(cfg.task)
@@ -80,7 +78,7 @@ class GlueFamily(FinetuningFamily):
             compute_metrics=metrics_of)
 
     def evaluate(self, cfg, trainer, data, run_dir: Path, main: bool) -> Evaluation:
-        task, labels = cfg.task, _labels(cfg.task)
+        task, labels = cfg.task, file_labels(cfg.task)
         regression, metrics = labels is None, task_metrics(task)
         evaluation = Evaluation(validation={})
         for split, table in data.features.items():
