@@ -4,8 +4,9 @@ carries it.
 training.run.publish writes <run dir>/model/README.md right after metrics.json, from the same
 record, so that a model directory copied or uploaded anywhere says what it is: YAML metadata in the
 Hub's format (model-index with the dev scores, license, base model, tags) and a body with the
-command, the seed, the hyperparameters and the results. Settings: the model_card node of
-conf/config.yaml.
+results, a usage snippet, the command, the seed and the hyperparameters. No absolute path of the
+training machine appears in it (bertkit.training.card_provenance). Settings: the model_card
+node of conf/config.yaml.
 
 With trainer.push_to_hub=true the model goes up through Trainer's own push_to_hub, once, at
 the end of the run (training.run.push_if_asked), with this card as its README.md (HubTrainer).
@@ -20,16 +21,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
-from huggingface_hub.utils import HFValidationError, validate_repo_id
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from transformers import Trainer
 
 from bertkit.data.atomic_files import follow_umask, write_text_atomic
 from bertkit.errors import BertkitError
+from bertkit.training.card_provenance import (
+    CARD_FILE,
+    checkpoint_base_model,
+    hub_id,
+    is_repo_id,
+    model_reference,
+    without_absolute_paths,
+)
+from bertkit.training.card_usage import usage_section
 from bertkit.training.lean_step import LeanStepTrainer
-
-CARD_FILE = "README.md"
 
 # task.family -> the Hub's task id (model-index, pipeline_tag) and its name.
 TASK_TYPES = {
@@ -75,18 +82,7 @@ class CardFacts:
     seed: int
     training: dict = field(default_factory=dict)  # steps, loss, ...: the body's facts
     sections: list[str] = field(default_factory=list)  # further Markdown sections
-
-
-def hub_id(name: str | None) -> str | None:
-    """`name` when it names something on the Hub (base_model, datasets must): not a local
-    path, and a valid repository id."""
-    if not name or Path(name).expanduser().exists():
-        return None
-    try:
-        validate_repo_id(name)
-    except HFValidationError:
-        return None
-    return name
+    usage: str | None = None  # the `## Usage` section (bertkit.training.card_usage)
 
 
 def command_line() -> str | None:
@@ -99,11 +95,15 @@ def command_line() -> str | None:
 
 def check_hub_settings(cfg: DictConfig) -> None:
     """Before any data is read: without hub_model_id Trainer would name the repository after
-    the checkpoint folder ("checkpoints")."""
+    the checkpoint folder ("checkpoints"); a base_model the card gives must be a Hub id."""
     if OmegaConf.select(cfg, "trainer.push_to_hub", default=False) \
             and not OmegaConf.select(cfg, "trainer.hub_model_id"):
         raise BertkitError("trainer.push_to_hub=true needs trainer.hub_model_id=<user>/<name>, "
                            "the Hub repository to push to")
+    base = OmegaConf.select(cfg, "model_card.base_model")
+    if base and not is_repo_id(str(base)):
+        raise BertkitError(f"model_card.base_model={base}: expected the Hub id of a model "
+                           f"(<user>/<name>), not a path")
 
 
 def _is_score(value) -> bool:
@@ -128,11 +128,27 @@ def _model_name(cfg: DictConfig, default: str) -> str:
     return hub_model_id.split("/")[-1] if hub_model_id else default
 
 
+def _pushed_id(cfg: DictConfig) -> str | None:
+    """The model's Hub id when the run pushes it (trainer.push_to_hub)."""
+    if OmegaConf.select(cfg, "trainer.push_to_hub", default=False):
+        return OmegaConf.select(cfg, "trainer.hub_model_id")
+    return None
+
+
+def _usage(cfg: DictConfig, family: str) -> str | None:
+    task = OmegaConf.select(cfg, "task")
+    return usage_section(
+        family, _pushed_id(cfg),
+        pair=bool(OmegaConf.select(task, "columns.text_b", default=None)) if task else False,
+        regression=family == "glue" and OmegaConf.select(task, "labels") is None,
+        feature_based=bool(OmegaConf.select(cfg, "model.feature_based.enabled", default=False)))
+
+
 def finetuning_facts(cfg: DictConfig, record: dict) -> CardFacts:
     """A finetune's card from its metrics.json record (bertkit.data.metrics_file)."""
     family, task = record["family"], cfg.task
     started = None if record["model"] == "from_scratch" else record["model"]
-    origin = f"from {started}" if started else "from random initialisation"
+    origin = f"from {model_reference(started)}" if started else "from random initialisation"
     train = record.get("train", {})
     return CardFacts(
         model_name=_model_name(cfg, f"bertkit-{task.name}"), family=family,
@@ -145,7 +161,8 @@ def finetuning_facts(cfg: DictConfig, record: dict) -> CardFacts:
                       f"the run's metrics.json; main metric: {record['main_metric']}."),
         hyperparameters=record.get("hyperparameters", {}), seed=record["seed"],
         training={key: train[key] for key in ("steps", "planned_steps", "complete", "loss",
-                                              "training_seconds") if key in train})
+                                              "training_seconds") if key in train},
+        usage=_usage(cfg, family))
 
 
 def pretraining_facts(cfg: DictConfig, record: dict) -> CardFacts:
@@ -179,7 +196,8 @@ def pretraining_facts(cfg: DictConfig, record: dict) -> CardFacts:
         family="pretraining",
         summary=(f"BERT pretrained with bertkit ({record['objective']}, {record['masking']} "
                  f"masking) on {corpus.name}, "
-                 + (f"continued from {started}." if started else "from random initialisation.")),
+                 + (f"continued from {model_reference(started)}." if started
+                    else "from random initialisation.")),
         started_from=started,
         dataset=CardDataset.of(corpus),
         results=results, results_note=note,
@@ -189,7 +207,14 @@ def pretraining_facts(cfg: DictConfig, record: dict) -> CardFacts:
                      if key in train},
                   **{f"last log {key}": last[key] for key in last
                      if key.endswith(("_loss", "_accuracy"))}},
-        sections=sections)
+        sections=sections, usage=_usage(cfg, "pretraining"))
+
+
+def base_model(started_from: str | None, settings: DictConfig) -> str | list[str] | None:
+    """model_card.base_model when set; else the model the run started from when it is a Hub
+    id; else the Hub model a local checkpoint names in its own card or config.json."""
+    return (settings.base_model or hub_id(started_from)
+            or checkpoint_base_model(started_from))
 
 
 def card_metadata(facts: CardFacts, settings: DictConfig) -> ModelCardData:
@@ -206,9 +231,10 @@ def card_metadata(facts: CardFacts, settings: DictConfig) -> ModelCardData:
     return ModelCardData(
         model_name=facts.model_name, license=settings.license, language=settings.language,
         library_name="transformers", pipeline_tag=task_type,
-        base_model=settings.base_model or hub_id(facts.started_from),
+        base_model=base_model(facts.started_from, settings),
         datasets=[dataset.type] if dataset.on_hub else None,
-        tags=[*tags, facts.family, dataset.name], eval_results=evaluations or None)
+        tags=without_absolute_paths([*tags, facts.family, dataset.name]),
+        eval_results=evaluations or None)
 
 
 def _cell(value) -> str:
@@ -238,25 +264,46 @@ def _flatten(values: dict, prefix: str = "") -> list[tuple[str, object]]:
     return rows
 
 
+def one_warmup(hyperparameters: dict) -> dict:
+    """Warm-up once: the record keeps warmup_ratio (None unless warmup_steps is a share, below
+    1, as Trainer reads it) beside warmup_steps (W&B and metrics.json readers use both keys);
+    the card shows the ratio when there is one, else the steps."""
+    if "warmup_ratio" not in hyperparameters or "warmup_steps" not in hyperparameters:
+        return hyperparameters
+    drop = "warmup_ratio" if hyperparameters["warmup_ratio"] is None else "warmup_steps"
+    return {key: value for key, value in hyperparameters.items() if key != drop}
+
+
+def _started_from(name: str | None) -> str:
+    if not name:
+        return "random initialisation"
+    reference = model_reference(name)
+    return reference if reference == name else f"{reference} (a local checkpoint)"
+
+
 def card_body(facts: CardFacts, command: str | None) -> str:
+    """The Markdown body; every path in it portable (without_absolute_paths)."""
     results = [(split, metric, f"{value:.4f}") for split, scores in facts.results.items()
                for metric, value in scores.items()]
-    how = (f"`{command}`" if command else
+    how = (f"`{without_absolute_paths(command)}`" if command else
            "run from Python, not the `bertkit` command: every setting is in config.yaml of "
            "the run directory")
-    training = "".join(f"- {name}: {_cell(_short(value))}\n"
+    training = "".join(f"- {name}: {_cell(_short(without_absolute_paths(value)))}\n"
                        for name, value in facts.training.items())
+    hyperparameters = without_absolute_paths(one_warmup(facts.hyperparameters))
     parts = [
         f"# {facts.model_name}\n\n{facts.summary}\n",
         "## Results\n\n" + facts.results_note + "\n\n"
         + (_table(("split", "metric", "value"), results) if results else ""),
         *facts.sections,
+        *([facts.usage] if facts.usage else []),
         "## Training\n\n"
         f"- command: {how}\n- seed: {facts.seed}\n"
-        f"- started from: {facts.started_from or 'random initialisation'}\n{training}",
-        "### Hyperparameters\n\n" + _table(("name", "value"), _flatten(facts.hyperparameters)),
+        f"- started from: {_started_from(facts.started_from)}\n{training}",
+        "### Hyperparameters\n\n" + _table(("name", "value"), _flatten(hyperparameters)),
     ]
-    return "\n".join(parts)
+    # Any path left in the free text (a summary, a section) made portable too.
+    return without_absolute_paths("\n".join(parts))
 
 
 def build_card(facts: CardFacts, settings: DictConfig, command: str | None) -> ModelCard:

@@ -1,12 +1,16 @@
 """Every model directory a run writes holds a Hub model card (README.md): each family's tiny
 run, its card parsed by huggingface_hub and checked against the run's metrics.json (model-index
-values, license, base model, seed, hyperparameters); and trainer.push_to_hub=true uploading
-the model with that card through Trainer's push, against a fake Hub."""
+values, license, base model, seed, hyperparameters) and its usage snippet run on the saved
+model; no absolute path of the machine in it; and trainer.push_to_hub=true uploading the model
+with that card through Trainer's push, against a fake Hub."""
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
+import io
 import json
+import re
 from collections import defaultdict
 from concurrent.futures import Future
 from pathlib import Path
@@ -20,6 +24,8 @@ from hydra.core.hydra_config import HydraConfig
 from bertkit.errors import BertkitError
 from bertkit.jobs import run_job
 from bertkit.pretraining.run import pretrain
+from bertkit.training.card_provenance import portable_path, without_absolute_paths
+from bertkit.training.card_usage import LOCAL_PLACEHOLDER
 from bertkit.training.model_card import build_card, finetuning_facts
 from tests.conftest import compose_config, tiny_run_overrides
 from tests.ner_fixtures import conll_text, make_sentences
@@ -55,6 +61,23 @@ def scores(splits: dict) -> dict[str, dict[str, float]]:
     """metrics.json's scores; integers there are counts (examples, entities, support)."""
     return {split: {k: v for k, v in values.items() if isinstance(v, float)}
             for split, values in splits.items()}
+
+
+def usage_code(card: ModelCard) -> str:
+    """The Python of the card's usage section."""
+    usage = card.text.split("## Usage\n", 1)[1]
+    return re.search(r"```python\n(.*?)\n```", usage, re.DOTALL).group(1)
+
+
+def run_usage(card: ModelCard, model_dir: Path) -> str:
+    """Runs the card's usage snippet on the saved model (the placeholder made its path);
+    returns what it printed."""
+    code = usage_code(card)
+    assert f'"{LOCAL_PLACEHOLDER}"' in code
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(code.replace(LOCAL_PLACEHOLDER, str(model_dir)), {})  # noqa: S102 - the card's own
+    return printed.getvalue()
 
 
 def check_card(card: ModelCard, metrics: dict, task_type: str, dataset_type: str) -> None:
@@ -93,8 +116,16 @@ def test_glue_card_matches_metrics_and_names_the_command(glue_dir, vocab_dir, tm
     assert {r.dataset_config for r in card.data.eval_results} == {"mnli"}
     assert card.data.datasets == ["nyu-mll/glue"]
     assert card.data.model_name == "bertkit-mnli"
-    assert f"- command: `bertkit {' '.join(overrides)}`" in card.text
+    # The command as given, its absolute paths made portable (names of directories here).
+    assert f"- command: `bertkit {without_absolute_paths(' '.join(overrides))}`" in card.text
+    assert " task.data_dir=mnli " in card.text and " model.tokenizer=vocab " in card.text
     assert "| finetuning.name | full |" in card.text  # nested settings, dotted
+    # The usage snippet: a text-classification pipeline on a sentence pair, which names
+    # MNLI's classes.
+    assert 'pipeline("text-classification", model="path/to/model")' in usage_code(card)
+    assert '"text_pair":' in usage_code(card)
+    printed = run_usage(card, run_dir / "model")
+    assert re.search(r"'label': '(contradiction|entailment|neutral)'", printed)
 
 
 def test_squad_v2_card(tmp_path):
@@ -111,6 +142,11 @@ def test_squad_v2_card(tmp_path):
     assert {"exact", "f1", "HasAns_f1", "NoAns_f1", "best_f1"} <= model_index(card)[
         "validation"].keys()
     assert "- command: run from Python" in card.text
+    # transformers 5 has no question-answering pipeline: the model class and a span.
+    code = usage_code(card)
+    assert 'AutoModelForQuestionAnswering.from_pretrained("path/to/model")' in code
+    assert "pipeline" not in code
+    assert len(run_usage(card, run_dir / "model").splitlines()) == 1
 
 
 def test_swag_card(tmp_path):
@@ -123,6 +159,13 @@ def test_swag_card(tmp_path):
     check_card(card, metrics, "multiple-choice", "allenai/swag")
     assert model_index(card) == {"validation": {"accuracy": metrics["main_value"]}}
     assert {r.dataset_config for r in card.data.eval_results} == {"regular"}
+    # No pipeline for multiple choice: the model class, and the best of the four endings.
+    code = usage_code(card)
+    assert "pipeline" not in code
+    assert 'AutoModelForMultipleChoice.from_pretrained("path/to/model")' in code
+    assert run_usage(card, run_dir / "model").strip() in {
+        "He starts to play a song.", "He eats the piano.", "He swims across the room.",
+        "He paints the sky."}
 
 
 def test_ner_card_holds_the_labelled_test_split_too(tmp_path):
@@ -141,6 +184,8 @@ def test_ner_card_holds_the_labelled_test_split_too(tmp_path):
     assert set(model_index(card)) == {"validation", "test"}
     assert {"precision", "recall", "f1", "f1_PER"} <= model_index(card)["test"].keys()
     assert "entities" not in model_index(card)["test"]  # a count, not a score
+    assert 'pipeline("token-classification", model="path/to/model"' in usage_code(card)
+    assert run_usage(card, run_dir / "model").startswith("[")
 
 
 def test_pretraining_card_and_its_downstream_finetune_cards(tmp_path, glue_dir):
@@ -172,7 +217,10 @@ def test_pretraining_card_and_its_downstream_finetune_cards(tmp_path, glue_dir):
     # The finetune of this checkpoint has its own card; a local path is no Hub base_model.
     finetuned, finetuned_metrics = read_card(run_dir / "downstream" / "sst2")
     check_card(finetuned, finetuned_metrics, "text-classification", "nyu-mll/glue")
-    assert f"- started from: {run_dir / 'model'}" in finetuned.text
+    assert "- started from: model (a local checkpoint)\n" in finetuned.text
+    assert str(tmp_path) not in str(finetuned) and str(tmp_path) not in str(card)
+    assert 'pipeline("fill-mask", model="path/to/model")' in usage_code(card)
+    assert "'token_str':" in run_usage(card, run_dir / "model")
 
 
 def test_pretraining_card_without_a_heldout_set_has_no_model_index(tmp_path):
@@ -202,8 +250,115 @@ def test_base_model_is_a_hub_id_or_absent(model, base_model, expected, tmp_path)
     parsed = ModelCard(str(card))
     assert parsed.data.base_model == expected
     assert model_index(parsed) == {"validation": {"f1": 0.5, "accuracy": 0.75}}
-    started = "random initialisation" if model == "from_scratch" else model
+    started = {"from_scratch": "random initialisation",
+               str(tmp_path): f"{tmp_path.name} (a local checkpoint)"}.get(model, model)
     assert f"- started from: {started}\n" in parsed.text
+
+
+def write_checkpoint(directory: Path, *, card: str | None = None,
+                     config: dict | None = None) -> Path:
+    """A local checkpoint directory as far as the card reads it: README.md, config.json."""
+    directory.mkdir(parents=True)
+    if card is not None:
+        (directory / "README.md").write_text(card)
+    (directory / "config.json").write_text(json.dumps({"model_type": "bert", **(config or {})}))
+    return directory
+
+
+MINILM_CONFIG = {"_name_or_path": "nreimers/MiniLM-L6-H384-uncased"}  # the extracted MiniLM's
+
+
+@pytest.mark.parametrize(("card", "config", "setting", "expected"), [
+    # The extracted all-MiniLM-L6-v2 (model=minilm_l6): no README.md, a Hub id in config.json.
+    (None, MINILM_CONFIG, None, "nreimers/MiniLM-L6-H384-uncased"),
+    # A checkpoint's own card names its base model (a bertkit or Hub card): it wins.
+    ("---\nbase_model: google-bert/bert-base-uncased\nlicense: mit\n---\n# x\n", MINILM_CONFIG,
+     None, "google-bert/bert-base-uncased"),
+    ("---\nbase_model: [a/one, b/two]\n---\n", None, None, ["a/one", "b/two"]),
+    # A card without base_model, a config naming a path: nothing names a Hub model.
+    ("---\nlicense: mit\n---\n# x\n", {"_name_or_path": "/home/someone/bert"}, None, None),
+    ("no metadata, just text\n", {"_name_or_path": ""}, None, None),
+    # model_card.base_model wins over all.
+    (None, MINILM_CONFIG, "sentence-transformers/all-MiniLM-L6-v2",
+     "sentence-transformers/all-MiniLM-L6-v2"),
+])
+def test_base_model_of_a_local_checkpoint(card, config, setting, expected, tmp_path):
+    checkpoint = write_checkpoint(tmp_path / "all-MiniLM-L6-v2", card=card, config=config)
+    cfg = compose_config(["task=mrpc", f"model_card.base_model={setting or 'null'}"])
+    record = {"family": "glue", "model": str(checkpoint), "seed": 3, "main_metric": "f1",
+              "validation": {"validation": {"f1": 0.5}}, "test": {}, "hyperparameters": {}}
+    parsed = ModelCard(str(build_card(finetuning_facts(cfg, record), cfg.model_card, None)))
+    assert parsed.data.base_model == expected
+    # The body names the checkpoint by its directory, never by this machine's path.
+    assert "- started from: all-MiniLM-L6-v2 (a local checkpoint)\n" in parsed.text
+    assert "from all-MiniLM-L6-v2." in parsed.text
+    assert str(tmp_path) not in str(parsed)
+
+
+def test_model_card_base_model_must_be_a_hub_id(glue_dir, vocab_dir, tmp_path):
+    cfg = compose_config(tiny_run_overrides("rte", glue_dir("rte"), vocab_dir, **{
+        "model_card.base_model": str(tmp_path / "bert")}))
+    with pytest.raises(BertkitError, match=r"model_card.base_model=.*: expected the Hub id"):
+        run_job(cfg, tmp_path / "run")
+
+
+def test_no_absolute_path_in_the_card(glue_dir, vocab_dir, tmp_path, monkeypatch):
+    """A run whose config is full of absolute paths (a checkpoint in $HOME, the data, the
+    tokenizer, the cache, all given on the command line): the card shows their names."""
+    from transformers import BertConfig, BertModel
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    assert Path.home() == home
+    vocab_size = len((vocab_dir / "vocab.txt").read_text().split())
+    checkpoint = home / "models" / "tiny-bert"
+    BertModel(BertConfig(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2,
+                         num_attention_heads=2, intermediate_size=64)).save_pretrained(checkpoint)
+    overrides = tiny_run_overrides("mrpc", glue_dir("mrpc"), vocab_dir, **{
+        "model.name_or_path": str(checkpoint),
+        "model.tokenizer": str(vocab_dir), "cache_dir": str(home / ".cache" / "bertkit"),
+        "trainer.max_steps": 2})
+    hydra = HydraConfig.instance()
+    monkeypatch.setattr(hydra, "cfg", hydra.cfg)
+    hydra.set_config(compose_config(overrides, with_hydra=True))
+    cfg = compose_config(overrides)
+    run_dir = tmp_path / "run"
+    run_job(cfg, run_dir)
+
+    text = (run_dir / "model" / "README.md").read_text()
+    for path in (str(tmp_path), str(home), "/tmp/", "/root/", "/home/"):
+        assert path not in text, path
+    card = ModelCard(text)
+    assert card.data.base_model is None  # a local checkpoint naming no Hub model
+    assert "- started from: tiny-bert (a local checkpoint)\n" in card.text
+    assert " model.name_or_path=tiny-bert " in card.text
+    assert " task.data_dir=mrpc " in card.text and " cache_dir=bertkit`" in card.text
+
+
+def test_portable_paths():
+    cwd = Path.cwd()
+    assert portable_path(str(cwd / "outputs" / "run" / "model")) == "outputs/run/model"
+    assert portable_path("/somewhere/else/data/glue/MRPC") == "MRPC"
+    assert portable_path("~/.cache/bertkit/models/all-MiniLM-L6-v2") == "all-MiniLM-L6-v2"
+    assert without_absolute_paths({"a": ["/x/y/z", "1/2", "https://huggingface.co/a/b"],
+                                   "b": "task.data_dir=/x/y/mrpc [/p/q, /r/s]", "c": 3}) == {
+        "a": ["z", "1/2", "https://huggingface.co/a/b"], "b": "task.data_dir=mrpc [q, s]",
+        "c": 3}
+
+
+@pytest.mark.parametrize(("warmup", "shown", "hidden"), [
+    ({"warmup_ratio": 0.1, "warmup_steps": 0.1}, "| warmup_ratio | 0.1 |", "warmup_steps"),
+    ({"warmup_ratio": None, "warmup_steps": 10000}, "| warmup_steps | 10000 |", "warmup_ratio"),
+    ({"warmup_ratio": None, "warmup_steps": 0}, "| warmup_steps | 0 |", "warmup_ratio"),
+])
+def test_warm_up_is_one_line_of_the_hyperparameters(warmup, shown, hidden):
+    cfg = compose_config(["task=mrpc"])
+    record = {"family": "glue", "model": "bert-base-uncased", "seed": 3, "main_metric": "f1",
+              "validation": {"validation": {"f1": 0.5}}, "test": {},
+              "hyperparameters": {"learning_rate": 2e-5, **warmup, "weight_decay": 0.01}}
+    text = build_card(finetuning_facts(cfg, record), cfg.model_card, None).text
+    assert shown in text and hidden not in text
+    assert "| learning_rate | 2e-05 |" in text and "| weight_decay | 0.01 |" in text
 
 
 def test_no_card_with_model_card_disabled(glue_dir, vocab_dir, tmp_path):
@@ -296,6 +451,9 @@ def test_push_uploads_the_model_with_the_bertkit_card(strategy, saves, glue_dir,
     card, metrics = ModelCard(text), json.loads((run_dir / "metrics.json").read_text())
     check_card(card, metrics, "text-classification", "nyu-mll/glue")
     assert card.data.model_name == "tiny-mrpc"
+    # Pushed: the usage snippet names the model by its Hub id.
+    assert 'pipeline("text-classification", model="someone/tiny-mrpc")' in usage_code(card)
+    assert LOCAL_PLACEHOLDER not in card.text
 
 
 def test_push_needs_a_hub_model_id(glue_dir, vocab_dir, tmp_path):
