@@ -3,6 +3,7 @@ mixed precision on a GPU, where checkpoints go, and which tracker Trainer report
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import math
 import os
@@ -13,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from transformers import TrainingArguments
 
 from bertkit.errors import BertkitError
-from bertkit.training.distributed import world_size
+from bertkit.training.distributed import launched, world_size
 
 logger = logging.getLogger(__name__)
 
@@ -49,10 +50,36 @@ def resolve_dataloader_workers(setting, on_gpu: bool, gpu_workers: int, cpus: in
     return setting
 
 
+# Trainer's options that shard the model over the processes of a launch: in one process
+# started alone Trainer fails deep inside (FSDP: "only works in distributed training";
+# DeepSpeed: an MPI lookup), so they are refused here with the command that works.
+SHARDING_OPTIONS = {"fsdp": "FSDP", "deepspeed": "DeepSpeed"}
+
+
+def deepspeed_installed() -> bool:
+    return importlib.util.find_spec("deepspeed") is not None
+
+
+def check_sharding_launch(options: dict) -> None:
+    for key, name in SHARDING_OPTIONS.items():
+        value = options.get(key)
+        if value and not launched():
+            raise BertkitError(
+                f"trainer.{key}={value!r}: {name} shards the model over the processes of a "
+                f"launch, and this process was started alone: launch it with torchrun, e.g. "
+                f"torchrun --nproc_per_node=N -m bertkit <the same overrides> "
+                f"(recipes/guide/scale.md)")
+    if options.get("deepspeed") and not deepspeed_installed():
+        raise BertkitError(
+            f"trainer.deepspeed={options['deepspeed']!r}: DeepSpeed is not installed; it is "
+            f"an optional extra: pip install 'bertkit[deepspeed]'")
+
+
 def build_training_arguments(
     cfg: DictConfig, run_dir: Path, report_to: list[str]
 ) -> TrainingArguments:
     options = OmegaConf.to_container(cfg.trainer, resolve=True)
+    check_sharding_launch(options)
     precision = resolve_mixed_precision(cfg.mixed_precision)
     options["dataloader_num_workers"] = resolve_dataloader_workers(
         options.get("dataloader_num_workers", 0), torch.cuda.is_available(),

@@ -21,6 +21,13 @@ def is_main_process() -> bool:
     return rank() == 0
 
 
+def launched() -> bool:
+    """Started by a distributed launcher (torchrun, accelerate launch, deepspeed, a submitit
+    job's joined tasks), even as its only process: each process is given its LOCAL_RANK,
+    which is also what tells Trainer that it runs distributed."""
+    return "LOCAL_RANK" in os.environ
+
+
 def run_stamp() -> str:
     """A time stamp for the run directory that every process of one launch agrees on.
 
