@@ -44,16 +44,17 @@ def config_tree():
     config file is read once (Hydra reads every file again for each composition, which made
     this test take minutes), and handed out as a copy, as a fresh read would be."""
     register_resolvers()
-    read = ConfigRepository.load_config
+    read, files = ConfigRepository.load_config, {}
 
-    @functools.cache
     def read_once(repository, config_path):
-        return read(repository, config_path)
+        # By path alone: each composition reads through a fresh copy of the repository.
+        if config_path not in files:
+            files[config_path] = read(repository, config_path)
+        return copy.deepcopy(files[config_path])
 
     with pytest.MonkeyPatch.context() as patch, \
             initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
-        patch.setattr(ConfigRepository, "load_config",
-                      lambda self, config_path: copy.deepcopy(read_once(self, config_path)))
+        patch.setattr(ConfigRepository, "load_config", read_once)
         yield
 
 
