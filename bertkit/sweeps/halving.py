@@ -21,10 +21,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bertkit.data.job_overrides import Overrides, configuration_of
 from bertkit.data.metrics_file import FAILED_FILE, METRICS_FILE, read_json_object
 from bertkit.errors import BertkitError
-
-Overrides = tuple[str, ...]
 
 
 def rung_fractions(min_fraction: float, eta: float) -> list[float]:
@@ -42,23 +41,11 @@ def rung_fractions(min_fraction: float, eta: float) -> list[float]:
     return [*fractions, 1.0]
 
 
-def override_key(override: str) -> str:
-    """trainer.learning_rate of "trainer.learning_rate=2e-5" (and of "+x=1" / "++x=1")."""
-    return override.split("=", 1)[0].lstrip("+~")
-
-
-def configuration_of(overrides: Sequence[str], replicate_keys: Iterable[str]) -> Overrides:
-    """A job's configuration: its overrides without the replicate keys (the seed)."""
-    replicate = set(replicate_keys)
-    return tuple(o for o in overrides if override_key(o) not in replicate)
-
-
 def bracket_of(overrides: Sequence[str], searched_keys: Iterable[str],
                replicate_keys: Iterable[str]) -> Overrides:
     """What a configuration competes within: its overrides without the searched keys (the
     grid) and the replicate keys, e.g. ("task=rte",). Tasks never compete with each other."""
-    dropped = set(searched_keys) | set(replicate_keys)
-    return tuple(o for o in overrides if override_key(o) not in dropped)
+    return configuration_of(overrides, [*searched_keys, *replicate_keys])
 
 
 def survivors(scores: dict[Overrides, list[float | None]], eta: float,

@@ -23,12 +23,12 @@ from hydra.plugins.sweeper import Sweeper
 from omegaconf import DictConfig, OmegaConf
 
 from bertkit.data.atomic_files import write_json_atomic
+from bertkit.data.job_overrides import configuration_of
 from bertkit.errors import BertkitError
 from bertkit.sweeps.halving import (
     HalvingLedger,
     JobOutcome,
     bracket_of,
-    configuration_of,
     delete_weights,
     read_outcome,
     rung_fractions,

@@ -1,0 +1,20 @@
+"""A sweep job's configuration, read from its Hydra overrides: what successive halving ranks
+over seeds (bertkit.sweeps.halving) and what a multirun's W&B runs are grouped by
+(bertkit.training.wandb_sweep). In `data` because both rooms may import it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+Overrides = tuple[str, ...]
+
+
+def override_key(override: str) -> str:
+    """trainer.learning_rate of "trainer.learning_rate=2e-5" (and of "+x=1" / "++x=1")."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def configuration_of(overrides: Sequence[str], replicate_keys: Iterable[str]) -> Overrides:
+    """A job's configuration: its overrides without the replicate keys (the seed)."""
+    replicate = set(replicate_keys)
+    return tuple(o for o in overrides if override_key(o) not in replicate)
