@@ -22,6 +22,7 @@ from bertkit.config_tree import config_dir
 from bertkit.data.atomic_files import write_json_atomic
 from bertkit.errors import BertkitError
 from bertkit.jobs import run_job
+from bertkit.training import wandb_sweep
 from bertkit.training.distributed import join_submitit_tasks, run_stamp
 from bertkit.training.preemption import Preempted
 
@@ -30,8 +31,8 @@ logger = logging.getLogger("bertkit")
 
 def sweep_stamp() -> str:
     """The name of the multirun's directory (its start time by default), the same for every
-    job of one sweep: sweep presets put it in the W&B group so a dashboard shows one sweep's
-    jobs together. Outside a multirun, the run's own stamp."""
+    job of one sweep (${bertkit_sweep_stamp:} in a config; W&B's sweep id ends with it too,
+    training.wandb_sweep). Outside a multirun, the run's own stamp."""
     if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
         return Path(HydraConfig.get().sweep.dir).name
     return run_stamp()
@@ -42,6 +43,12 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("bertkit_run_stamp", run_stamp, use_cache=True)
     if not OmegaConf.has_resolver("bertkit_sweep_stamp"):
         OmegaConf.register_new_resolver("bertkit_sweep_stamp", sweep_stamp)
+    # A multirun's W&B id, groups and names (conf/logger/wandb.yaml): not cached, each job's own.
+    for resolver, function in (("bertkit_sweep_id", wandb_sweep.sweep_id),
+                               ("bertkit_wandb_group", wandb_sweep.group),
+                               ("bertkit_wandb_name", wandb_sweep.name)):
+        if not OmegaConf.has_resolver(resolver):
+            OmegaConf.register_new_resolver(resolver, function)
 
 
 def describe_failure(err: BaseException) -> str:

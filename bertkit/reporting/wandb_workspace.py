@@ -1,17 +1,20 @@
 """A W&B workspace for a sweep, built with W&B's own wandb-workspaces from what the sweep's runs
 logged (the W&B run logs under the sweep directory, read without W&B's service).
 
-The runs are filtered to the sweep's W&B groups (and its sweep tag when every run has one) and
-grouped by grid point, so that the seeds of one grid point are one line or bar, their mean with
-a standard-deviation band. The panels (wandb_workspace.yaml) are those whose keys the runs
-logged. Offline, the workspace's view (what wandb-workspaces sends to W&B on save) is written as
-JSON; online, it is also saved to ENTITY/PROJECT.
+The runs are filtered to the sweep's W&B groups and its sweep tag when every run has one (a
+multirun's sweep:<id>, one launch's and no other's), and grouped by W&B group (in a multirun,
+one configuration of it) and grid point, so that the seeds of one grid point are one line or
+bar, their mean with a standard-deviation band. The panels (wandb_workspace.yaml) are those
+whose keys the runs logged, the curves against the layout's x_axis (Trainer's global step).
+Offline, the workspace's view (what wandb-workspaces sends to W&B on save) is written as JSON;
+online, it is also saved to ENTITY/PROJECT.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import os
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -89,8 +92,8 @@ def load_layout(path: Path | None = None) -> dict:
         layout = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as err:
         raise BertkitError(f"{path}: cannot read the workspace layout ({err})") from None
-    for required in ("grid_keys", "aggregate", "band", "max_runs", "parallel_coordinates",
-                     "sections"):
+    for required in ("grid_keys", "aggregate", "band", "max_runs", "x_axis",
+                     "parallel_coordinates", "sections"):
         if not isinstance(layout, dict) or required not in layout:
             raise BertkitError(f"{path}: the workspace layout has no '{required}'")
     for section in layout["sections"]:
@@ -128,6 +131,7 @@ class WorkspacePlan:
     aggregate: str
     band: str
     max_runs: int
+    x_axis: str  # the history key the line plots are drawn against
 
 
 def plan_workspace(sweep: LoggedSweep, entity: str, project: str, name: str | None = None,
@@ -155,13 +159,22 @@ def plan_workspace(sweep: LoggedSweep, entity: str, project: str, name: str | No
             sections.append({"name": section["name"], "panels": panels})
     groups = sorted(sweep.groups)
     parallel = layout["parallel_coordinates"]
+    selected = (sweep.sweep_tag.removeprefix(SWEEP_TAG_PREFIX) if sweep.sweep_tag
+                else ", ".join(groups))
     return WorkspacePlan(
-        entity=entity, project=project, name=name or f"bertkit: {', '.join(groups)}",
+        entity=entity, project=project, name=name or f"bertkit: {plain_name(selected)}",
         groups=groups, sweep_tag=sweep.sweep_tag, grid_keys=grid,
         parallel_config=[key for key in parallel["config"] if has(key)],
         parallel_summary=[key for key in parallel["summary"] if key in sweep.summary_keys],
         sections=sections, left_out=left_out, aggregate=layout["aggregate"],
-        band=layout["band"], max_runs=int(layout["max_runs"]))
+        band=layout["band"], max_runs=int(layout["max_runs"]), x_axis=str(layout["x_axis"]))
+
+
+def plain_name(text: str) -> str:
+    """text without the symbols wandb-workspaces refuses in a workspace's name (its
+    validate_no_emoji refuses every symbol, "=" and "+" among them)."""
+    return "".join(char for char in text
+                   if not unicodedata.category(char).startswith(("S", "Cs")))
 
 
 def build_workspace(plan: WorkspacePlan):
@@ -184,8 +197,8 @@ def build_workspace(plan: WorkspacePlan):
         panels = []
         for panel in section["panels"]:
             if panel["kind"] == "line":
-                panels.append(wr.LinePlot(title=panel["title"], x="Step", y=panel["keys"],
-                                          **grouped))
+                panels.append(wr.LinePlot(title=panel["title"], x=plan.x_axis,
+                                          y=panel["keys"], **grouped))
             else:
                 panels.append(wr.BarPlot(title=panel["title"], **grouped,
                                          metrics=[wr.SummaryMetric(k) for k in panel["keys"]]))
@@ -196,7 +209,7 @@ def build_workspace(plan: WorkspacePlan):
     groupby = [expr.Metric("group"), *(expr.Config(key) for key in plan.grid_keys)]
     return ws.Workspace(
         entity=plan.entity, project=plan.project, name=plan.name, sections=sections,
-        settings=ws.WorkspaceSettings(max_runs=plan.max_runs),
+        settings=ws.WorkspaceSettings(max_runs=plan.max_runs, x_axis=plan.x_axis),
         runset_settings=ws.RunsetSettings(filters=filters, groupby=groupby))
 
 

@@ -1,5 +1,6 @@
 """Weights & Biases runs: the resolved config, the paper's hyperparameters under plain names,
-grouping and tags for dashboards, offline when there are no credentials.
+grouping and tags for dashboards (a multirun's: wandb_sweep), offline when there are no
+credentials.
 
 Trainer's own WandbCallback logs the training curves into the run opened here.
 """
@@ -15,6 +16,7 @@ from transformers import PreTrainedModel, TrainingArguments
 
 from bertkit.errors import BertkitError
 from bertkit.training.models import count_parameters
+from bertkit.training.wandb_sweep import SWEEP_TAG_PREFIX
 from bertkit.wandb_credentials import has_wandb_credentials
 
 logger = logging.getLogger(__name__)
@@ -79,15 +81,22 @@ def start_wandb_run(cfg: DictConfig, run_dir: Path, hyperparameters: dict):
                        "offline under %s/wandb; upload later with `wandb sync`", run_dir)
     log = cfg.logger
     tags = [str(tag) for tag in log.tags]
-    if log.sweep_tag:
-        tags.append(f"sweep:{log.sweep_tag}")
+    # A multirun's runs carry its id (its name and group say the configuration already); a
+    # single run of a sweep preset its name, as a tag and a name prefix.
+    sweep = log.get("sweep_id")
+    name = log.name
+    if sweep:
+        tags.append(f"{SWEEP_TAG_PREFIX}{sweep}")
+    elif log.sweep_tag:
+        tags.append(f"{SWEEP_TAG_PREFIX}{log.sweep_tag}")
+        name = f"{log.sweep_tag}-{name}"
     return wandb.init(
         project=log.project,
         entity=log.entity,
         group=log.group,
         job_type=cfg.recipe.name,
         tags=tags,
-        name=log.name if not log.sweep_tag else f"{log.sweep_tag}-{log.name}",
+        name=name,
         dir=str(run_dir),
         mode=mode,
         config={**hyperparameters, "bertkit": OmegaConf.to_container(cfg, resolve=True)},

@@ -81,11 +81,15 @@ def test_a_real_sweeps_workspace_groups_by_grid_point_and_plots_what_it_logged(s
 
     assert (spec["entity"], spec["project"]) == ("my-team", "bertkit")
     assert spec["view"]["entity"] == "my-team" and spec["view"]["project"] == "bertkit"
-    # Filter: the sweep's W&B group
-    assert {run["group"] for run in runs} == {"glue-rte"}
-    (group_filter,) = run_set["filters"]["filters"]
+    # Filter: the multirun's W&B groups (one per learning rate) and its own sweep tag
+    groups = ["multirun-sweep learning_rate:0.001", "multirun-sweep learning_rate:0.003"]
+    assert sorted({run["group"] for run in runs}) == groups
+    group_filter, tag_filter = run_set["filters"]["filters"]
     assert group_filter["key"] == {"section": "run", "name": "group"}
-    assert (group_filter["op"], group_filter["value"]) == ("IN", ["glue-rte"])
+    assert (group_filter["op"], group_filter["value"]) == ("IN", groups)
+    assert tag_filter["key"] == {"section": "run", "name": "tags"}
+    assert (tag_filter["op"], tag_filter["value"]) == ("IN", ["sweep:multirun-sweep"])
+    assert spec["name"] == "bertkit: multirun-sweep"
     # Grouping: the run's group, then each grid key, every one a key of every run's config;
     # the seed is not among them, so a group holds the seeds of one grid point.
     grouping = run_set["grouping"]
@@ -112,9 +116,14 @@ def test_a_real_sweeps_workspace_groups_by_grid_point_and_plots_what_it_logged(s
             for metric in panel["config"]["metrics"]:
                 key = metric.removeprefix("summary_metrics.")
                 assert key in (summary if metric != key else history), (name, metric)
-    lines = {panel["config"]["chartTitle"]: panel["config"]["metrics"]
-             for section in shown.values() for panel in section
-             if panel["viewType"] == "Run History Line Plot"}
+    line_panels = [panel for section in shown.values() for panel in section
+                   if panel["viewType"] == "Run History Line Plot"]
+    lines = {panel["config"]["chartTitle"]: panel["config"]["metrics"] for panel in line_panels}
+    # Every curve, and the workspace's own x-axis, against Trainer's optimizer step: the step
+    # metric its W&B callback defines, which every run logged (not W&B's _step).
+    assert "train/global_step" in history
+    assert {panel["config"]["xAxis"] for panel in line_panels} == {"train/global_step"}
+    assert spec["view"]["spec"]["section"]["settings"]["xAxis"] == "train/global_step"
     assert lines["training loss"] == ["train/loss"]
     # LLRD's learning rate per layer group: embeddings, each layer, the head
     assert lines["learning rate per layer group"] == sorted(

@@ -1,8 +1,8 @@
 """Sweeps through Hydra's launcher plugins (joblib, submitit_local), as a user launches them:
 `bertkit -m ... hydra/launcher=...` in its own process. Every job's results, one tokenisation
-shared by parallel jobs, a failed job recorded while the others finish, one W&B group, and the
-report; successive halving through joblib equal to the sequential launcher; one grid point
-data-parallel over the tasks of a submitit job."""
+shared by parallel jobs, a failed job recorded while the others finish, one W&B sweep with a
+group per grid point, and the report; successive halving through joblib equal to the
+sequential launcher; one grid point data-parallel over the tasks of a submitit job."""
 
 from __future__ import annotations
 
@@ -62,9 +62,17 @@ def check_grid_sweep(sweep_dir: Path) -> None:
         "test", "train", "validation"], lines
     assert len({line.split(" into ")[1] for line in lines}) == 1
 
-    # One W&B group for the launch: the multirun directory's name, in every job.
-    groups = {OmegaConf.load(sweep_dir / job / "config.yaml").logger.group for job in finished}
-    assert groups == {f"paper_grid-glue-wnli-{sweep_dir.name}"}
+    # One W&B sweep for the launch (the multirun directory's name), in every job; one group per
+    # grid point, its seeds together.
+    loggers = {job: OmegaConf.load(sweep_dir / job / "config.yaml").logger for job in finished}
+    assert {logger.sweep_id for logger in loggers.values()} == {f"paper_grid-{sweep_dir.name}"}
+    groups = {}
+    for job, logger in loggers.items():
+        groups.setdefault(logger.group, set()).add(job.rsplit("/", 1)[0])
+    assert sorted(groups) == sorted(
+        f"paper_grid-{sweep_dir.name} per_device_train_batch_size:{batch} learning_rate:{rate}"
+        for batch in (8, 16) for rate in ("0.001", "0.0003"))
+    assert all(len(points) == 1 for points in groups.values())
 
     assert report_main([str(sweep_dir)]) == 0
     report = (sweep_dir / "report" / "report.md").read_text()
