@@ -127,10 +127,16 @@ def test_optuna_study_and_its_report(glue_dir, vocab_dir, tmp_path, monkeypatch)
         assert 0.8 <= hyper["finetuning"]["layer_lr_decay"] <= 1.0
     rates = [m["hyperparameters"]["learning_rate"] for m in finished.values()]
     assert len(set(rates)) == len(rates)
-    # The W&B group and tag of the preset reach the trials (logger=none still resolves them).
-    config = yaml.safe_load((sweep_dir / "stsb" / "trial0" / "config.yaml").read_text())
-    assert config["logger"]["sweep_tag"] == "optuna"
-    assert config["logger"]["group"] == f"optuna-glue-stsb-{sweep_dir.name}"
+    # The preset's W&B sweep id reaches the trials, each its own group, named by what it
+    # sampled (logger=none still resolves them).
+    loggers = [yaml.safe_load((sweep_dir / "stsb" / trial / "config.yaml").read_text())["logger"]
+               for trial in sorted(finished)]
+    assert {logger["sweep_id"] for logger in loggers} == {f"optuna-{sweep_dir.name}"}
+    assert len({logger["group"] for logger in loggers}) == len({logger["name"] for logger in
+                                                                loggers}) == 4
+    for logger, metrics in zip(loggers, finished.values(), strict=True):
+        assert logger["group"].startswith(f"optuna-{sweep_dir.name} ")
+        assert f"learning_rate:{metrics['hyperparameters']['learning_rate']}" in logger["name"]
 
     assert len({m["main_value"] for m in finished.values()}) > 1  # a best to find
     best = check_results_name_the_best(sweep_dir, finished)
