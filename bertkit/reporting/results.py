@@ -15,9 +15,13 @@ import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import yaml
+
 from bertkit.data.metrics_file import METRICS_FILE, SCHEMA_VERSION, read_json_object, upgrade
 from bertkit.errors import BertkitError
-from bertkit.reporting.methods import finetuning_method
+from bertkit.reporting.identity import MODEL_KEY, PRETRAINING, run_settings
+
+CONFIG_FILE = "config.yaml"  # the run's resolved config, beside its metrics.json
 
 GRID_KEYS = ("learning_rate", "train_batch_size", "num_train_epochs")
 
@@ -42,8 +46,10 @@ class RunResult:
     planned_steps: int | None = None
     complete: bool = True
     source: str = METRICS_FILE  # or "wandb": rebuilt from the run's W&B log
-    # The finetuning method (finetuning.name) when not plain full finetuning ("full").
-    method: str = ""
+    # What can split the report's rows (identity.py): the resolved config's settings, or
+    # metrics.json's hyperparameters for a run without config.yaml (settings_source says).
+    settings: dict[str, object] = field(default_factory=dict)
+    settings_source: str = CONFIG_FILE
 
 
 @dataclass(frozen=True)
@@ -65,12 +71,40 @@ def read_downstream_runs(pretraining_dir: Path) -> list[RunResult]:
     arm = (f"{pretraining.get('recipe', 'pretraining')} ({pretraining.get('masking', '?')} "
            f"masking, {pretraining.get('objective', '?')})")
     model = f"pretrained on {pretraining.get('corpus', '?')}"
+    # The checkpoint is this arm's: its own path (one per seed) and tokenizer say nothing
+    # more; the pretraining's settings (seed aside) say which arm it is.
+    pretrained = _config(pretraining_dir)
+    arm_settings = (run_settings(pretrained, prefix=PRETRAINING) if pretrained is not None
+                    else {f"{PRETRAINING}recipe.name": arm})
     runs = []
     for path in sorted(downstream.glob(f"*/{METRICS_FILE}")):
         run = read_run(path)
         if run is not None:
-            runs.append(replace(run, recipe=arm, model=model))
+            settings = {k: v for k, v in run.settings.items()
+                        if k not in (MODEL_KEY, "model.tokenizer")}
+            runs.append(replace(run, recipe=arm, model=model,
+                                settings={**settings, MODEL_KEY: model, **arm_settings}))
     return runs
+
+
+def _config(run_dir: Path) -> dict | None:
+    """The run's config.yaml as a mapping; None when the run has none (runs from before it
+    was written, or a metrics.json copied alone)."""
+    path = run_dir / CONFIG_FILE
+    if not path.is_file():
+        return None
+    try:
+        config = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        raise BertkitError(f"{path}: cannot read the run's config: {one_line(err)}") from None
+    if not isinstance(config, dict):
+        raise BertkitError(f"{path}: expected a mapping of settings, found "
+                           f"{type(config).__name__}")
+    return config
+
+
+def one_line(err: Exception) -> str:
+    return " ".join(str(err).split())
 
 
 def read_run(path: Path) -> RunResult | None:
@@ -92,6 +126,10 @@ def read_run(path: Path) -> RunResult | None:
         raise BertkitError(f"{path}: main_value {data['main_value']!r} is not a number")
     if not isinstance(data["validation"], dict):
         raise BertkitError(f"{path}: 'validation' is not an object")
+    config = _config(path.parent)
+    if config is None:  # what metrics.json records: the hyperparameters, recipe and model
+        config = {**hyper, "recipe": {"name": str(data.get("recipe", ""))},
+                  "model": {"name_or_path": str(data.get("model", ""))}}
     return RunResult(
         run_dir=path.parent,
         recipe=str(data.get("recipe", "")),
@@ -103,7 +141,8 @@ def read_run(path: Path) -> RunResult | None:
         grid_point=(float(hyper["learning_rate"]), int(hyper["train_batch_size"]),
                     float(hyper["num_train_epochs"])),
         metrics=flatten_validation(data["validation"]),
-        method=finetuning_method(hyper.get("finetuning")),
+        settings=run_settings(config),
+        settings_source=CONFIG_FILE if (path.parent / CONFIG_FILE).is_file() else METRICS_FILE,
         **_progress(path, data.get("train")),
     )
 

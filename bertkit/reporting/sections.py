@@ -9,6 +9,7 @@ import re
 
 from bertkit.data.metrics_file import METRICS_FILE
 from bertkit.reporting.halving import render_halving
+from bertkit.reporting.tables import markdown_cell as cell
 
 
 def fmt(value: float, decimals: int) -> str:
@@ -16,13 +17,14 @@ def fmt(value: float, decimals: int) -> str:
 
 
 def markdown_table(header: list[str], body: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(cells) + " |" for cells in body]
+    lines = ["| " + " | ".join(map(cell, header)) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(map(cell, cells)) + " |" for cells in body]
     return "\n".join(lines) + "\n"
 
 
 def one_line(text: str) -> str:
     return " ".join(text.split())
+
 
 
 def render_markdown(report: dict) -> str:
@@ -61,7 +63,39 @@ def _results(report: dict) -> list[str]:
             "Main metric on dev: mean ± std (median) over seeds at the grid point with the best "
             "mean on dev; fractions are shown ×100. Average: mean of the task means, only for "
             "rows with every task." + _reference_rows_note(report["references"]), "",
+            *_rows_split_by(report["rows_split_by"]),
             report["table_markdown"].rstrip("\n"), ""]
+
+
+def _rows_split_by(split: dict) -> list[str]:
+    """Which settings make the rows: a reader sees what was held equal and what was not."""
+    sources = ", ".join(f"{n} from {source}" for source, n in split["settings_sources"].items())
+    if not split["keys"]:
+        out = [f"Every run of a task has the same settings, seeds aside (settings read: "
+               f"{sources}): one row per model."]
+    else:
+        keys = ", ".join(f"`{k}`" for k in split["keys"])
+        out = [f"Rows are split by every setting in which runs of a task differ, seeds, the "
+               f"grid (learning rate, batch size, epochs) and result-neutral settings aside: "
+               f"{keys} (settings read: {sources}). Runs pool as seeds only when all of these "
+               f"are equal."]
+        if split["common"]:
+            common = ", ".join(f"`{k}`={cell(v)}" for k, v in split["common"].items())
+            out[0] += (f" A row's name shows the settings in which it differs from the value "
+                       f"most rows have; left out, those values are: {common}.")
+    if split["unknown"]:
+        unknown = ", ".join(f"`{k}`" for k in split["unknown"][:UNKNOWN_SHOWN])
+        more = len(split["unknown"]) - UNKNOWN_SHOWN
+        out[0] += (f" **Cannot tell** whether {split['runs_without_unknown']} run(s) differ "
+                   f"in {unknown}{f' and {more} more' if more > 0 else ''}: they do not "
+                   f"record it (a run without config.yaml records only metrics.json's "
+                   f"hyperparameters; a run of an older bertkit, only the settings that "
+                   f"existed then), so they are not pooled with runs that do; `?` stands "
+                   f"for the missing value.")
+    return [*out, ""]
+
+
+UNKNOWN_SHOWN = 12  # settings named before "and N more"
 
 
 def _best_grid_points(report: dict) -> list[str]:
@@ -106,10 +140,16 @@ def _significance(comparisons: list[dict], tasks: dict, d: int) -> list[str]:
             f"{'paired' if first['paired'] else 'Welch'} t-test to detect a difference "
             f"of {first['detect']:g} points with power {first['power']:g} at "
             f"the measured spreads.", ""]
-    body = []
+    body, notes = [], []
     for comparison in comparisons:
         for task, c in comparison["tasks"].items():
             scale = c["scale"]
+            for side in ("a", "b"):
+                if c[side]["rows_in_group"] > 1:
+                    notes.append(f"- {_pair(comparison)}, {task}: {side.upper()} matches runs "
+                                 f"of {c[side]['rows_in_group']} rows; its best "
+                                 f"configuration is `{c[side]['system']}`, the others are "
+                                 f"not pooled in.")
             body.append([_pair(comparison), tasks[task]["header"], str(c["n_a"]),
                          str(c["n_b"]), fmt(c["mean_a"] * scale, d),
                          fmt(c["mean_b"] * scale, d), fmt(c["difference"] * scale, d),
@@ -130,6 +170,8 @@ def _significance(comparisons: list[dict], tasks: dict, d: int) -> list[str]:
                                   body).rstrip("\n"))
     else:
         out.append("No task has runs in both groups.")
+    if notes:
+        out += ["", *notes]
     for comparison in comparisons:
         for task, reason in comparison["skipped"].items():
             out.append(f"\n- {_pair(comparison)}, {task}: not compared: {reason}")

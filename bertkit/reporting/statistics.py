@@ -43,12 +43,13 @@ def summarize(values: Iterable[float]) -> dict:
     }
 
 
-def best_grid_point(runs: Sequence) -> tuple[tuple, dict]:
+def best_grid_point(runs: Sequence, key=None) -> tuple[tuple, dict]:
     """The grid point of one task's runs whose mean main_value over seeds is highest.
 
-    runs: objects with .task, .grid_point and .main_value (RunResult). Returns
-    (grid_point, summarize(main values at that point)). Ties of the mean go to the point
-    with more runs (more evidence), then to the smallest grid point tuple
+    runs: objects with .task, .grid_point and .main_value (RunResult); key: what a point is
+    (default the run's grid_point; the report passes row and grid point together when runs
+    of several rows compete). Returns (point, summarize(main values at that point)). Ties of
+    the mean go to the point with more runs (more evidence), then to the smallest point tuple
     (learning_rate, train_batch_size, num_train_epochs), so the choice never depends on the
     order of the runs.
     """
@@ -59,7 +60,8 @@ def best_grid_point(runs: Sequence) -> tuple[tuple, dict]:
         raise BertkitError(f"best_grid_point: runs of several tasks {tasks}; pass one task")
     by_point: dict[tuple, list[float]] = {}
     for run in runs:
-        by_point.setdefault(tuple(run.grid_point), []).append(run.main_value)
+        point = key(run) if key is not None else tuple(run.grid_point)
+        by_point.setdefault(point, []).append(run.main_value)
     summaries = {point: summarize(values) for point, values in by_point.items()}
     best = min(summaries, key=lambda p: (-summaries[p]["mean"], -summaries[p]["n"], p))
     return best, summaries[best]

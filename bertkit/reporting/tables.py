@@ -27,6 +27,11 @@ MISSING = "-"
 Rows = Mapping[str, Mapping[str, Sequence[float]]]
 
 
+def markdown_cell(text: object) -> str:
+    """A value as one Markdown table cell: on one line, its pipes escaped."""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
 def column_header(task: str, metric: str | None = None) -> str:
     """"MRPC (F1)": the paper's task name and a short metric name; unknown names as given."""
     name = TASK_NAMES.get(task, task)
@@ -79,7 +84,7 @@ def glue_table_markdown(
     """
     metrics = metrics or {}
     header = [system_header] + [column_header(t, metrics.get(t)) for t in tasks] + ["Average"]
-    body = [[system] + [_format_cell(c, decimals) for c in cells]
+    body = [[markdown_cell(system)] + [_format_cell(c, decimals) for c in cells]
             + [MISSING if average is None else f"{average:.{decimals}f}"]
             for system, cells, average in _summaries(rows, tasks, scale)]
     widths = [max(len(line[col]) for line in [header] + body) for col in range(len(header))]
@@ -116,7 +121,7 @@ def glue_table_csv(
                     + [f"{t}_{k}" for t in tasks for k in ("mean", "std", "median", "n")]
                     + ["average"])
     for system, cells, average in _summaries(rows, tasks, scale):
-        fields = [system]
+        fields = [" ".join(system.split())]  # one line: a CSV row is one line of the file
         for c in cells:
             fields += (["", "", "", ""] if c is None else
                        [number(c["mean"]), number(c["std"]), number(c["median"]), str(c["n"])])

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bertkit.errors import BertkitError
-from bertkit.reporting.methods import finetuning_method
+from bertkit.reporting.identity import run_settings
 from bertkit.reporting.results import GRID_KEYS, FailedRun, RunResult
 from bertkit.reporting.wandb_log import read_offline_run
 
@@ -155,7 +155,8 @@ def _run_result(path: Path, run_dir: Path, config: dict, bertkit: dict,
         planned_steps=_number_or_none(summary.get("train/planned_steps")),
         complete=complete,
         source=WANDB_SOURCE,
-        method=finetuning_method(config.get("finetuning")),
+        settings=run_settings(bertkit),
+        settings_source="W&B config",
     )
 
 

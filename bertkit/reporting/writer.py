@@ -4,9 +4,11 @@ build_report reads the runs (collect.py) and computes every number (statistics.p
 tables.py); write_report writes report.md (sections.py), results.csv, report.json and the
 figures (plots.py).
 
-A "system" is one recipe + model; each row of the table is one. For each system and task the
-grid point (learning_rate, train_batch_size, num_train_epochs) is the one with the best mean
-main_value over seeds on dev (best_grid_point), and the cell summarizes the seeds there.
+A "system", a row of the table, is every setting in which the runs of a task differ, the
+seed, result-neutral settings and the paper's grid aside (identity.py): runs that differ in
+anything else are never pooled as seeds. For each system and task the grid point
+(learning_rate, train_batch_size, num_train_epochs) is the one with the best mean main_value
+over seeds on dev (best_grid_point), and the cell summarizes the seeds there.
 Scores of a task whose main values are all within [-1, 1] (fractions, as GLUE writes them)
 are shown ×100; others (SQuAD, already in percent) as they are. report.json keeps the raw
 values next to the scale.
@@ -33,6 +35,7 @@ from bertkit.data.atomic_files import write_json_atomic, write_text_atomic
 from bertkit.errors import BertkitError
 from bertkit.reporting.collect import collect_runs
 from bertkit.reporting.halving import collect_halving
+from bertkit.reporting.identity import RowSplit
 from bertkit.reporting.plots import plot_expected_max, plot_seeds
 from bertkit.reporting.references import (
     choose_references,
@@ -56,12 +59,6 @@ from bertkit.reporting.tables import column_header, glue_table_csv, glue_table_m
 __all__ = ["build_report", "render_markdown", "write_report"]
 
 
-def system_name(run: RunResult) -> str:
-    recipe = f"{run.recipe} + {run.method}" if run.method else run.recipe
-    parts = [p for p in (recipe, run.model) if p]
-    return " / ".join(parts) or "(unnamed)"
-
-
 def relative_dir(path: Path, root: Path) -> str:
     try:
         return Path(path).relative_to(root).as_posix()
@@ -73,13 +70,18 @@ def _task_scale(runs: Sequence[RunResult]) -> float:
     return 100.0 if all(abs(r.main_value) <= 1.0 for r in runs) else 1.0
 
 
-def _best(runs: Sequence[RunResult], root: Path) -> dict:
-    """The best grid point of one task's runs and the seeds there (raw values)."""
-    point, summary = best_grid_point(runs)
-    chosen = sorted((r for r in runs if r.grid_point == point),
+def _best(runs: Sequence[RunResult], root: Path, split: RowSplit | None = None) -> dict:
+    """The best grid point of one task's runs and the seeds there (raw values). With split,
+    runs of several rows (a --compare glob) compete as configurations, row and grid point
+    together: the seeds pooled are always of one configuration."""
+    def configuration(run: RunResult) -> tuple:
+        return (split.key(run) if split else (), run.grid_point)
+
+    point, summary = best_grid_point(runs, key=configuration)
+    chosen = sorted((r for r in runs if configuration(r) == point),
                     key=lambda r: (r.seed, str(r.run_dir)))
     return {
-        "grid_point": dict(zip(GRID_KEYS, point, strict=True)),
+        "grid_point": dict(zip(GRID_KEYS, chosen[0].grid_point, strict=True)),
         "grid_points_tried": len({r.grid_point for r in runs}),
         "runs_tried": len(runs),
         "summary": summary,
@@ -145,7 +147,8 @@ def build_report(
         raise BertkitError(_no_runs_message(root, source, stopped, failed))
     tasks = sorted({r.task for r in runs})
     task_info = _task_info(runs, tasks)
-    system_rows = _system_rows(runs, tasks, root)
+    split = RowSplit.of(runs)
+    system_rows = _system_rows(runs, tasks, root, split)
     references = _references(system_rows, task_info, references_file, reference_keys)
     rows = _table_rows(system_rows, task_info, references)
     metrics = {t: info["metric"] for t, info in task_info.items()}
@@ -157,6 +160,7 @@ def build_report(
         "runs_by_source": {name: sum(r.source == name for r in runs)
                            for name in sorted({r.source for r in runs})},
         "tasks": task_info,
+        "rows_split_by": _split_facts(split, runs),
         "systems": system_rows,
         "references": references,
         "table_markdown": glue_table_markdown(rows, tasks, metrics, decimals=decimals,
@@ -171,7 +175,7 @@ def build_report(
     if compare:
         settings = dataclasses.replace(significance or Significance(), paired=paired,
                                        confidence=confidence)
-        report["comparisons"] = _compare_all(runs, root, compare, task_info, settings)
+        report["comparisons"] = _compare_all(runs, root, compare, task_info, settings, split)
     return report
 
 
@@ -210,11 +214,24 @@ def _task_info(runs: Sequence[RunResult], tasks: list[str]) -> dict:
     return info
 
 
-def _system_rows(runs: Sequence[RunResult], tasks: list[str], root: Path) -> list[dict]:
+def _split_facts(split: RowSplit, runs: Sequence[RunResult]) -> dict:
+    """What report.md says of its rows: the settings that split them, those it cannot tell,
+    and where the runs' settings were read from."""
+    sources: dict[str, int] = {}
+    for run in runs:
+        sources[run.settings_source] = sources.get(run.settings_source, 0) + 1
+    return {"keys": list(split.keys), "common": dict(split.common),
+            "unknown": list(split.unknown),
+            "runs_without_unknown": split.unrecorded_runs,
+            "settings_sources": dict(sorted(sources.items()))}
+
+
+def _system_rows(runs: Sequence[RunResult], tasks: list[str], root: Path,
+                 split: RowSplit) -> list[dict]:
     """One entry per system: per task, its best grid point (_best) and expected-max curve."""
     systems: dict[str, list[RunResult]] = {}
     for run in runs:
-        systems.setdefault(system_name(run), []).append(run)
+        systems.setdefault(split.name(run), []).append(run)
     system_rows = []
     for name in sorted(systems):
         per_task = {}
@@ -225,8 +242,9 @@ def _system_rows(runs: Sequence[RunResult], tasks: list[str], root: Path) -> lis
                 best["expected_max"] = [float(v) for v in
                                         expected_max_curve([r.main_value for r in of_task])]
                 per_task[task] = best
-        system_rows.append({"system": name, "recipe": systems[name][0].recipe,
-                            "model": systems[name][0].model, "tasks": per_task})
+        first = systems[name][0]
+        system_rows.append({"system": name, "recipe": first.recipe, "model": first.model,
+                            "settings": split.differing(first), "tasks": per_task})
     return system_rows
 
 
@@ -278,16 +296,19 @@ def _references(system_rows: list[dict], task_info: dict, references_file,
 
 
 def _compare_all(runs, root: Path, pairs: Sequence[Sequence[str]], task_info: dict,
-                 settings: Significance) -> list[dict]:
+                 settings: Significance, split: RowSplit) -> list[dict]:
     """Per pair and task, B against A: Welch's t-test (paired: the paired t-test over the
     seeds both groups ran), ASO's ε_min, a bootstrap CI of the difference, Holm-adjusted
     p-values over every (pair, task) of the report, and the seeds per arm needed to detect
     settings.detect points.
 
-    Each group's values are the seeds at that group's best dev grid point for the task, so a
-    glob that covers a whole grid compares the configurations one would report.
+    Each group's values are the seeds of that group's best configuration on dev for the task
+    (its row's settings and grid point, as the table's rows): a glob that covers a whole grid
+    compares the configurations one would report, and one that covers several rows never
+    pools them.
     """
-    gathered = [_tests(runs, root, glob_a, glob_b, settings) for glob_a, glob_b in pairs]
+    gathered = [_tests(runs, root, glob_a, glob_b, settings, split)
+                for glob_a, glob_b in pairs]
     holm = holm_adjust({(i, task): test[4]["p_value"]
                         for i, (_, tests, _) in enumerate(gathered)
                         for task, test in tests.items()})  # one family: every row
@@ -306,7 +327,8 @@ def _compare_all(runs, root: Path, pairs: Sequence[Sequence[str]], task_info: di
     return comparisons
 
 
-def _tests(runs, root: Path, glob_a: str, glob_b: str, settings: Significance):
+def _tests(runs, root: Path, glob_a: str, glob_b: str, settings: Significance,
+           split: RowSplit):
     """One pair's groups, its t-tests by task (the best grid points, their values and
     compare_groups' result) and the tasks it could not test, with why."""
     groups = {}
@@ -317,8 +339,8 @@ def _tests(runs, root: Path, glob_a: str, glob_b: str, settings: Significance):
         groups[label] = chosen
     tests, skipped = {}, {}
     for task in sorted({r.task for r in groups["a"]} & {r.task for r in groups["b"]}):
-        best_a = _best([r for r in groups["a"] if r.task == task], root)
-        best_b = _best([r for r in groups["b"] if r.task == task], root)
+        best_a, best_b = (_configuration([r for r in groups[g] if r.task == task], root, split)
+                          for g in ("a", "b"))
         try:
             values_a, values_b = best_a["values"], best_b["values"]
             if settings.paired:  # by seed: the same seed of A and of B form a pair
@@ -329,6 +351,15 @@ def _tests(runs, root: Path, glob_a: str, glob_b: str, settings: Significance):
         except BertkitError as err:
             skipped[task] = str(err)
     return groups, tests, skipped
+
+
+def _configuration(runs: Sequence[RunResult], root: Path, split: RowSplit) -> dict:
+    """_best over a --compare group: its best configuration, named as its table row, and how
+    many rows the group spans (more than one: the others were not pooled in)."""
+    best = _best(runs, root, split)
+    chosen = next(r for r in runs if relative_dir(r.run_dir, root) == best["run_dirs"][0])
+    return {**best, "system": split.name(chosen),
+            "rows_in_group": len({split.key(r) for r in runs})}
 
 
 def _beyond_t(values_a, values_b, stats: dict, scale: float, settings: Significance,

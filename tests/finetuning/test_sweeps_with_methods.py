@@ -47,11 +47,14 @@ def test_layer_decay_swept_through_successive_halving(glue_dir, vocab_dir, tmp_p
 
     assert report_main([str(sweep_dir)]) == 0
     report = json.loads((sweep_dir / "report" / "report.json").read_text())
-    systems = {system["system"]: system["tasks"]["wnli"] for system in report["systems"]}
-    assert set(systems) == {"glue + llrd[layer_lr_decay=1.0] / from_scratch",
-                            "glue + llrd[layer_lr_decay=0.9] / from_scratch"}
-    for decay in (1.0, 0.9):
-        chosen = systems[f"glue + llrd[layer_lr_decay={decay}] / from_scratch"]
+    # One row per decay, named by it: the only setting, grid and seed aside, that differs.
+    assert report["rows_split_by"]["keys"] == ["finetuning.layer_lr_decay"]
+    systems = {system["system"]: system for system in report["systems"]}
+    assert set(systems) == {"from_scratch · layer_lr_decay=1", "from_scratch · layer_lr_decay=0.9"}
+    for name, system in systems.items():
+        decay = float(system["settings"]["finetuning.layer_lr_decay"])
+        assert name.endswith(f"={decay:g}")
+        chosen = system["tasks"]["wnli"]
         assert chosen["runs_tried"] == 1  # the bracket's survivor only
         assert chosen["run_dirs"][0].startswith(f"decay{decay}/")
 

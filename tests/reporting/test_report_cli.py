@@ -63,17 +63,19 @@ def test_report_files_and_numbers(sweep, capsys):
     assert "12 finished run(s) and 1 failed job(s) under" in md
     assert "runs read 12 from metrics.json (--source auto)." in md
 
-    # Table 1: one row for glue / bert-base-uncased, best grid point per task, average 78.5
-    row = next(line for line in md.splitlines() if line.startswith("| glue / bert-base"))
+    # Table 1: one row (nothing but the grid and seeds differs), named by its model; the best
+    # grid point per task; average 78.5
+    row = next(line for line in md.splitlines()
+               if line.startswith("| bert-base-uncased "))
     cells = [c.strip() for c in row.strip("|").split("|")]
-    assert cells == ["glue / bert-base-uncased", "88.0 ± 2.0 (88.0)", "69.0 ± 2.6 (70.0)",
+    assert cells == ["bert-base-uncased", "88.0 ± 2.0 (88.0)", "69.0 ± 2.6 (70.0)",
                      "78.5"]
     assert "MRPC (F1)" in md and "RTE (Acc)" in md
     assert row in printed and str(out / "report.md") in printed
 
     # best grid point section names the learning rate chosen on dev
     best_rows = [line for line in md.split("## Best grid point per task")[1].splitlines()
-                 if line.startswith("| glue")]
+                 if line.startswith("| bert-base")]
     assert [r.split("|")[3].strip() for r in best_rows] == ["2e-05", "3e-05"]
 
     # results.csv parses and carries the same numbers in full; the runs' model is

@@ -84,7 +84,7 @@ def test_model_matching():
 EXPECTED_TABLE = """\
 | System                                    |         MRPC (F1) |         RTE (Acc) | Average |
 | ----------------------------------------- | ----------------: | ----------------: | ------: |
-| glue / bert-base-uncased                  | 88.0 ± 2.0 (88.0) | 69.0 ± 2.6 (70.0) |    78.5 |
+| bert-base-uncased                         | 88.0 ± 2.0 (88.0) | 69.0 ± 2.6 (70.0) |    78.5 |
 | BERT-base (Devlin et al. 2019, GLUE test) |              88.9 |              66.4 |    77.7 |
 """
 
@@ -112,7 +112,7 @@ def test_reference_row_and_distances_by_hand(sweep, capsys):  # noqa: F811
     assert {d["reference_split"] for d in distances.values()} == {"test"}
     assert {d["run_split"] for d in distances.values()} == {"dev"}
     section = md.split("## Distance to reference")[1].split("## Best grid point")[0]
-    assert ("| glue / bert-base-uncased | BERT-base (Devlin et al. 2019, GLUE test) | MRPC (F1) "
+    assert ("| bert-base-uncased | BERT-base (Devlin et al. 2019, GLUE test) | MRPC (F1) "
             "| 88.0 (3 seeds) | 88.9 | -0.9 | reference on test, run on dev |") in section
     assert "| RTE (Acc) | 69.0 (3 seeds) | 66.4 | +2.6 | reference on test, run on dev |" in (
         section)
@@ -131,7 +131,7 @@ def test_reference_none_and_named(sweep, tmp_path):  # noqa: F811
     named = build_report(sweep, reference_keys=["hf_run_glue_bert_base_cased_dev",
                                                 "bert_large_paper_test"])
     rows = [line.split("|")[1].strip() for line in named["table_markdown"].splitlines()[2:]]
-    assert rows == ["glue / bert-base-uncased",
+    assert rows == ["bert-base-uncased",
                     "bert-base-cased (Hugging Face run_glue.py README, dev)",
                     "BERT-large (Devlin et al. 2019, GLUE test)"]
     hf = {d["task"]: d for d in named["references"]["distances"]

@@ -78,7 +78,9 @@ def test_finished_failed_and_unfinished_runs(tmp_path):
     assert runs[0] == RunResult(
         run_dir=good, recipe="glue", task="mnli", model="bert-base-uncased", seed=1,
         main_metric="accuracy", main_value=0.8125, grid_point=(2e-5, 32, 3.0),
-        metrics=MNLI_SCORES, steps=120, planned_steps=120, complete=True, source="wandb")
+        metrics=MNLI_SCORES, steps=120, planned_steps=120, complete=True, source="wandb",
+        settings=runs[0].settings, settings_source="W&B config")
+    assert runs[0].settings["model.name_or_path"] == "bert-base-uncased"
     assert runs[1].metrics == {"validation/f1": 0.9}
     assert runs[2].metrics == {"validation/f1": 88.25, "validation/exact_match": 81.0}
     assert failed == [
@@ -225,8 +227,12 @@ def test_report_from_wandb_logs_equals_report_from_metrics_json(glue_dir, vocab_
     # run by run, every field but where it was read from
     runs_files, _ = collect_runs(sweep, source="files")
     runs_wandb, _ = collect_runs(sweep, source="wandb")
-    assert [dataclasses.replace(r, run_dir=None, source=None) for r in runs_files] == [
-        dataclasses.replace(r, run_dir=None, source=None) for r in runs_wandb]
+    # (the W&B config holds the resolved config, as config.yaml does: the same settings)
+    assert {r.settings_source for r in runs_wandb} == {"W&B config"}
+    assert [dataclasses.replace(r, run_dir=None, source=None, settings_source=None)
+            for r in runs_files] == [
+        dataclasses.replace(r, run_dir=None, source=None, settings_source=None)
+        for r in runs_wandb]
     assert [r.run_dir.parent.parent for r in runs_wandb] == [r.run_dir for r in runs_files]
 
     # the command line, with --source wandb on the full tree

@@ -9,6 +9,7 @@ import pytest
 from bertkit.data.metrics_file import metrics_record
 from bertkit.errors import BertkitError
 from bertkit.reporting.collect import collect_runs
+from bertkit.reporting.identity import RowSplit
 from bertkit.reporting.results import FailedRun
 
 
@@ -172,10 +173,18 @@ def test_a_schema_version_this_bertkit_cannot_read_names_the_file(tmp_path):
             collect_runs(tmp_path)
 
 
-def test_each_finetuning_method_is_its_own_system(tmp_path):
-    """Runs of one sweep over finetuning=full,llrd are two rows of the report, not one."""
-    from bertkit.reporting.writer import system_name
+def row_names(runs) -> dict[str, list[float]]:
+    split = RowSplit.of(runs)
+    rows: dict[str, list[float]] = {}
+    for run in runs:
+        rows.setdefault(split.name(run), []).append(run.main_value)
+    return rows
 
+
+def test_each_finetuning_method_is_its_own_system(tmp_path):
+    """Runs of one sweep over finetuning=full,llrd are two rows of the report, not one, named
+    by the method (its decay comes with it); a run that records no method cannot be told
+    apart, so it is a row of its own."""
     decay = {"full": 1.0, "llrd": 0.95}
     for method, seed, f1 in (("full", 1, 0.88), ("llrd", 1, 0.89), (None, 2, 0.87)):
         record = glue_metrics("mrpc", seed, {"validation": {"accuracy": 0.8, "f1": f1}})
@@ -184,17 +193,17 @@ def test_each_finetuning_method_is_its_own_system(tmp_path):
                                                        "layer_lr_decay": decay[method]}
         write(tmp_path / f"{method}-{seed}" / "metrics.json", record)
     runs, _ = collect_runs(tmp_path)
-    names = {run.run_dir.name: system_name(run) for run in runs}
-    assert names == {"full-1": "glue / bert-base-uncased", "None-2": "glue / bert-base-uncased",
-                     "llrd-1": "glue + llrd / bert-base-uncased"}
+    assert row_names(runs) == {"bert-base-uncased · finetuning=full": [0.88],
+                               "bert-base-uncased · finetuning=llrd": [0.89],
+                               "bert-base-uncased · finetuning=?": [0.87]}
+    split = RowSplit.of(runs)
+    assert split.unknown == ("finetuning.layer_lr_decay", "finetuning.name")
+    assert split.unrecorded_runs == 1
 
 
 def test_a_sweep_over_a_methods_setting_is_one_system_per_value(tmp_path):
     """finetuning=llrd finetuning.layer_lr_decay=0.95,0.9 seed=1,2: two systems of two seeds
-    each (the preset's own value keeps its plain name), not one averaged over both values; a
-    setting changed on full finetuning names it too."""
-    from bertkit.reporting.writer import system_name
-
+    each, not one averaged over both values; the decay, which differs within llrd, is named."""
     cases = [("llrd", 0.95, 1, 0.80), ("llrd", 0.95, 2, 0.82), ("llrd", 0.9, 1, 0.70),
              ("llrd", 0.9, 2, 0.72), ("full", 0.8, 1, 0.60)]
     for name, decay, seed, f1 in cases:
@@ -204,10 +213,7 @@ def test_a_sweep_over_a_methods_setting_is_one_system_per_value(tmp_path):
             "lora": {"enabled": False}, "intermediate": {"task": None}}
         write(tmp_path / f"{name}-{decay}-{seed}" / "metrics.json", record)
     runs, _ = collect_runs(tmp_path)
-    systems: dict[str, list[float]] = {}
-    for run in runs:
-        systems.setdefault(system_name(run), []).append(run.main_value)
-    assert systems == {
-        "glue + llrd / bert-base-uncased": [0.80, 0.82],
-        "glue + llrd[layer_lr_decay=0.9] / bert-base-uncased": [0.70, 0.72],
-        "glue + full[layer_lr_decay=0.8] / bert-base-uncased": [0.60]}
+    assert row_names(runs) == {
+        "bert-base-uncased · finetuning=llrd · layer_lr_decay=0.95": [0.80, 0.82],
+        "bert-base-uncased · finetuning=llrd · layer_lr_decay=0.9": [0.70, 0.72],
+        "bert-base-uncased · finetuning=full · layer_lr_decay=0.8": [0.60]}

@@ -141,20 +141,24 @@ def test_optuna_study_and_its_report(glue_dir, vocab_dir, tmp_path, monkeypatch)
     assert len({m["main_value"] for m in finished.values()}) > 1  # a best to find
     best = check_results_name_the_best(sweep_dir, finished)
 
-    # bertkit-report: each trial samples its own finetuning.layer_lr_decay, so each is its own
-    # system (named by the decay it ran with, bertkit.reporting.methods), one run each; the
-    # best trial's row holds the best score.
+    # bertkit-report: each trial samples its own warm-up and finetuning.layer_lr_decay, so
+    # each is its own system, one run each (bertkit.reporting.identity); the best trial's row
+    # holds the best score.
     assert report_main([str(sweep_dir)]) == 0
     report = json.loads((sweep_dir / "report" / "report.json").read_text())
-    systems = {system["system"]: system["tasks"]["stsb"] for system in report["systems"]}
+    assert report["rows_split_by"]["keys"] == ["finetuning.layer_lr_decay",
+                                               "trainer.warmup_steps"]
+    systems = {system["system"]: system for system in report["systems"]}
     assert len(systems) == 4
+    by_dir = {system["tasks"]["stsb"]["run_dirs"][0]: system for system in systems.values()}
     for name, record in finished.items():
+        system = by_dir[f"stsb/{name}"]
         decay = record["hyperparameters"]["finetuning"]["layer_lr_decay"]
-        chosen = systems[f"glue + full[layer_lr_decay={decay}] / from_scratch"]
-        assert chosen["run_dirs"] == [f"stsb/{name}"] and chosen["runs_tried"] == 1
-    best_decay = finished[best]["hyperparameters"]["finetuning"]["layer_lr_decay"]
-    best_row = systems[f"glue + full[layer_lr_decay={best_decay}] / from_scratch"]
-    assert best_row["run_dirs"] == [f"stsb/{best}"]
+        assert system["settings"]["finetuning.layer_lr_decay"] == f"{decay:g}"
+        assert f"layer_lr_decay={decay:g}" in system["system"]
+        assert system["tasks"]["stsb"]["runs_tried"] == 1
+    assert max(systems.values(), key=lambda s: s["tasks"]["stsb"]["summary"]["mean"])[
+        "tasks"]["stsb"]["run_dirs"] == [f"stsb/{best}"]
 
 
 def test_optuna_study_goes_on_after_a_failed_trial(glue_dir, vocab_dir, tmp_path, monkeypatch):

@@ -1,0 +1,240 @@
+"""Which runs are seeds of one configuration: the report's rows, and their short names.
+
+A row is every setting in which a task's runs differ, the seed, what cannot change a result
+and the paper's grid (result_neutral.yaml) aside: two runs that differ in trainer.max_steps,
+warm-up, a finetuning method's setting or the model are never averaged as if they were seeds.
+A setting that some runs of a task record and others do not (a run without config.yaml
+records only metrics.json's hyperparameters) cannot be compared: it splits rows too, and the
+report names it. Inside a row the grid point with the best mean is chosen (writer.py).
+
+Names are short: the model's name, then each setting that splits the rows as key=value, with
+a config group's choice shown as group=choice (finetuning=llrd, masking=dynamic) and the keys
+that come with that choice left out.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from functools import cache
+from pathlib import Path, PurePosixPath
+
+import yaml
+
+NEUTRAL_FILE = Path(__file__).with_name("result_neutral.yaml")
+MODEL_KEY = "model.name_or_path"
+STARTED_FROM = "model.started_from"
+PRETRAINING = "pretraining."  # the prefix of a downstream run's pretraining settings
+UNKNOWN = "?"  # shown for a setting a run does not record
+
+
+@cache
+def _patterns() -> dict[str, tuple[str, ...]]:
+    data = yaml.safe_load(NEUTRAL_FILE.read_text(encoding="utf-8"))
+    return {name: tuple(data[name]) for name in ("replicate", "neutral", "grid")}
+
+
+def ignored(key: str) -> bool:
+    """Whether key never splits a row: the seed, a result-neutral setting, or (not under
+    pretraining.) one of the grid's keys."""
+    patterns = _patterns()
+    bare = key.removeprefix(PRETRAINING)
+    if any(fnmatchcase(bare, p) for p in patterns["replicate"] + patterns["neutral"]):
+        return True
+    return bare == key and any(fnmatchcase(key, p) for p in patterns["grid"])
+
+
+def flatten(node: object, prefix: str = "") -> dict[str, object]:
+    """{"trainer": {"max_steps": 3}} -> {"trainer.max_steps": 3}; lists and empty mappings
+    are values."""
+    if not isinstance(node, Mapping) or (not node and prefix):
+        return {prefix: node}
+    flat: dict[str, object] = {}
+    for key, value in node.items():
+        flat.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+    return flat
+
+
+def run_settings(config: Mapping, prefix: str = "") -> dict[str, object]:
+    """The settings of one run that can split a row, from its resolved config (or its
+    hyperparameters), keys prefixed by prefix."""
+    flat = flatten(config)
+    if flat.get(STARTED_FROM) is not None:
+        # The second stage of a two-stage run (STILTs) loads the encoder its first stage
+        # saved, one path per seed: the model is the checkpoint it all started from.
+        flat[MODEL_KEY] = flat.pop(STARTED_FROM)
+    flat = {f"{prefix}{k}": v for k, v in flat.items()}
+    return {k: v for k, v in flat.items() if not ignored(k)}
+
+
+def canonical(value: object) -> str:
+    """One string per value, so that 2e-05 and 2.0e-5, or a tuple and a list, are equal."""
+    if isinstance(value, float) and value.is_integer() and math.isfinite(value):
+        value = int(value)
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def short_value(value: object) -> str:
+    """A value as one table cell: lists inline ([query, value]), a path as its last part."""
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(short_value(v) for v in value) + "]"
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k}: {short_value(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    text = str(value)
+    if "/" in text and not text.startswith(("http://", "https://")):
+        text = PurePosixPath(text.rstrip("/")).name or text
+    return text
+
+
+def model_name(model: str) -> str:
+    """all-MiniLM-L6-v2 for /root/.cache/bertkit/models/all-MiniLM-L6-v2 (and for the Hub's
+    sentence-transformers/all-MiniLM-L6-v2)."""
+    return short_value(model) or "(no model)"
+
+
+@dataclass(frozen=True)
+class RowSplit:
+    """The keys that split a report's rows, and a name for each row."""
+
+    keys: tuple[str, ...]  # settings that differ between runs of one task
+    unknown: tuple[str, ...]  # of those, the ones some runs do not record
+    unrecorded_runs: int  # runs missing at least one of `unknown`
+    common: Mapping[str, str]  # key -> the value most rows have, left out of their names
+    _names: Mapping[tuple, str]
+
+    @classmethod
+    def of(cls, runs: Sequence) -> RowSplit:
+        by_task: dict[str, list] = {}
+        for run in runs:
+            by_task.setdefault(run.task, []).append(run)
+        keys: set[str] = set()
+        unknown: set[str] = set()
+        for of_task in by_task.values():
+            all_keys = set().union(*(run.settings for run in of_task))
+            for key in all_keys:
+                values = {canonical(run.settings[key]) if key in run.settings else UNKNOWN
+                          for run in of_task}
+                if len(values) > 1:
+                    keys.add(key)
+                    if UNKNOWN in values:
+                        unknown.add(key)
+        ordered = tuple(sorted(keys, key=lambda k: (k != MODEL_KEY, k)))
+        unrecorded = sum(1 for run in runs if any(k not in run.settings for k in unknown))
+        common, names = _names(runs, ordered)
+        return cls(ordered, tuple(sorted(unknown)), unrecorded, common, names)
+
+    def key(self, run) -> tuple:
+        return _row(run, self.keys)
+
+    def name(self, run) -> str:
+        return self._names[self.key(run)]
+
+    def differing(self, run) -> dict[str, str]:
+        """The run's values of the keys that split rows, as shown."""
+        return {k: _shown(run, k) for k in self.keys}
+
+
+def _row(run, keys: Sequence[str]) -> tuple:
+    return tuple(canonical(run.settings[k]) if k in run.settings else UNKNOWN for k in keys)
+
+
+def _shown(run, key: str) -> str:
+    return short_value(run.settings[key]) if key in run.settings else UNKNOWN
+
+
+def _names(runs: Sequence, keys: tuple[str, ...]) -> tuple[dict[str, str], dict[tuple, str]]:
+    """A short, unique name per row: the model, a group's choice where it differs
+    (finetuning=llrd), then each setting in which the row differs from the value most rows
+    have (where one value has more rows than any other; on a tie every row shows its own).
+    Keys a group's choice implies are left to the choice. Where two
+    rows would still share a name, those rows are named by every key with its full value.
+    Returns the common values left out of names, and the names."""
+    representatives: dict[tuple, object] = {}
+    for run in runs:
+        representatives.setdefault(_row(run, keys), run)
+    implied = _implied_by_choice(runs, keys)
+    # A group's choice before the group's other settings (finetuning=llrd, layer_lr_decay).
+    shown = sorted((k for k in keys if k != MODEL_KEY and k not in implied),
+                   key=lambda k: _group_of(k) or k)
+    common = {}
+    for key in (k for k in shown if not _group_of(k)):  # a group's choice is always named
+        counts: dict[str, int] = {}
+        for run in representatives.values():
+            counts[_shown(run, key)] = counts.get(_shown(run, key), 0) + 1
+        ranked = sorted(counts.values(), reverse=True)
+        if len(ranked) == 1 or ranked[0] > ranked[1]:
+            common[key] = max(counts, key=counts.get)
+    labels = _short_labels(shown)
+    names = {row: " · ".join([model_name(_model(run))] + [
+        f"{labels[k]}={_shown(run, k)}" for k in shown if common.get(k) != _shown(run, k)])
+        for row, run in representatives.items()}
+    same_name: dict[str, list[tuple]] = {}
+    for row, name in names.items():
+        same_name.setdefault(name, []).append(row)
+    for name, rows in same_name.items():
+        if len(rows) > 1:  # values alike when shortened (two paths to one directory name)
+            apart = [i for i, key in enumerate(keys) if len({row[i] for row in rows}) > 1]
+            for row in rows:
+                run = representatives[row]
+                names[row] = " · ".join([name] + [
+                    f"{keys[i]}={run.settings.get(keys[i], UNKNOWN)}" for i in apart])
+    return {k: common[k] for k in shown if k in common}, names
+
+
+def _model(run) -> str:
+    """The model a run finetuned: its config's (None for a from-scratch model: then what
+    metrics.json calls it)."""
+    return str(run.settings.get(MODEL_KEY) or run.model)
+
+
+CHOICE_KEYS = (".name", ".kind")  # finetuning.name=llrd, masking.kind=dynamic
+
+
+def _group_of(key: str) -> str | None:
+    """finetuning for finetuning.name: a config group whose choice the key records."""
+    return next((key.removesuffix(s) for s in CHOICE_KEYS if key.endswith(s)), None)
+
+
+def _implied_by_choice(runs: Sequence, keys: tuple[str, ...]) -> set[str]:
+    """Keys under a config group whose choice splits rows (finetuning.name) that take one
+    value per choice: the choice's name says them (finetuning=llrd, not also
+    layer_lr_decay=0.95)."""
+    groups = {g for g in map(_group_of, keys) if g}
+    implied = set()
+    for key in keys:
+        group = next((g for g in groups if key.startswith(g + ".") and not _group_of(key)),
+                     None)
+        if group is None:
+            continue
+        choice_key = next(k for k in keys if _group_of(k) == group)
+        per_choice: dict[str, set[str]] = {}
+        for run in runs:
+            choice = canonical(run.settings.get(choice_key))
+            value = canonical(run.settings[key]) if key in run.settings else UNKNOWN
+            per_choice.setdefault(choice, set()).add(value)
+        if all(len(values) == 1 for values in per_choice.values()):
+            implied.add(key)
+    return implied
+
+
+def _short_labels(keys: Sequence[str]) -> dict[str, str]:
+    """The shortest dotted suffix that tells each key apart; a choice (x.name) is shown as
+    its group (finetuning=llrd)."""
+    full = {k: (_group_of(k) or k).split(".") for k in keys}
+    labels = {}
+    for key, parts in full.items():
+        for n in range(1, len(parts) + 1):
+            label = ".".join(parts[-n:])
+            if sum(1 for other in full.values() if ".".join(other[-n:]) == label) == 1:
+                break
+        labels[key] = label
+    return labels
