@@ -27,6 +27,7 @@ import yaml
 NEUTRAL_FILE = Path(__file__).with_name("result_neutral.yaml")
 MODEL_KEY = "model.name_or_path"
 STARTED_FROM = "model.started_from"
+DATA_KEY = "data.fingerprint"  # the content of a run's splits (metrics.json details)
 PRETRAINING = "pretraining."  # the prefix of a downstream run's pretraining settings
 UNKNOWN = "?"  # shown for a setting a run does not record
 
@@ -34,7 +35,8 @@ UNKNOWN = "?"  # shown for a setting a run does not record
 @cache
 def _patterns() -> dict[str, tuple[str, ...]]:
     data = yaml.safe_load(NEUTRAL_FILE.read_text(encoding="utf-8"))
-    return {name: tuple(data[name]) for name in ("replicate", "neutral", "grid")}
+    return {name: tuple(data[name])
+            for name in ("replicate", "neutral", "grid", "data_location")}
 
 
 def ignored(key: str) -> bool:
@@ -58,10 +60,16 @@ def flatten(node: object, prefix: str = "") -> dict[str, object]:
     return flat
 
 
-def run_settings(config: Mapping, prefix: str = "") -> dict[str, object]:
+def run_settings(config: Mapping, prefix: str = "",
+                 data_fingerprint: str | None = None) -> dict[str, object]:
     """The settings of one run that can split a row, from its resolved config (or its
-    hyperparameters), keys prefixed by prefix."""
+    hyperparameters), keys prefixed by prefix. With the data's content fingerprint, that
+    stands for the paths the data was read from."""
     flat = flatten(config)
+    if data_fingerprint is not None:
+        flat = {k: v for k, v in flat.items()
+                if not any(fnmatchcase(k, p) for p in _patterns()["data_location"])}
+        flat[DATA_KEY] = data_fingerprint
     if flat.get(STARTED_FROM) is not None:
         # The second stage of a two-stage run (STILTs) loads the encoder its first stage
         # saved, one path per seed: the model is the checkpoint it all started from.

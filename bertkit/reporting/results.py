@@ -141,10 +141,16 @@ def read_run(path: Path) -> RunResult | None:
         grid_point=(float(hyper["learning_rate"]), int(hyper["train_batch_size"]),
                     float(hyper["num_train_epochs"])),
         metrics=flatten_validation(data["validation"]),
-        settings=run_settings(config),
+        settings=run_settings(config, data_fingerprint=_data_fingerprint(data)),
         settings_source=CONFIG_FILE if (path.parent / CONFIG_FILE).is_file() else METRICS_FILE,
         **_progress(path, data.get("train")),
     )
+
+
+def _data_fingerprint(data: dict) -> str | None:
+    details = data.get("details")
+    fingerprint = details.get("data_fingerprint") if isinstance(details, dict) else None
+    return fingerprint if isinstance(fingerprint, str) else None
 
 
 def _upgraded(path: Path, data: dict) -> dict:

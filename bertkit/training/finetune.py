@@ -58,7 +58,10 @@ def finetune(cfg: DictConfig, family: FinetuningFamily, run_dir: Path | None = N
         validation=evaluation.validation, test=evaluation.test,
         train=run.train_record(**family.train_sizes(data)),
         hyperparameters=run.hyperparameters, files=evaluation.files,
-        details={**data.facts, **evaluation.details, **(details or {}),
+        # data_fingerprint: the data's content, so that the report tells runs on the same
+        # files apart from runs on other files whatever path each was given (reporting.identity)
+        details={"data_fingerprint": splits.fingerprint(), **data.facts,
+                 **evaluation.details, **(details or {}),
                  **({"finetuning": facts} if (facts := toolbox.record()) else {})})
     final = {f"{split}/{metric}": value
              for split, scores in {**evaluation.validation, **evaluation.test}.items()

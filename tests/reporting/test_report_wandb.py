@@ -227,12 +227,20 @@ def test_report_from_wandb_logs_equals_report_from_metrics_json(glue_dir, vocab_
     # run by run, every field but where it was read from
     runs_files, _ = collect_runs(sweep, source="files")
     runs_wandb, _ = collect_runs(sweep, source="wandb")
-    # (the W&B config holds the resolved config, as config.yaml does: the same settings)
+    # The W&B config holds the resolved config, as config.yaml does: the same settings, but
+    # for the data, which metrics.json names by its content and the W&B config by its path.
     assert {r.settings_source for r in runs_wandb} == {"W&B config"}
-    assert [dataclasses.replace(r, run_dir=None, source=None, settings_source=None)
-            for r in runs_files] == [
-        dataclasses.replace(r, run_dir=None, source=None, settings_source=None)
-        for r in runs_wandb]
+
+    def comparable(run):
+        settings = {k: v for k, v in run.settings.items()
+                    if k not in ("data.fingerprint", "task.data_dir", "task.train_file",
+                                 "task.validation_file", "task.test_file", "data_source")}
+        return dataclasses.replace(run, run_dir=None, source=None, settings_source=None,
+                                   settings=settings)
+
+    assert [comparable(r) for r in runs_files] == [comparable(r) for r in runs_wandb]
+    assert {r.settings["task.data_dir"] for r in runs_wandb} == {str(data)}
+    assert len({r.settings["data.fingerprint"] for r in runs_files}) == 1
     assert [r.run_dir.parent.parent for r in runs_wandb] == [r.run_dir for r in runs_files]
 
     # the command line, with --source wandb on the full tree

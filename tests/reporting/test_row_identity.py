@@ -52,11 +52,14 @@ def other_value(value: object) -> object:
     return "other"  # null
 
 
-def write_run(directory: Path, config: dict, seed: int, value: float) -> None:
+def write_run(directory: Path, config: dict, seed: int, value: float,
+              data_fingerprint: str | None = None) -> None:
     """A finished run as bertkit leaves it: metrics.json and the resolved config.yaml."""
     directory.mkdir(parents=True)
     task = config["task"]["name"]
     metrics = glue_metrics(task, seed, {"validation": {"f1": value, "accuracy": value}})
+    if data_fingerprint is not None:
+        metrics["details"]["data_fingerprint"] = data_fingerprint
     (directory / "metrics.json").write_text(json.dumps(metrics))
     (directory / "config.yaml").write_text(yaml.safe_dump(config))
 
@@ -226,3 +229,43 @@ def test_downstream_finetunes_pool_by_their_pretraining_arm(tmp_path):
     assert rows == {"pretrained on demo · masking=static · objective=mlm_nsp": [0.55, 0.57],
                     "pretrained on demo · masking=dynamic · objective=mlm_nsp": [0.60, 0.62],
                     "pretrained on demo · masking=dynamic · objective=mlm": [0.50, 0.52]}
+
+
+def test_a_list_setting_is_one_cell(tmp_path):
+    """finetuning.lora.target_modules=[query,key,value] vs the default list: each row of
+    report.md's table and of results.csv stays on one line."""
+    base = {**SETTINGS, "task.name": "mrpc"}
+    write_run(tmp_path / "a" / "s1", unflatten(base), 1, 0.8)
+    write_run(tmp_path / "b" / "s1", unflatten(
+        {**base, "finetuning.lora.target_modules": ["query", "key", "value"]}), 1, 0.9)
+    report = build_report(tmp_path, reference_keys=["none"])
+    names = sorted(s["system"] for s in report["systems"])
+    assert names == ["bert-base-uncased · target_modules=[query, key, value]",
+                     "bert-base-uncased · target_modules=[query, value]"]
+    table = report["table_markdown"].splitlines()
+    assert len(table) == 4 and all(line.startswith("| ") for line in table)
+    assert len(report["table_csv"].splitlines()) == 3
+
+
+def test_the_same_data_under_two_paths_is_one_row(tmp_path):
+    """Runs that record their data's content (details.data_fingerprint) are compared on it,
+    not on the path they were given: ../data/MRPC and /abs/data/MRPC with the same files
+    pool; other files under the same path do not. Without fingerprints the paths split."""
+    base = {**SETTINGS, "task.name": "mrpc"}
+    for name, path, fingerprint, seed in (("rel", "../data/MRPC", "aaaa", 1),
+                                          ("abs", "/abs/data/MRPC", "aaaa", 2),
+                                          ("other", "/abs/data/MRPC", "bbbb", 3)):
+        write_run(tmp_path / "fp" / name, unflatten({**base, "task.data_dir": path}), seed,
+                  0.8, data_fingerprint=fingerprint)
+        write_run(tmp_path / "paths" / name, unflatten({**base, "task.data_dir": path}), seed,
+                  0.8)
+    runs, _ = collect_runs(tmp_path / "fp")
+    split = RowSplit.of(runs)
+    assert split.keys == ("data.fingerprint",)
+    rows = {}
+    for run in runs:
+        rows.setdefault(split.key(run), []).append(run.run_dir.name)
+    assert sorted(rows.values()) == [["abs", "rel"], ["other"]]
+    runs, _ = collect_runs(tmp_path / "paths")
+    split = RowSplit.of(runs)
+    assert split.keys == ("task.data_dir",) and len({split.key(r) for r in runs}) == 2
