@@ -14,6 +14,18 @@ def override_key(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~")
 
 
+def short_key(key: str, keys: Sequence[str]) -> str:
+    """The shortest dotted suffix of key that no other of keys ends with: how a W&B run name
+    and a report row name a setting (learning_rate for trainer.learning_rate)."""
+    parts = key.split(".")
+    for n in range(1, len(parts) + 1):
+        suffix = ".".join(parts[-n:])
+        if not any(other != key and (other == suffix or other.endswith("." + suffix))
+                   for other in keys):
+            return suffix
+    return key
+
+
 def configuration_of(overrides: Sequence[str], replicate_keys: Iterable[str]) -> Overrides:
     """A job's configuration: its overrides without the replicate keys (the seed)."""
     replicate = set(replicate_keys)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
@@ -23,6 +24,8 @@ from functools import cache
 from pathlib import Path, PurePosixPath
 
 import yaml
+
+from bertkit.data.job_overrides import short_key
 
 NEUTRAL_FILE = Path(__file__).with_name("result_neutral.yaml")
 MODEL_KEY = "model.name_or_path"
@@ -129,8 +132,7 @@ class RowSplit:
         for of_task in by_task.values():
             all_keys = set().union(*(run.settings for run in of_task))
             for key in all_keys:
-                values = {canonical(run.settings[key]) if key in run.settings else UNKNOWN
-                          for run in of_task}
+                values = {_value(run, key) for run in of_task}
                 if len(values) > 1:
                     keys.add(key)
                     if UNKNOWN in values:
@@ -151,8 +153,12 @@ class RowSplit:
         return {k: _shown(run, k) for k in self.keys}
 
 
+def _value(run, key: str) -> str:
+    return canonical(run.settings[key]) if key in run.settings else UNKNOWN
+
+
 def _row(run, keys: Sequence[str]) -> tuple:
-    return tuple(canonical(run.settings[k]) if k in run.settings else UNKNOWN for k in keys)
+    return tuple(_value(run, k) for k in keys)
 
 
 def _shown(run, key: str) -> str:
@@ -175,13 +181,12 @@ def _names(runs: Sequence, keys: tuple[str, ...]) -> tuple[dict[str, str], dict[
                    key=lambda k: _group_of(k) or k)
     common = {}
     for key in (k for k in shown if not _group_of(k)):  # a group's choice is always named
-        counts: dict[str, int] = {}
-        for run in representatives.values():
-            counts[_shown(run, key)] = counts.get(_shown(run, key), 0) + 1
-        ranked = sorted(counts.values(), reverse=True)
-        if len(ranked) == 1 or ranked[0] > ranked[1]:
-            common[key] = max(counts, key=counts.get)
-    labels = _short_labels(shown)
+        ranked = Counter(_shown(run, key) for run in representatives.values()).most_common(2)
+        if len(ranked) == 1 or ranked[0][1] > ranked[1][1]:
+            common[key] = ranked[0][0]
+    # A choice (x.name) is shown as its group: finetuning=llrd.
+    groups = {k: _group_of(k) or k for k in shown}
+    labels = {k: short_key(groups[k], list(groups.values())) for k in shown}
     names = {row: " · ".join([model_name(_model(run))] + [
         f"{labels[k]}={_shown(run, k)}" for k in shown if common.get(k) != _shown(run, k)])
         for row, run in representatives.items()}
@@ -226,23 +231,8 @@ def _implied_by_choice(runs: Sequence, keys: tuple[str, ...]) -> set[str]:
         choice_key = next(k for k in keys if _group_of(k) == group)
         per_choice: dict[str, set[str]] = {}
         for run in runs:
-            choice = canonical(run.settings.get(choice_key))
-            value = canonical(run.settings[key]) if key in run.settings else UNKNOWN
-            per_choice.setdefault(choice, set()).add(value)
+            per_choice.setdefault(_value(run, choice_key), set()).add(_value(run, key))
         if all(len(values) == 1 for values in per_choice.values()):
             implied.add(key)
     return implied
 
-
-def _short_labels(keys: Sequence[str]) -> dict[str, str]:
-    """The shortest dotted suffix that tells each key apart; a choice (x.name) is shown as
-    its group (finetuning=llrd)."""
-    full = {k: (_group_of(k) or k).split(".") for k in keys}
-    labels = {}
-    for key, parts in full.items():
-        for n in range(1, len(parts) + 1):
-            label = ".".join(parts[-n:])
-            if sum(1 for other in full.values() if ".".join(other[-n:]) == label) == 1:
-                break
-        labels[key] = label
-    return labels

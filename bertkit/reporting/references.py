@@ -23,6 +23,7 @@ import yaml
 
 from bertkit.config_tree import config_dir
 from bertkit.errors import BertkitError
+from bertkit.reporting.tables import one_line
 
 FILE_NAME = "published_scores.yaml"
 SPLITS = ("dev", "test")
@@ -113,7 +114,7 @@ def load_references(path: str | Path | None = None,
     except OSError as err:
         raise BertkitError(f"{path}: cannot read the references file: {err}") from None
     except yaml.YAMLError as err:
-        raise BertkitError(f"{path}: not valid YAML: {_one_line(str(err))}") from None
+        raise BertkitError(f"{path}: not valid YAML: {one_line(err)}") from None
     if not isinstance(data, dict) or not data:
         raise BertkitError(f"{path}: expected a mapping of reference keys to entries")
     return {str(key): _entry(path, str(key), entry, main_metrics)
@@ -222,6 +223,3 @@ def choose_references(references: dict[str, Reference], keys: Iterable[str] | No
             chosen.append(references[key])
     return chosen, True
 
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())

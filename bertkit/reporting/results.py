@@ -20,6 +20,7 @@ import yaml
 from bertkit.data.metrics_file import METRICS_FILE, SCHEMA_VERSION, read_json_object, upgrade
 from bertkit.errors import BertkitError
 from bertkit.reporting.identity import MODEL_KEY, PRETRAINING, run_settings
+from bertkit.reporting.tables import one_line
 
 CONFIG_FILE = "config.yaml"  # the run's resolved config, beside its metrics.json
 
@@ -103,9 +104,6 @@ def _config(run_dir: Path) -> dict | None:
     return config
 
 
-def one_line(err: Exception) -> str:
-    return " ".join(str(err).split())
-
 
 def read_run(path: Path) -> RunResult | None:
     """The RunResult of one metrics.json; None for a pretraining run (no "main_metric")."""
@@ -126,10 +124,11 @@ def read_run(path: Path) -> RunResult | None:
         raise BertkitError(f"{path}: main_value {data['main_value']!r} is not a number")
     if not isinstance(data["validation"], dict):
         raise BertkitError(f"{path}: 'validation' is not an object")
-    config = _config(path.parent)
+    config, settings_source = _config(path.parent), CONFIG_FILE
     if config is None:  # what metrics.json records: the hyperparameters, recipe and model
         config = {**hyper, "recipe": {"name": str(data.get("recipe", ""))},
                   "model": {"name_or_path": str(data.get("model", ""))}}
+        settings_source = METRICS_FILE
     return RunResult(
         run_dir=path.parent,
         recipe=str(data.get("recipe", "")),
@@ -142,7 +141,7 @@ def read_run(path: Path) -> RunResult | None:
                     float(hyper["num_train_epochs"])),
         metrics=flatten_validation(data["validation"]),
         settings=run_settings(config, data_fingerprint=_data_fingerprint(data)),
-        settings_source=CONFIG_FILE if (path.parent / CONFIG_FILE).is_file() else METRICS_FILE,
+        settings_source=settings_source,
         **_progress(path, data.get("train")),
     )
 

@@ -10,6 +10,7 @@ import re
 from bertkit.data.metrics_file import METRICS_FILE
 from bertkit.reporting.halving import render_halving
 from bertkit.reporting.tables import markdown_cell as cell
+from bertkit.reporting.tables import one_line
 
 
 def fmt(value: float, decimals: int) -> str:
@@ -20,10 +21,6 @@ def markdown_table(header: list[str], body: list[list[str]]) -> str:
     lines = ["| " + " | ".join(map(cell, header)) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(map(cell, cells)) + " |" for cells in body]
     return "\n".join(lines) + "\n"
-
-
-def one_line(text: str) -> str:
-    return " ".join(text.split())
 
 
 

@@ -27,9 +27,14 @@ MISSING = "-"
 Rows = Mapping[str, Mapping[str, Sequence[float]]]
 
 
+def one_line(text: object) -> str:
+    """text with its line breaks and runs of spaces as single spaces."""
+    return " ".join(str(text).split())
+
+
 def markdown_cell(text: object) -> str:
     """A value as one Markdown table cell: on one line, its pipes escaped."""
-    return " ".join(str(text).split()).replace("|", "\\|")
+    return one_line(text).replace("|", "\\|")
 
 
 def column_header(task: str, metric: str | None = None) -> str:
@@ -121,7 +126,7 @@ def glue_table_csv(
                     + [f"{t}_{k}" for t in tasks for k in ("mean", "std", "median", "n")]
                     + ["average"])
     for system, cells, average in _summaries(rows, tasks, scale):
-        fields = [" ".join(system.split())]  # one line: a CSV row is one line of the file
+        fields = [one_line(system)]  # a CSV row is one line of the file
         for c in cells:
             fields += (["", "", "", ""] if c is None else
                        [number(c["mean"]), number(c["std"]), number(c["median"]), str(c["n"])])

@@ -26,7 +26,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
 from omegaconf import OmegaConf
 
-from bertkit.data.job_overrides import configuration_of, override_key
+from bertkit.data.job_overrides import configuration_of, override_key, short_key
 
 MULTIRUN_RECORD = "multirun.yaml"  # written by Hydra's basic sweeper and bertkit's halving one
 SWEEP_TAG_PREFIX = "sweep:"
@@ -90,17 +90,6 @@ def job_settings(replicate_keys: Sequence[str] = ()) -> list[str]:
     keys = [override_key(o) for o in overrides]
     return [f"{short_key(override_key(o), keys)}:{o.partition('=')[2]}"
             for o in configuration_of(overrides, replicate_keys)]
-
-
-def short_key(key: str, keys: Sequence[str]) -> str:
-    """The shortest dotted suffix of key that no other of keys ends with."""
-    parts = key.split(".")
-    for n in range(1, len(parts) + 1):
-        suffix = ".".join(parts[-n:])
-        if not any(other != key and (other == suffix or other.endswith("." + suffix))
-                   for other in keys):
-            return suffix
-    return key
 
 
 def group(sweep: str | None, replicate_keys: Sequence[str], single_run: str) -> str:
