@@ -47,7 +47,13 @@ from transformers import (
 )
 from transformers.data.data_collator import pad_without_fast_tokenizer_warning
 
-from bertkit.benchmarks.measure import device_name, synchronize
+from bertkit.benchmarks.measure import (
+    SteadyClock,
+    device_name,
+    steady_figures,
+    steady_skip,
+    synchronize,
+)
 from bertkit.data.atomic_files import write_json_atomic
 from bertkit.errors import BertkitError
 from bertkit.tasks.glue.family import FAMILY as GLUE
@@ -124,6 +130,8 @@ def _train(cfg: DictConfig, way: str, steps: int, run_dir: Path, build_model,
                             processing_class=tokenizer, data_collator=counter)
     trainer.remove_callback(PrinterCallback)  # its end-of-train line would only repeat ours
     meter = add_throughput(cfg, trainer)
+    clock = SteadyClock(steady_skip(cfg.bench, steps), steps)
+    trainer.add_callback(clock)
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     synchronize()
@@ -136,6 +144,7 @@ def _train(cfg: DictConfig, way: str, steps: int, run_dir: Path, build_model,
     fed = counter.batches[:steps]
     result = {
         "seconds": seconds,
+        **clock.figures(),
         "examples": sum(rows for rows, _, _ in fed),
         "real_tokens": sum(real for _, real, _ in fed),
         "positions": sum(positions for _, _, positions in fed),
@@ -189,6 +198,9 @@ def _way_summary(cfg, way: str, runs: list[dict]) -> dict:
         "description": DESCRIPTIONS[way].format(sampling=sampling(cfg, way)),
         "train_sampling_strategy": sampling(cfg, way),
         "samples_per_second": first["examples"] / seconds,
+        # Samples/s only: the widths of bertkit's batches vary, so FLOPs are not in proportion.
+        "steady_samples_per_second": steady_figures(runs, first["examples"], None,
+                                                    None)["steady_samples_per_second"],
         "seconds": seconds,
         "seconds_each_repeat": [run["seconds"] for run in runs],
         "examples": first["examples"],
@@ -213,6 +225,7 @@ def _result(cfg: DictConfig, probe, precision: str, ways: dict, runs: dict,
     bench, task = cfg.bench, cfg.task
     steps, warmup_steps, repeats = schedule
     ratio = ways["bertkit"]["samples_per_second"] / ways["plain"]["samples_per_second"]
+    steady = [ways[way]["steady_samples_per_second"] for way in ("bertkit", "plain")]
     model = cfg.model.config
     return {
         "recipe": cfg.recipe.name,
@@ -236,8 +249,10 @@ def _result(cfg: DictConfig, probe, precision: str, ways: dict, runs: dict,
         "pad_to_multiple_of": padding_multiple(cfg, precision != "fp32"),
         "timing": "wall time of trainer.train() per timed run, median over repeats; each way "
                   "first ran warmup_steps steps on a throwaway copy (not timed)",
+        "steady_skip": steady_skip(bench, steps),
         "ways": ways,
         "ratio": ratio,
+        "steady_ratio": steady[0] / steady[1] if all(steady) else None,
     }
 
 
@@ -307,5 +322,11 @@ def _table(result: dict, path: Path) -> str:
                      f"{values['seconds']:>9.2f} {values['padding_share']:>8.1%} "
                      f"{values['mean_padded_length']:>18.1f} {mfu:>6} {memory:>8}")
     lines.append(f"  ratio bertkit/plain: {result['ratio']:.2f}x")
+    if result["steady_ratio"] is not None:
+        steady = {way: values["steady_samples_per_second"]
+                  for way, values in result["ways"].items()}
+        lines.append(f"  after the first {result['steady_skip']} steps: plain "
+                     f"{steady['plain']:.1f}, bertkit {steady['bertkit']:.1f} samples/s, "
+                     f"ratio {result['steady_ratio']:.2f}x")
     lines.append(f"  result: {path}")
     return "\n".join(lines)

@@ -3,10 +3,13 @@ memory, and what the training batches held."""
 
 from __future__ import annotations
 
+import statistics
 import threading
+import time
 
 import psutil
 import torch
+from transformers import TrainerCallback
 
 from bertkit.pretraining.masking import IGNORE_INDEX
 
@@ -95,3 +98,46 @@ class BatchCounter:
                 "sum_squared_lengths": int(squared),
                 "sum_squared_widths": sum(rows * width * width for rows, width in self.shapes),
                 "masked_tokens": int(masked), "mlm_slots": self.slots}
+
+
+class SteadyClock(TrainerCallback):
+    """The seconds of the steps after the first `skip`: trainer.train()'s wall time also holds
+    the one-time costs (dataloader workers starting, the optimizer's first state, a compile,
+    the first plan of each kernel shape), which a short benchmark would charge to every step.
+    Two synchronisations a run (at step `skip` and at the last), none in between."""
+
+    def __init__(self, skip: int, steps: int):
+        self.skip, self.steps = skip, steps
+        self.started: float | None = None
+        self.seconds: float | None = None
+
+    def figures(self) -> dict:
+        """steady_seconds (None without a skip) and the share of the steps they cover."""
+        return {"steady_seconds": self.seconds,
+                "steady_share": (self.steps - self.skip) / self.steps}
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.skip and state.global_step == self.skip:
+            synchronize()
+            self.started = time.perf_counter()
+        elif state.global_step == state.max_steps and self.started is not None:
+            synchronize()
+            self.seconds = time.perf_counter() - self.started
+
+
+def steady_skip(bench, steps: int) -> int:
+    """bench.steady_skip, or none when the run has too few steps to leave any after it."""
+    skip = int(bench.get("steady_skip", 0) or 0)
+    return skip if 0 < skip < steps else 0
+
+
+def steady_figures(runs: list[dict], samples: int, flops: float | None,
+                   peak: float | None) -> dict:
+    """samples/s and MFU over the steps after steady_skip (median over repeats), counted in
+    proportion to the steps: every step of a run feeds one batch of the same width."""
+    if any(run.get("steady_seconds") is None for run in runs):
+        return {"steady_samples_per_second": None, "steady_mfu": None}
+    share = runs[0]["steady_share"]
+    seconds = statistics.median(run["steady_seconds"] for run in runs)
+    return {"steady_samples_per_second": samples * share / seconds,
+            "steady_mfu": flops * share / (seconds * peak) if flops and peak else None}

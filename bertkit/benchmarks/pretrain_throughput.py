@@ -31,7 +31,15 @@ from transformers import (
 )
 
 from bertkit.benchmarks.glue_padding import pad_to_max_length
-from bertkit.benchmarks.measure import BatchCounter, PeakMemory, device_name, synchronize
+from bertkit.benchmarks.measure import (
+    BatchCounter,
+    PeakMemory,
+    SteadyClock,
+    device_name,
+    steady_figures,
+    steady_skip,
+    synchronize,
+)
 from bertkit.data.atomic_files import write_json_atomic
 from bertkit.errors import BertkitError
 from bertkit.pretraining.batches import per_position_labels
@@ -209,6 +217,8 @@ def _train(cfg: DictConfig, way: str, steps: int, data: _Data, run_dir: Path,
     counter.attach(model)
     trainer.remove_callback(PrinterCallback)  # its end-of-train line would only repeat ours
     meter = add_throughput(cfg, trainer)
+    clock = SteadyClock(steady_skip(cfg.bench, steps), steps)
+    trainer.add_callback(clock)
     with PeakMemory() as memory:
         synchronize()
         started = time.perf_counter()
@@ -218,7 +228,8 @@ def _train(cfg: DictConfig, way: str, steps: int, data: _Data, run_dir: Path,
     if output.global_step != steps or len(counter.shapes) != steps:
         raise BertkitError(f"bench: the {way} run made {output.global_step} steps "
                            f"({len(counter.shapes)} training forwards), not {steps}")
-    result = {"seconds": seconds, **counter.totals(), "peak_memory_bytes": memory.peak,
+    result = {"seconds": seconds, **clock.figures(), **counter.totals(),
+              "peak_memory_bytes": memory.peak,
               "memory_kind": memory.kind, "training_loss": output.training_loss,
               "num_parameters": count_parameters(model),
               "attn_implementation": model.config._attn_implementation,
@@ -259,8 +270,10 @@ def _way_summary(way: str, runs: list[dict], peak: float | None) -> dict:
     counts = {key: first[key] for key in ("sequences", "real_tokens", "positions",
                                           "sum_squared_lengths", "sum_squared_widths",
                                           "masked_tokens")}
+    steady = steady_figures(runs, first["sequences"], useful, peak)
     return {
         "description": DESCRIPTIONS[way],
+        **steady,
         "samples_per_second": first["sequences"] / seconds,
         "real_tokens_per_second": first["real_tokens"] / seconds,
         "seconds": seconds,
@@ -357,9 +370,18 @@ def _result(cfg: DictConfig, probe, data: _Data, ways: dict, runs: dict,
                  "tokens, hardware: on every position fed; the head on the masked positions "
                  "(bertkit) or on every position fed (plain)",
         "ways": ways,
+        "steady_skip": steady_skip(cfg.bench, steps),
+        "steady": "steady_*: the steps after the first steady_skip of each timed run (CUDA "
+                  "synchronised at both ends), median over repeats; FLOPs and samples counted "
+                  "in proportion (every step feeds one batch of the same width)",
         "ratio": {key: ways["bertkit"][key] / ways["plain"][key]
-                  for key in ("samples_per_second", "real_tokens_per_second")},
+                  for key in ("samples_per_second", "real_tokens_per_second",
+                              "steady_samples_per_second") if ways["plain"].get(key)},
     }
+
+
+def _optional(value: float | None, spec: str) -> str:
+    return "n/a" if value is None else format(value, spec)
 
 
 def _memory(value: int) -> str:
@@ -378,8 +400,8 @@ def table(result: dict, path: Path | None = None) -> str:
         f"({model['num_parameters'] / 1e6:.1f}M parameters, vocab {model['vocab_size']:,}), "
         f"{result['device_name']} {result['precision']}, {result['torch_threads']} threads\n",
         "| way | samples/s | real tokens/s | seconds | real-token share | peak memory "
-        "| MLM loss | MFU | HFU |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| MLM loss | MFU | HFU | steady samples/s | steady MFU |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for way, values in ways.items():
         mfu = f"{values['mfu']:.1%}" if gpu else "n/a"
@@ -388,10 +410,12 @@ def table(result: dict, path: Path | None = None) -> str:
                      f"| {values['real_tokens_per_second']:,.0f} | {values['seconds']:.2f} "
                      f"| {values['real_token_share']:.1%} "
                      f"| {_memory(values['peak_memory_bytes'])} | {values['mlm_loss']:.3f} "
-                     f"| {mfu} | {hfu} |")
+                     f"| {mfu} | {hfu} | {_optional(values['steady_samples_per_second'], '.1f')} "
+                     f"| {_optional(values['steady_mfu'], '.1%')} |")
     ratio = result["ratio"]
     lines.append(f"| bertkit/plain | **{ratio['samples_per_second']:.2f}x** "
-                 f"| **{ratio['real_tokens_per_second']:.2f}x** | | | | | | |")
+                 f"| **{ratio['real_tokens_per_second']:.2f}x** | | | | | | "
+                 f"| {_optional(ratio.get('steady_samples_per_second'), '.2f')}x | |")
     lines.append(f"\npeak memory: {ways['plain']['peak_memory_kind']}")
     if path is not None:
         lines.append(f"result: {path}")

@@ -169,6 +169,6 @@ def per_position_labels(batch: dict) -> torch.Tensor:
     ids = batch["input_ids"]
     labels = torch.full_like(ids, IGNORE_INDEX)
     used = batch[SLOT_LABELS] != IGNORE_INDEX
-    rows = torch.arange(ids.shape[0])[:, None].expand_as(used)
+    rows = torch.arange(ids.shape[0], device=ids.device)[:, None].expand_as(used)
     labels[rows[used], batch[SLOT_POSITIONS][used]] = batch[SLOT_LABELS][used]
     return labels

@@ -47,7 +47,8 @@ def example_lengths(cfg) -> list[int]:
 
 
 def test_benchmark_compares_plain_and_bertkit_padding(glue_dir, vocab_dir, tmp_path):
-    cfg = compose_config(bench_overrides(glue_dir("mrpc", n_train=N_TRAIN), vocab_dir))
+    cfg = compose_config(bench_overrides(glue_dir("mrpc", n_train=N_TRAIN), vocab_dir,
+                                         **{"bench.steady_skip": 1}))
     run_dir = tmp_path / "run"
 
     result = benchmark_glue_padding(cfg, run_dir=run_dir)
@@ -63,6 +64,14 @@ def test_benchmark_compares_plain_and_bertkit_padding(glue_dir, vocab_dir, tmp_p
         assert 0 <= way["padding_share"] < 1
     assert result["ratio"] == pytest.approx(
         bertkit["samples_per_second"] / plain["samples_per_second"])
+    # The steps after the first steady_skip, timed apart from the run's one-time costs.
+    skip = result["steady_skip"]
+    assert 0 < skip < STEPS
+    for way in (plain, bertkit):
+        steady_seconds = BATCH * (STEPS - skip) / way["steady_samples_per_second"]
+        assert 0 < steady_seconds < way["seconds"]
+    assert result["steady_ratio"] == pytest.approx(
+        bertkit["steady_samples_per_second"] / plain["steady_samples_per_second"])
     assert plain["train_sampling_strategy"] == "random"
     # bertkit's batch order is its configured one: run_glue.py's random order by default
     assert bertkit["train_sampling_strategy"] == cfg.trainer.train_sampling_strategy == "random"

@@ -116,7 +116,8 @@ def test_mfu_is_useful_flops_over_seconds_times_the_peak(tmp_path, monkeypatch):
 
     monkeypatch.setattr(pretrain_throughput, "device_name", lambda: "NVIDIA H100 80GB HBM3")
     monkeypatch.setattr(pretrain_throughput, "peak_flops", fake_peak)
-    cfg = compose_config(bench_overrides(tmp_path, **{"bench.repeats": 1}))
+    cfg = compose_config(bench_overrides(tmp_path, **{"bench.repeats": 1, "bench.steps": 4,
+                                                      "bench.steady_skip": 1}))
 
     result = benchmark_pretrain_throughput(cfg, run_dir=tmp_path / "run")
 
@@ -130,7 +131,15 @@ def test_mfu_is_useful_flops_over_seconds_times_the_peak(tmp_path, monkeypatch):
         assert way["flops"] == pytest.approx(flops)
         assert way["mfu"] == pytest.approx(flops / (way["seconds"] * 2e12))
         assert way["hfu"] == pytest.approx(way["hardware_flops"] / (way["seconds"] * 2e12))
-    assert "MFU" in pretrain_throughput.table(result)
+        # The steady figures: the 3 steps after the first, timed apart (shorter than the run).
+        steady_seconds = way["sequences"] * 3 / 4 / way["steady_samples_per_second"]
+        assert 0 < steady_seconds < way["seconds"]
+        assert way["steady_mfu"] == pytest.approx(flops * 3 / 4 / (steady_seconds * 2e12))
+    assert result["steady_skip"] == 1
+    assert result["ratio"]["steady_samples_per_second"] == pytest.approx(
+        result["ways"]["bertkit"]["steady_samples_per_second"]
+        / result["ways"]["plain"]["steady_samples_per_second"])
+    assert "steady MFU" in pretrain_throughput.table(result)
 
 
 def test_training_indices_feed_every_instance_equally_often():
