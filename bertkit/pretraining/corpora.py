@@ -22,6 +22,8 @@ import datasets
 from datasets.exceptions import DatasetGenerationError
 from omegaconf import DictConfig, OmegaConf
 
+from bertkit.data import binary_content, compressed_files
+from bertkit.data.compressed_files import compressed_tail_digest
 from bertkit.errors import BertkitError
 from bertkit.pretraining import corpus_formats as pretrain_corpus
 
@@ -68,13 +70,16 @@ def corpus_files(corpus: DictConfig) -> list[Path]:
 
 
 def files_fingerprint(files: list[Path], corpus_format: str, max_documents: int | None) -> str:
-    """Paths, sizes and mtimes (not contents: a corpus may be many GB) plus the reading rules,
-    so an edited file or a changed reader is re-read and anything else comes from the cache."""
+    """Paths, sizes and mtimes (not contents: a corpus may be many GB), a compressed file's
+    last bytes (its checksum of the content), plus the reading rules, so an edited file or a
+    changed reader is re-read and anything else comes from the cache."""
     state = {
-        "files": [[str(path), path.stat().st_size, path.stat().st_mtime_ns] for path in files],
+        "files": [[str(path), path.stat().st_size, path.stat().st_mtime_ns,
+                   compressed_tail_digest(path)] for path in files],
         "format": corpus_format,
         "max_documents": max_documents,
-        "reader": hashlib.sha256(Path(pretrain_corpus.__file__).read_bytes()).hexdigest(),
+        "reader": hashlib.sha256(b"".join(Path(module.__file__).read_bytes() for module in (
+            pretrain_corpus, compressed_files, binary_content))).hexdigest(),
         "blingfire": version("blingfire"),
     }
     return hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()[:16]

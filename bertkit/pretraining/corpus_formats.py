@@ -6,20 +6,31 @@ Formats:
             headings are dropped, every other line is a paragraph split into sentences.
   text:     plain prose, one document per file (a book): paragraphs are separated by blank
             lines, a paragraph's hard-wrapped lines are joined and split into sentences.
-Files are read as UTF-8, or as Latin-1 when a file is not valid UTF-8 (old Gutenberg texts).
+Files are read as UTF-8, or as Latin-1 when a file is not valid UTF-8 (old Gutenberg texts);
+gzip, bzip2, xz (and zstd) files are decompressed on the fly; other binary files are refused.
 Sentences are split with blingfire (Microsoft's rule-based splitter: offline, ~15 MB/s here).
 """
 
 from __future__ import annotations
 
 import codecs
+import logging
 import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import blingfire
 
+from bertkit.data.binary_content import TextCheck
+from bertkit.data.compressed_files import (
+    READABLE,
+    compression_of,
+    read_chunks,
+    text_stream,
+)
 from bertkit.errors import BertkitError
+
+logger = logging.getLogger(__name__)
 
 FORMATS = ("google", "wikitext", "text")
 ARTICLE_TITLE = re.compile(r"^ ?= [^=].* = ?$")
@@ -36,22 +47,33 @@ def split_sentences(paragraph: str) -> list[str]:
 def file_encoding(path: Path) -> str:
     """utf-8-sig, or latin-1 when the file is not valid UTF-8. Every byte is valid Latin-1, so
     such files decode whole and right (byte 0xE6 -> æ) where errors="replace" garbles them.
-    Checks the whole file first (a second fast pass) so one file never mixes two decodings."""
+    Checks the whole file first (a second fast pass) so one file never mixes two decodings,
+    and refuses it there when it is not text (an image, an archive, random bytes)."""
+    compression = compression_of(path)
+    name = f"{path} ({compression}-compressed)" if compression else str(path)
+    check = TextCheck(name, f"corpus files are text, plain or compressed with {READABLE}")
     decoder = codecs.getincrementaldecoder("utf-8")()
-    with open(path, "rb") as handle:
-        try:
-            while chunk := handle.read(1 << 20):
+    utf8 = True
+    for chunk in read_chunks(path):
+        check.feed(chunk)
+        if utf8:
+            try:
                 decoder.decode(chunk)
+            except UnicodeDecodeError:
+                utf8 = False
+    check.finish()
+    if utf8:
+        try:
             decoder.decode(b"", final=True)
         except UnicodeDecodeError:
-            return "latin-1"
-    return "utf-8-sig"
+            utf8 = False
+    return "utf-8-sig" if utf8 else "latin-1"
 
 
 def _lines(path: Path) -> Iterator[str]:
     if not path.is_file():
         raise BertkitError(f"{path}: corpus file not found")
-    with open(path, encoding=file_encoding(path)) as handle:
+    with text_stream(path, file_encoding(path)) as handle:
         for line in handle:
             yield line.rstrip("\r\n")
 
@@ -109,4 +131,10 @@ def read_documents(paths: list[str | Path], corpus_format: str) -> Iterator[list
         raise BertkitError(f"corpus.format={corpus_format!r}: expected one of {', '.join(FORMATS)}")
     reader = READERS[corpus_format]
     for path in paths:
-        yield from reader(Path(path))
+        documents = 0
+        for document in reader(Path(path)):
+            documents += 1
+            yield document
+        if documents == 0:  # often a failed download or an empty shard: say which
+            logger.warning("%s: no document in corpus.format=%s (the file is empty or holds "
+                           "only blank lines); skipped", path, corpus_format)
