@@ -158,6 +158,44 @@ def split_documents(documents: datasets.Dataset, fraction: float, min_documents:
     return (documents.select(np.flatnonzero(~held)), documents.select(np.flatnonzero(held)))
 
 
+def documents_needed(sentence_task: str | None) -> int:
+    """Documents each side of the split needs: NSP draws a NotNext segment from another
+    document, so 2; MLM and SOP build their sequences within one document, so 1."""
+    return 2 if sentence_task == "nsp" else 1
+
+
+def check_corpus_size(documents: int, objective: DictConfig, fraction: float) -> None:
+    """Before the split: one line naming the setting that works when a corpus of `documents`
+    cannot give the objective's training, and the held-out set, what they need. The split
+    itself does not depend on the objective (every arm holds out the same documents), so a
+    corpus too small for both is refused here rather than split per objective."""
+    needed = documents_needed(objective.sentence_task)
+    plural = "s" if documents != 1 else ""
+    if documents < needed:
+        also = " heldout.fraction=0" if fraction > 0 else ""
+        raise BertkitError(
+            f"objective={objective.name}: next sentence prediction needs at least {needed} "
+            f"documents (a NotNext segment comes from another one), the corpus has "
+            f"{documents}: objective=sop{also} trains on it (sentence order within a document)")
+    if fraction > 0 and documents < 2 * needed:
+        raise BertkitError(
+            f"heldout.fraction={fraction}: the corpus has {documents} document{plural}, and "
+            f"objective={objective.name} needs {needed} to train on and {needed} held out: "
+            f"heldout.fraction=0 trains on {'it' if documents == 1 else f'all {documents}'} "
+            f"(no held-out scores)")
+
+
+def check_training_share(train: int, held: int, objective: DictConfig,
+                         fraction: float) -> None:
+    """After the split: a large heldout.fraction may leave training fewer than it needs."""
+    needed = documents_needed(objective.sentence_task)
+    if train < needed:
+        raise BertkitError(
+            f"heldout.fraction={fraction} holds out {held} of the corpus's {train + held} "
+            f"documents, leaving training {train}; objective={objective.name} needs {needed}: "
+            f"lower heldout.fraction")
+
+
 # The held-out sets
 
 

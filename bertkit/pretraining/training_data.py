@@ -24,6 +24,8 @@ from bertkit.pretraining.dynamic_masking import DynamicMaskingCollator, StaticMa
 from bertkit.pretraining.heldout import (
     HeldoutSet,
     build_heldout,
+    check_corpus_size,
+    check_training_share,
     heldout_settings,
     split_documents,
 )
@@ -91,8 +93,13 @@ def split_corpus(cfg: DictConfig):
     as every pretraining run (and a benchmark scoring another model alike) splits it."""
     documents = pretraining_documents(cfg)
     heldout = heldout_settings(cfg)
-    return split_documents(documents, heldout.fraction, heldout.min_documents,
-                           num_proc=cfg.preprocessing_num_workers)
+    if isinstance(documents, datasets.Dataset):  # a stream's size is not known ahead
+        check_corpus_size(len(documents), cfg.objective, heldout.fraction)
+    train, held = split_documents(documents, heldout.fraction, heldout.min_documents,
+                                  num_proc=cfg.preprocessing_num_workers)
+    if held is not None:
+        check_training_share(len(train), len(held), cfg.objective, heldout.fraction)
+    return train, held
 
 
 def pretraining_tokenizer(cfg: DictConfig, documents) -> PreTrainedTokenizerBase:
