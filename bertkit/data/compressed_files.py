@@ -16,8 +16,9 @@ from typing import BinaryIO
 
 from bertkit.errors import BertkitError
 
-MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz",
-         b"\x28\xb5\x2f\xfd": "zstd"}
+# bzip2's magic is "BZh" and a block size digit: a text that starts "BZh" is still text.
+MAGIC = {b"\x1f\x8b": "gzip", **{b"BZh" + bytes([digit]): "bzip2" for digit in b"123456789"},
+         b"\xfd7zXZ\x00": "xz", b"\x28\xb5\x2f\xfd": "zstd"}
 SUFFIXES = {".gz": "gzip", ".bz2": "bzip2", ".xz": "xz", ".zst": "zstd"}
 READABLE = "gzip (.gz), bzip2 (.bz2), xz (.xz) or zstd (.zst)"
 # Errors the decompressors raise on a truncated or corrupt stream.

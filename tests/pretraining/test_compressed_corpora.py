@@ -220,3 +220,11 @@ def test_a_tiny_pretraining_run_on_a_gzip_corpus_trains(tmp_path, demo_corpus):
     assert np.mean(losses[-5:]) < np.mean(losses[:5]) - 0.3
     heldout = summary["heldout"]["curve"]
     assert heldout[-1]["mlm_loss"] < heldout[0]["mlm_loss"]
+
+
+def test_text_that_starts_like_bzip2_magic_is_read_as_text(tmp_path):
+    """bzip2's magic is "BZh" and a digit: prose that starts "BZh" is not taken for it."""
+    path = tmp_path / "corpus.txt"
+    path.write_text("BZh is how the file starts.\nIt is text.\n")
+    result = corpus_documents(corpus_config("files", files=[str(path)]), str(tmp_path))
+    assert documents(result) == [["BZh is how the file starts.", "It is text."]]
