@@ -7,10 +7,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from bertkit.config_tree import config_dir
 from bertkit.errors import BertkitError
+from bertkit.pretraining.heldout import document_keys
+from bertkit.pretraining.instances import documents_dataset
 from bertkit.pretraining.run import pretrain
 from bertkit.pretraining.training_data import split_corpus
 from tests.conftest import compose_config
@@ -66,3 +69,22 @@ def test_a_small_corpus_trains_or_names_the_setting_that_works(tmp_path, vocab, 
     fixed = compose_config(overrides(corpus, vocab, tmp_path / "cache", **extra))
     summary = pretrain(fixed, tmp_path / "fixed")
     assert summary["train"]["steps"] == STEPS and summary["heldout"] is None
+
+
+def test_a_fraction_that_leaves_nsp_one_training_document_is_named(tmp_path, vocab):
+    """The largest key as the fraction holds out all but one document: MLM trains on that
+    one, NSP is told to lower heldout.fraction (not NSP's own error, deep in the data)."""
+    corpus = tmp_path / "corpus.txt"
+    documents = generated_documents(6)
+    write_corpus(corpus, documents)
+    fraction = float(np.max(document_keys(documents_dataset(documents))))
+    settings = {"heldout.fraction": fraction}
+    train, held = split_corpus(compose_config(overrides(
+        corpus, vocab, tmp_path / "cache", objective="mlm", **settings)))
+    assert (len(train), len(held)) == (1, 5)
+    cfg = compose_config(overrides(corpus, vocab, tmp_path / "cache", objective="mlm_nsp",
+                                   **settings))
+    with pytest.raises(BertkitError, match=rf"^heldout.fraction={fraction} holds out 5 of the "
+                                           r"corpus's 6 documents, leaving training 1; "
+                                           r"objective=mlm_nsp needs 2: lower heldout.fraction$"):
+        split_corpus(cfg)
