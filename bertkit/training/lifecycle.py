@@ -90,7 +90,7 @@ def resume_checkpoint(resume, args) -> str | None:
         raise BertkitError(f"resume={resume!r}: expected false, true or auto")
     if resume is False:
         return None
-    scan = scan_checkpoints(args.output_dir)
+    scan = scan_checkpoints(args.output_dir, weights_only=args.save_only_model)
     if scan.complete is None and resume is True:
         found = (f"only incomplete checkpoints ({scan.describe_skipped()})" if scan.skipped
                  else "no checkpoint")
@@ -152,7 +152,8 @@ def _train_or_explain(trainer: Trainer, checkpoint: str | None):
     except OSError as err:
         if err.errno != errno.ENOSPC:
             raise
-        whole = scan_checkpoints(trainer.args.output_dir).complete
+        whole = scan_checkpoints(trainer.args.output_dir,
+                                 weights_only=trainer.args.save_only_model).complete
         kept = (f"the last complete checkpoint, {whole}, is intact: free some space and run "
                 f"the same command with resume=auto" if whole is not None
                 else "no complete checkpoint was saved before it")
