@@ -186,3 +186,47 @@ def test_under_ddp_processes_compare_flags_every_n_steps_only(monkeypatch):
             stopped.append(step)
     assert len(reductions) == 2  # steps 5 and 10
     assert stopped == [10]
+
+
+# Preemption leaves fast: the grace period may be 30 s for the whole save.
+
+SIGTERM_TO_EXIT_BOUND_S = 10  # the save and the exit; a held-out scoring would not count
+
+
+@pytest.mark.slow
+def test_a_preempted_pretraining_run_saves_and_exits_without_scoring_after_the_signal(
+        tmp_path):
+    """A real pretraining run (held-out scoring on) gets SIGTERM once training has started:
+    it exits 143 within the bound, leaves a whole checkpoint at the step it stopped, and
+    scores nothing after the signal (no held-out line, no metrics.json, no model or card)."""
+    from tests.pretraining.test_pretrain_recipe import tiny_pretraining_overrides
+
+    overrides = tiny_pretraining_overrides(**{
+        "trainer.max_steps": 100000, "trainer.save_strategy": "steps", "trainer.save_steps": 5,
+        "trainer.logging_steps": 5, "cache_dir": tmp_path / "cache",
+        "heldout.every_steps": 3, "heldout.every_seconds": "null"})
+    run_dir = tmp_path / "run"
+    first = run_dir / "checkpoints" / "checkpoint-5" / "trainer_state.json"
+    process = subprocess.Popen(command(overrides, run_dir),
+                               env={**child_env(), "PYTHONUNBUFFERED": "1"}, cwd=tmp_path,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    before = []
+    for line in process.stdout:  # training has started once its first checkpoint is saved
+        before.append(line)
+        if first.exists():
+            break
+    assert first.exists(), "".join(before)[-3000:]
+    process.send_signal(signal.SIGTERM)
+    sent = time.monotonic()
+    after = process.stdout.read()
+    process.wait(timeout=300)
+    seconds = time.monotonic() - sent
+    assert process.returncode == 143, after[-3000:]
+    assert any("heldout/mlm_loss" in line for line in before)  # it scores while it trains
+    assert "heldout/mlm_loss" not in after.split("caught SIGTERM", 1)[1], after[-3000:]
+    assert seconds < SIGTERM_TO_EXIT_BOUND_S, after[-3000:]
+    stopped = int(after.split("preempted by SIGTERM at step ")[1].split(":")[0])
+    scan = scan_checkpoints(run_dir / "checkpoints")
+    assert scan.complete == run_dir / "checkpoints" / f"checkpoint-{stopped}"
+    assert scan.skipped == []
+    assert not (run_dir / "metrics.json").exists() and not (run_dir / "model").exists()
