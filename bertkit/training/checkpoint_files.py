@@ -22,14 +22,28 @@ import struct
 import zipfile
 from pathlib import Path
 
-STATE_FILE = "trainer_state.json"  # transformers' TRAINER_STATE_NAME
-# The weights Trainer saves (transformers.utils' SAFE_WEIGHTS_NAME, WEIGHTS_NAME, their
-# sharded indexes, and PEFT's adapter files); FSDP's sharded state dict is a folder.
-WEIGHTS_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                 "pytorch_model.bin.index.json", "adapter_model.safetensors",
-                 "adapter_model.bin")
-WEIGHTS_FOLDERS = ("pytorch_model_fsdp_",)
-OPTIMIZER_FILE, SCHEDULER_FILE = "optimizer.pt", "scheduler.pt"
+from transformers.trainer import (
+    FSDP_MODEL_NAME,
+    OPTIMIZER_NAME,
+    SCHEDULER_NAME,
+    TRAINER_STATE_NAME,
+)
+from transformers.utils import (
+    ADAPTER_SAFE_WEIGHTS_NAME,
+    ADAPTER_WEIGHTS_NAME,
+    SAFE_WEIGHTS_INDEX_NAME,
+    SAFE_WEIGHTS_NAME,
+    WEIGHTS_INDEX_NAME,
+    WEIGHTS_NAME,
+)
+
+STATE_FILE = TRAINER_STATE_NAME
+# The weights Trainer saves (whole, or sharded with an index; PEFT's adapter files); FSDP's
+# sharded state dict is a folder (pytorch_model_fsdp_0/).
+WEIGHTS_FILES = (SAFE_WEIGHTS_NAME, SAFE_WEIGHTS_INDEX_NAME, WEIGHTS_NAME, WEIGHTS_INDEX_NAME,
+                 ADAPTER_SAFE_WEIGHTS_NAME, ADAPTER_WEIGHTS_NAME)
+WEIGHTS_FOLDERS = (FSDP_MODEL_NAME,)
+OPTIMIZER_FILE, SCHEDULER_FILE = OPTIMIZER_NAME, SCHEDULER_NAME
 # FSDP's sharded optimizer (optimizer_0/) and DeepSpeed's state (global_step<N>/) are folders.
 OPTIMIZER_FOLDERS = ("optimizer_", "global_step")
 RNG_PATTERN = "rng_state*.pth"  # rng_state.pth, or rng_state_<rank>.pth under DDP
@@ -102,7 +116,7 @@ def missing_files(folder: Path, *, weights_only: bool = False) -> list[str]:
         name.startswith(prefixes) and (folder / name).is_dir() for name in names)
     missing = [] if STATE_FILE in names else [STATE_FILE]
     if not names.intersection(WEIGHTS_FILES) and not has_folder(WEIGHTS_FOLDERS):
-        missing.append("the weights (model.safetensors)")
+        missing.append(f"weights ({SAFE_WEIGHTS_NAME})")
     if weights_only:
         return missing
     if OPTIMIZER_FILE not in names and not has_folder(OPTIMIZER_FOLDERS):
@@ -110,7 +124,7 @@ def missing_files(folder: Path, *, weights_only: bool = False) -> list[str]:
     if SCHEDULER_FILE not in names:
         missing.append(SCHEDULER_FILE)
     if not any(folder.glob(RNG_PATTERN)):
-        missing.append("rng_state.pth")
+        missing.append("rng_state.pth (nor any rng_state_<rank>.pth)")
     return missing
 
 
