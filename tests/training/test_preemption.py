@@ -230,3 +230,38 @@ def test_a_preempted_pretraining_run_saves_and_exits_without_scoring_after_the_s
     assert scan.complete == run_dir / "checkpoints" / f"checkpoint-{stopped}"
     assert scan.skipped == []
     assert not (run_dir / "metrics.json").exists() and not (run_dir / "model").exists()
+
+
+def test_a_preempted_run_keeps_its_checkpoint_under_save_total_limit_1_with_a_best_model(
+        glue_dir, vocab_dir, tmp_path, monkeypatch):
+    """With load_best_model_at_end and save_total_limit=1, Trainer's end of training deletes
+    every checkpoint but the best and loads the best back: after a preemption save it must
+    do neither (the preemption checkpoint is the one to resume from, and the process exits)."""
+    from bertkit.jobs import run_job
+    from bertkit.training.length_grouped_trainer import LengthGroupedTrainer
+    from tests.conftest import compose_config
+
+    overrides = tiny_run_overrides("rte", glue_dir("rte"), vocab_dir, **{
+        # Too small to flip any prediction: the first evaluation (step 2) stays the best.
+        "trainer.learning_rate": 1e-12, "trainer.warmup_steps": 0, "trainer.max_steps": 10,
+        "trainer.eval_strategy": "steps", "trainer.eval_steps": 2,
+        "trainer.save_strategy": "steps", "trainer.save_steps": 2,
+        "trainer.save_total_limit": 1, "trainer.metric_for_best_model": "validation_accuracy",
+        "trainer.load_best_model_at_end": True})
+    original_step, calls = LengthGroupedTrainer.training_step, {"n": 0}
+
+    def signalled_in_step_5(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            os.kill(os.getpid(), signal.SIGTERM)  # caught by the run: stop at this step's end
+        return original_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(LengthGroupedTrainer, "training_step", signalled_in_step_5)
+    run_dir = tmp_path / "run"
+    with pytest.raises(Preempted, match="at step 5"):
+        run_job(compose_config(overrides), run_dir=run_dir)
+    checkpoints = run_dir / "checkpoints"
+    assert scan_checkpoints(checkpoints).complete == checkpoints / "checkpoint-5"
+    state = json.loads((checkpoints / "checkpoint-5" / "trainer_state.json").read_text())
+    assert state["best_model_checkpoint"].endswith("checkpoint-2")  # kept for the resume
+    assert calls["n"] == 5
