@@ -90,6 +90,7 @@ class RunSchema:
     preprocessing_num_workers: int | None = _setting(1, min=1)
     gpu_dataloader_workers: int = _setting(6, min=0)
     agree_every_steps: int = _setting(10, "a positive number of optimizer steps", min=1)
+    fsync_checkpoints: bool = True
     bucket_width: int = _setting(32, "a positive number of tokens (1: no buckets)", min=1)
     buckets_on_cpu: bool = False
     train_fraction: float | None = _setting(

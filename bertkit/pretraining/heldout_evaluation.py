@@ -5,7 +5,9 @@ Evaluations run with the training clock paused and outside the throughput meter'
 measuring a run does not change how much it trains. The lines go through trainer.log: W&B
 gets them against the step (under train/heldout/...), and trainer_state.json keeps them, so a
 resumed run's curve still holds the evaluations made before the resume. Every process
-evaluates (no collective call; the set is small); only the main process writes files.
+evaluates (no collective call; the set is small); only the main process writes files. After a
+preemption signal nothing is scored (bertkit.training.preemption): the run saves and exits
+within the scheduler's grace period, and the resumed run scores at its end.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from bertkit.pretraining.heldout import (
     score_heldout,
 )
 from bertkit.training.clock import TrainingClock
+from bertkit.training.preemption import preempting
 from bertkit.training.throughput import excluded_from_throughput
 
 PREFIX = "heldout/"
@@ -81,12 +84,12 @@ class HeldoutEvaluation(TrainerCallback):
         return control
 
     def on_train_end(self, args, state, control, **kwargs):
-        if self._last_step != state.global_step:
+        if self._last_step != state.global_step and not preempting(self.trainer):
             self._evaluate(state)
         return control
 
     def _due(self, state) -> bool:
-        if self._last_step == state.global_step:
+        if self._last_step == state.global_step or preempting(self.trainer):
             return False
         if self.every_steps is not None:
             return state.global_step % self.every_steps == 0

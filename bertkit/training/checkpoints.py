@@ -1,20 +1,18 @@
-"""The checkpoint a run resumes from: the newest complete one.
+"""The checkpoint a run resumes from: the newest whole one.
 
 A job killed while Trainer writes a checkpoint (preemption during a save is ordinary on a
 cluster: BERT-large's weights and optimizer state take seconds to write) leaves a folder with
-some of its files, the last one cut short. transformers' get_last_checkpoint takes the newest
-folder whatever it holds, and resuming from a torn one ends in a safetensors or
-FileNotFoundError traceback although a complete checkpoint lies beside it.
-
-Trainer writes a checkpoint's files in a fixed order (weights, optimizer, scheduler, RNG
-states) and trainer_state.json last, so a checkpoint whose trainer_state.json reads back as
-JSON holds everything before it. (A kill cannot reorder writes; only a machine crash before
-the page cache is flushed could, which no ordering rule survives.)
+some of its files, the last one cut short; after a node crash, or on NFS and Lustre, any of
+them may be cut, whatever order they were written in. transformers' get_last_checkpoint takes
+the newest folder whatever it holds, and resuming from a torn one ends in a safetensors or
+FileNotFoundError traceback although a whole checkpoint lies beside it. So each checkpoint is
+judged by the content of the files the resume reads (bertkit.training.checkpoint_files), and
+bertkit fsyncs a checkpoint's files once Trainer has saved them
+(bertkit.training.durable_checkpoints).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from dataclasses import dataclass, field
@@ -22,9 +20,10 @@ from pathlib import Path
 
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
+from bertkit.training.checkpoint_files import checkpoint_fault
+
 logger = logging.getLogger(__name__)
 
-STATE_FILE = "trainer_state.json"  # transformers' TRAINER_STATE_NAME: written last
 _CHECKPOINT = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
 
 
@@ -44,27 +43,16 @@ def checkpoint_step(folder: Path) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def incompleteness(folder: Path) -> str | None:
-    """Why `folder` cannot be resumed from (a save cut short), or None when it is complete."""
-    state = folder / STATE_FILE
-    if not state.is_file():
-        return f"no {STATE_FILE} (Trainer writes it last: the save was cut short)"
-    try:
-        json.loads(state.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError):
-        return f"{STATE_FILE} is cut short (not valid JSON)"
-    return None
-
-
-def scan_checkpoints(output_dir: str | Path) -> CheckpointScan:
-    """Checkpoints from the newest step down to the first complete one."""
+def scan_checkpoints(output_dir: str | Path, *, weights_only: bool = False) -> CheckpointScan:
+    """Checkpoints from the newest step down to the first whole one (weights_only: the run
+    saves with trainer.save_only_model, without optimizer, scheduler and RNG states)."""
     directory = Path(output_dir)
     folders = [path for path in directory.iterdir()
                if checkpoint_step(path) is not None and path.is_dir()] \
         if directory.is_dir() else []
     scan = CheckpointScan(None)
     for folder in sorted(folders, key=checkpoint_step, reverse=True):
-        why = incompleteness(folder)
+        why = checkpoint_fault(folder, weights_only=weights_only)
         if why is None:
             scan.complete = folder
             break

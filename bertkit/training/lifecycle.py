@@ -1,7 +1,8 @@
 """What every recipe family does around Trainer.train, in one place: the tracker Trainer
 reports to, early stopping, stopping at a share of the schedule (successive halving), the W&B
 run and the resolved config.yaml on the main process, resuming from the newest complete
-checkpoint when asked (bertkit.training.checkpoints), saving and stopping on a preemption
+checkpoint when asked (bertkit.training.checkpoints), each checkpoint fsynced once saved
+(bertkit.training.durable_checkpoints), saving and stopping on a preemption
 signal (bertkit.training.preemption), training to a time budget (bertkit.training.budget;
 its progress bar, bertkit.training.budget_progress), the training time and throughput
 (bertkit.training.throughput), and closing the W&B run with the final scores.
@@ -26,6 +27,7 @@ from bertkit.training.budget_progress import show_budget_progress
 from bertkit.training.callbacks import add_early_stopping, add_train_fraction
 from bertkit.training.checkpoints import scan_checkpoints
 from bertkit.training.clock import TrainingClock
+from bertkit.training.durable_checkpoints import DurableCheckpoints
 from bertkit.training.preemption import Preempted, PreemptionCallback
 from bertkit.training.throughput import add_throughput
 from bertkit.training.wandb_logging import resolve_wandb_mode, start_wandb_run
@@ -90,7 +92,7 @@ def resume_checkpoint(resume, args) -> str | None:
         raise BertkitError(f"resume={resume!r}: expected false, true or auto")
     if resume is False:
         return None
-    scan = scan_checkpoints(args.output_dir)
+    scan = scan_checkpoints(args.output_dir, weights_only=args.save_only_model)
     if scan.complete is None and resume is True:
         found = (f"only incomplete checkpoints ({scan.describe_skipped()})" if scan.skipped
                  else "no checkpoint")
@@ -120,6 +122,8 @@ def train(cfg: DictConfig, run_dir: Path, trainer: Trainer, hyperparameters: dic
     preemption = PreemptionCallback(
         agree_every_steps=OmegaConf.select(cfg, "agree_every_steps", default=1))
     trainer.add_callback(preemption)
+    if OmegaConf.select(cfg, "fsync_checkpoints", default=True):
+        trainer.add_callback(DurableCheckpoints())
     main = trainer.is_world_process_zero()
     uses_wandb = "wandb" in (trainer.args.report_to or [])
     wandb_run = start_wandb_run(cfg, run_dir, hyperparameters) if main and uses_wandb else None
@@ -152,7 +156,8 @@ def _train_or_explain(trainer: Trainer, checkpoint: str | None):
     except OSError as err:
         if err.errno != errno.ENOSPC:
             raise
-        whole = scan_checkpoints(trainer.args.output_dir).complete
+        whole = scan_checkpoints(trainer.args.output_dir,
+                                 weights_only=trainer.args.save_only_model).complete
         kept = (f"the last complete checkpoint, {whole}, is intact: free some space and run "
                 f"the same command with resume=auto" if whole is not None
                 else "no complete checkpoint was saved before it")

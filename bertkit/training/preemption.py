@@ -9,6 +9,12 @@ reduced over them every `agree_every_steps` steps), then the job ends with Preem
 status 128 + the signal for a
 plain job; for submitit, its own handler runs now (checkpoint/requeue), and the requeued job
 continues from that checkpoint with resume=auto.
+
+The grace period may be 30 s for everything, so after the signal the run does nothing a
+resume does not need: callbacks that score (the held-out evaluation) ask `preempting` and
+skip, and Trainer's end of training neither loads the best checkpoint back (the process
+exits) nor, under save_total_limit=1, deletes the checkpoint just saved as not the best; no
+metrics.json, model or card is written after it (Preempted unwinds the job).
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ import threading
 
 import torch
 from transformers import TrainerCallback
+
+from bertkit.trainer_internals import callbacks_of
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +95,13 @@ class PreemptionCallback(TrainerCallback):
             control.should_save = True
             control.should_training_stop = True
 
+    def on_save(self, args, state, control, **kwargs):
+        if self.stopped_at == state.global_step:
+            # Saved in this checkpoint's trainer_state.json, where the resume reads it; in
+            # memory it would make Trainer's end of training load the best model back, and
+            # under save_total_limit=1 delete this checkpoint as not the best.
+            state.best_model_checkpoint = None
+
     def on_train_end(self, args, state, control, **kwargs):
         for signum, handler in self.previous.items():
             signal.signal(signum, handler)
@@ -113,3 +128,10 @@ class PreemptionCallback(TrainerCallback):
         if self.stopped_at is not None:
             raise Preempted(self.received, self.stopped_at, checkpoint_dir,
                             self.previous.get(self.received))
+
+
+def preempting(trainer) -> bool:
+    """Whether a preemption signal has reached `trainer`'s run: slow work it would do now
+    (scoring) is not what a resume needs, and the grace period is short."""
+    return any(isinstance(callback, PreemptionCallback) and callback.received is not None
+               for callback in callbacks_of(trainer))

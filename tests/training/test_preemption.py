@@ -186,3 +186,82 @@ def test_under_ddp_processes_compare_flags_every_n_steps_only(monkeypatch):
             stopped.append(step)
     assert len(reductions) == 2  # steps 5 and 10
     assert stopped == [10]
+
+
+# Preemption leaves fast: the grace period may be 30 s for the whole save.
+
+SIGTERM_TO_EXIT_BOUND_S = 10  # the save and the exit; a held-out scoring would not count
+
+
+@pytest.mark.slow
+def test_a_preempted_pretraining_run_saves_and_exits_without_scoring_after_the_signal(
+        tmp_path):
+    """A real pretraining run (held-out scoring on) gets SIGTERM once training has started:
+    it exits 143 within the bound, leaves a whole checkpoint at the step it stopped, and
+    scores nothing after the signal (no held-out line, no metrics.json, no model or card)."""
+    from tests.pretraining.test_pretrain_recipe import tiny_pretraining_overrides
+
+    overrides = tiny_pretraining_overrides(**{
+        "trainer.max_steps": 100000, "trainer.save_strategy": "steps", "trainer.save_steps": 5,
+        "trainer.logging_steps": 5, "cache_dir": tmp_path / "cache",
+        "heldout.every_steps": 3, "heldout.every_seconds": "null"})
+    run_dir = tmp_path / "run"
+    first = run_dir / "checkpoints" / "checkpoint-5" / "trainer_state.json"
+    process = subprocess.Popen(command(overrides, run_dir),
+                               env={**child_env(), "PYTHONUNBUFFERED": "1"}, cwd=tmp_path,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    before = []
+    for line in process.stdout:  # training has started once its first checkpoint is saved
+        before.append(line)
+        if first.exists():
+            break
+    assert first.exists(), "".join(before)[-3000:]
+    process.send_signal(signal.SIGTERM)
+    sent = time.monotonic()
+    after = process.stdout.read()
+    process.wait(timeout=300)
+    seconds = time.monotonic() - sent
+    assert process.returncode == 143, after[-3000:]
+    assert any("heldout/mlm_loss" in line for line in before)  # it scores while it trains
+    assert "heldout/mlm_loss" not in after.split("caught SIGTERM", 1)[1], after[-3000:]
+    assert seconds < SIGTERM_TO_EXIT_BOUND_S, after[-3000:]
+    stopped = int(after.split("preempted by SIGTERM at step ")[1].split(":")[0])
+    scan = scan_checkpoints(run_dir / "checkpoints")
+    assert scan.complete == run_dir / "checkpoints" / f"checkpoint-{stopped}"
+    assert scan.skipped == []
+    assert not (run_dir / "metrics.json").exists() and not (run_dir / "model").exists()
+
+
+def test_a_preempted_run_keeps_its_checkpoint_under_save_total_limit_1_with_a_best_model(
+        glue_dir, vocab_dir, tmp_path, monkeypatch):
+    """With load_best_model_at_end and save_total_limit=1, Trainer's end of training deletes
+    every checkpoint but the best and loads the best back: after a preemption save it must
+    do neither (the preemption checkpoint is the one to resume from, and the process exits)."""
+    from bertkit.jobs import run_job
+    from bertkit.training.length_grouped_trainer import LengthGroupedTrainer
+    from tests.conftest import compose_config
+
+    overrides = tiny_run_overrides("rte", glue_dir("rte"), vocab_dir, **{
+        # Too small to flip any prediction: the first evaluation (step 2) stays the best.
+        "trainer.learning_rate": 1e-12, "trainer.warmup_steps": 0, "trainer.max_steps": 10,
+        "trainer.eval_strategy": "steps", "trainer.eval_steps": 2,
+        "trainer.save_strategy": "steps", "trainer.save_steps": 2,
+        "trainer.save_total_limit": 1, "trainer.metric_for_best_model": "validation_accuracy",
+        "trainer.load_best_model_at_end": True})
+    original_step, calls = LengthGroupedTrainer.training_step, {"n": 0}
+
+    def signalled_in_step_5(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            os.kill(os.getpid(), signal.SIGTERM)  # caught by the run: stop at this step's end
+        return original_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(LengthGroupedTrainer, "training_step", signalled_in_step_5)
+    run_dir = tmp_path / "run"
+    with pytest.raises(Preempted, match="at step 5"):
+        run_job(compose_config(overrides), run_dir=run_dir)
+    checkpoints = run_dir / "checkpoints"
+    assert scan_checkpoints(checkpoints).complete == checkpoints / "checkpoint-5"
+    state = json.loads((checkpoints / "checkpoint-5" / "trainer_state.json").read_text())
+    assert state["best_model_checkpoint"].endswith("checkpoint-2")  # kept for the resume
+    assert calls["n"] == 5

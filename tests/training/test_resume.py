@@ -5,14 +5,24 @@ from __future__ import annotations
 
 import errno
 import json
+import shutil
+from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
+from transformers.trainer import (
+    OPTIMIZER_NAME,
+    SCALER_NAME,
+    SCHEDULER_NAME,
+    TRAINER_STATE_NAME,
+)
+from transformers.utils import SAFE_WEIGHTS_NAME
 
 from bertkit.errors import BertkitError
 from bertkit.jobs import run_job
+from bertkit.training.checkpoint_files import RNG_PATTERN, file_fault
 from bertkit.training.checkpoints import scan_checkpoints
 from bertkit.training.length_grouped_trainer import LengthGroupedTrainer
 from tests.conftest import compose_config, tiny_run_overrides
@@ -72,36 +82,87 @@ def test_resume_continues_an_interrupted_run(glue_dir, vocab_dir, tmp_path, monk
     assert_same_weights(run_dir, reference_dir)
 
 
-def tear(checkpoint, how: str) -> None:
-    """What a kill during a save leaves: the weights half written and no trainer_state.json
-    yet, or every file but trainer_state.json cut short."""
-    weights = checkpoint / "model.safetensors"
-    state = checkpoint / "trainer_state.json"
-    if how == "weights":
-        weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
-        state.unlink()
-    else:
-        state.write_text(state.read_text()[:40])
+# What the resume reads of a checkpoint, by transformers' own names (and the RNG states,
+# rng_state.pth or one per process); the cases below are the files a real checkpoint holds.
+RESUME_READS = (TRAINER_STATE_NAME, OPTIMIZER_NAME, SCHEDULER_NAME, SCALER_NAME,
+                SAFE_WEIGHTS_NAME)
 
 
-@pytest.mark.parametrize("how", ["weights", "state"])
-def test_resume_auto_skips_a_checkpoint_torn_by_a_kill_during_its_save(
-        how, glue_dir, vocab_dir, tmp_path, monkeypatch, caplog):
+def read_by_resume(path: Path) -> bool:
+    return path.name in RESUME_READS or fnmatch(path.name, RNG_PATTERN)
+
+
+def cut(path: Path) -> None:
+    """What an unsynced write leaves after a crash: the first half of the file."""
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+@pytest.fixture
+def torn_run(glue_dir, vocab_dir, tmp_path, monkeypatch):
+    """A real run interrupted at step 7 with checkpoints 2, 4 and 6, the uninterrupted run's
+    directory, and the step counter (see interrupted_run)."""
     overrides, reference_dir = checkpointed_run(glue_dir, vocab_dir, tmp_path, 3)
-    run_dir = tmp_path / "run"
+    run_dir = tmp_path / "interrupted"
     calls = interrupted_run(overrides, run_dir, monkeypatch, at_step=7)
-    checkpoints = run_dir / "checkpoints"
-    tear(checkpoints / "checkpoint-6", how)
+    return overrides, reference_dir, run_dir, calls
 
-    calls["n"] = -100
-    with caplog.at_level("WARNING"):
-        run_job(compose_config(overrides + ["resume=auto"]), run_dir=run_dir)
-    assert calls["n"] == -100 + 4  # from checkpoint-4: steps 5..8
-    assert "checkpoint-6: " in caplog.text and "trainer_state.json" in caplog.text
-    assert_same_weights(run_dir, reference_dir)
-    # The resumed run wrote step 6 again, whole.
-    assert json.loads((checkpoints / "checkpoint-6" / "trainer_state.json").read_text())[
-        "global_step"] == 6
+
+def test_a_cut_in_any_file_of_the_newest_checkpoint_makes_it_skipped_naming_the_file(
+        torn_run):
+    _, _, run_dir, _ = torn_run
+    checkpoints = run_dir / "checkpoints"
+    newest = checkpoints / "checkpoint-6"
+    files = sorted(path for path in newest.iterdir() if path.is_file())
+    assert {path.name for path in files if read_by_resume(path)} >= {
+        TRAINER_STATE_NAME, OPTIMIZER_NAME, SCHEDULER_NAME, SAFE_WEIGHTS_NAME, "rng_state.pth"}
+    assert scan_checkpoints(checkpoints).complete == newest
+    checked = []
+    for path in files:
+        whole = path.read_bytes()
+        cut(path)
+        scan = scan_checkpoints(checkpoints)
+        if file_fault(path) is not None:  # a kind whose content is checked
+            checked.append(path.name)
+            assert scan.complete == checkpoints / "checkpoint-4", path.name
+            assert scan.describe_skipped().startswith(
+                f"checkpoint-6: {path.name} is cut short"), scan.describe_skipped()
+        path.unlink()  # and a file that never reached the disk at all
+        scan = scan_checkpoints(checkpoints)
+        if read_by_resume(path):
+            assert scan.complete == checkpoints / "checkpoint-4", path.name
+            assert "(the save was cut short)" in scan.describe_skipped()
+            assert path.name.split(".")[0] in scan.describe_skipped()
+        path.write_bytes(whole)
+        assert scan_checkpoints(checkpoints).complete == newest
+    # Every file the resume reads is checked by content (and here every other one too: the
+    # tokenizer's and the model's JSON, training_args.bin, the training clock).
+    assert {path.name for path in files if read_by_resume(path)} <= set(checked)
+    assert set(checked) == {path.name for path in files}
+
+
+def test_resume_auto_skips_a_checkpoint_with_any_file_the_resume_reads_cut(
+        torn_run, tmp_path, caplog):
+    """For each file of the newest checkpoint that Trainer's resume reads, cut in a copy of
+    the run: resume=auto continues from checkpoint-4, says why naming the file, and ends
+    where the uninterrupted run ends."""
+    overrides, reference_dir, interrupted, calls = torn_run
+    cases = sorted(path.name for path in (interrupted / "checkpoints" / "checkpoint-6").iterdir()
+                   if read_by_resume(path))
+    assert len(cases) >= 5
+    for name in cases:
+        run_dir = tmp_path / f"torn-{name}"
+        shutil.copytree(interrupted, run_dir)
+        cut(run_dir / "checkpoints" / "checkpoint-6" / name)
+        calls["n"] = -100
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            run_job(compose_config(overrides + ["resume=auto"]), run_dir=run_dir)
+        assert calls["n"] == -100 + 4, name  # from checkpoint-4: steps 5..8
+        assert f"checkpoint-6: {name} is cut short" in caplog.text, name
+        assert_same_weights(run_dir, reference_dir)
+        # The resumed run wrote step 6 again, whole.
+        assert scan_checkpoints(run_dir / "checkpoints").complete.name == "checkpoint-8"
+        assert file_fault(run_dir / "checkpoints" / "checkpoint-6" / name) is None
 
 
 def test_a_full_disk_during_a_save_is_one_message_and_the_previous_checkpoint_is_intact(

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
+from safetensors.torch import save_file
 from transformers import BertConfig, BertForSequenceClassification, TrainingArguments
 
 from bertkit.errors import BertkitError
@@ -65,11 +67,21 @@ def test_resume_auto_starts_without_a_checkpoint(glue_dir, vocab_dir, tmp_path):
     assert metrics["train"]["steps"] == 4
 
 
+def whole_checkpoint(folder, state: str | None = "{}") -> None:
+    """A checkpoint whose every file is whole (`state`: trainer_state.json's text; None: no
+    such file)."""
+    folder.mkdir()
+    save_file({"w": torch.zeros(2)}, folder / "model.safetensors")
+    for name in ("optimizer.pt", "scheduler.pt", "rng_state.pth"):
+        torch.save({}, folder / name)
+    if state is not None:
+        (folder / "trainer_state.json").write_text(state)
+
+
 @pytest.mark.parametrize("resume", [True, "auto"])
 def test_resume_picks_the_last_checkpoint(resume, tmp_path):
     for step in (2, 10, 4):
-        (tmp_path / f"checkpoint-{step}").mkdir()
-        (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text("{}")
+        whole_checkpoint(tmp_path / f"checkpoint-{step}")
     args = TrainingArguments(output_dir=str(tmp_path), report_to=[])
     assert resume_checkpoint(resume, args) == str(tmp_path / "checkpoint-10")
     assert resume_checkpoint(False, args) is None
@@ -79,25 +91,19 @@ def test_resume_picks_the_last_checkpoint(resume, tmp_path):
 
 def test_resume_takes_the_newest_complete_checkpoint_and_names_the_torn_ones(tmp_path, caplog):
     for step, state in [(2, "{}"), (10, "{}"), (12, '{"global_st'), (14, None)]:
-        folder = tmp_path / f"checkpoint-{step}"
-        folder.mkdir()
-        (folder / "model.safetensors").write_bytes(b"\0" * 8)
-        if state is not None:
-            (folder / "trainer_state.json").write_text(state)
+        whole_checkpoint(tmp_path / f"checkpoint-{step}", state)
     (tmp_path / "checkpoint-20").write_text("a file, not a checkpoint")
     (tmp_path / "checkpoint-30-tmp").mkdir()
     args = TrainingArguments(output_dir=str(tmp_path), report_to=[])
     with caplog.at_level("WARNING"):
         assert resume_checkpoint("auto", args) == str(tmp_path / "checkpoint-10")
-    assert ("checkpoint-14: no trainer_state.json (Trainer writes it last: the save was cut "
-            "short); checkpoint-12: trainer_state.json is cut short (not valid JSON)"
-            in caplog.text)
+    assert ("checkpoint-14: no trainer_state.json (the save was cut short); checkpoint-12: "
+            "trainer_state.json is cut short (not valid JSON)" in caplog.text)
     assert resume_checkpoint(True, args) == str(tmp_path / "checkpoint-10")
 
 
 def test_resume_true_with_only_torn_checkpoints_names_them(tmp_path):
-    (tmp_path / "checkpoint-4").mkdir()
-    (tmp_path / "checkpoint-4" / "trainer_state.json").write_text('{"log_hist')
+    whole_checkpoint(tmp_path / "checkpoint-4", '{"log_hist')
     args = TrainingArguments(output_dir=str(tmp_path), report_to=[])
     with pytest.raises(BertkitError, match=r"holds only incomplete checkpoints \(checkpoint-4: "
                                            r"trainer_state.json is cut short"):
