@@ -3,10 +3,10 @@ directory (one per sweep=paper_grid_halving launch), its rungs and the compute i
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
+from bertkit.data.readback import read_json
 from bertkit.errors import BertkitError
 
 LEDGER_FILE = "halving.json"
@@ -22,7 +22,7 @@ def collect_halving(root: Path) -> list[dict]:
             continue
         path = Path(dirpath) / LEDGER_FILE
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = read_json(path)
             rungs = [{key: rung[key] for key in ("rung", "fraction", "configurations", "jobs",
                                                  "continued_configurations")}
                      for rung in data["rungs"]]
