@@ -66,10 +66,16 @@ def read_json(path: str | os.PathLike, expect: type = dict):
 
 
 def read_yaml(path: str | os.PathLike, expect: type = dict):
-    """A YAML file holding one value of type `expect` (a mapping unless told)."""
+    """A YAML file holding one value of type `expect` (a mapping unless told). A document that
+    opens with the start marker (---, as bertkit.data.atomic_files.write_yaml_atomic writes)
+    must close with the end marker (...): a mapping cut at a line end still parses. Files
+    without the start marker (written before, or by hand) are read as they are."""
     path = Path(path)
+    text = read_text(path)
+    if text.startswith("---\n") and not text.endswith("\n...\n"):
+        raise _damaged(path, "cut YAML document: it opens with --- but does not end with ...")
     try:
-        data = yaml.safe_load(read_text(path))
+        data = yaml.safe_load(text)
     except yaml.YAMLError as err:
         raise _damaged(path, f"not valid YAML: {err}") from None
     if not isinstance(data, expect):

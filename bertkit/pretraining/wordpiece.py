@@ -123,13 +123,14 @@ def ensure_trained_tokenizer(texts_factory: Callable[[], Iterable[str]], directo
     be a tokenizers traceback, a cut vocab.txt a shorter vocabulary)."""
     directory = Path(directory)
     if directory.exists():
-        discard_damaged([directory], lambda: _check_saved(directory), "trained vocabulary")
+        discard_damaged([directory], lambda: check_trained_tokenizer(directory),
+                        "trained vocabulary")
     if (directory / "tokenizer.json").is_file():
         return BertTokenizerFast.from_pretrained(str(directory))
     return train_wordpiece(texts_factory(), directory, **settings)
 
 
-def _check_saved(directory: Path) -> None:
+def check_trained_tokenizer(directory: Path) -> None:
     """What train_wordpiece saves: two JSON files, and vocab.txt with one line per token of
     tokenizer.json's vocabulary."""
     model = read_json(directory / "tokenizer.json").get("model")

@@ -1,0 +1,270 @@
+"""Every kind of file bertkit reads back, cut as a crash or a full disk cuts it: a cache is
+rebuilt on the next run, to the same content; a result is refused, one line naming it.
+
+The files are the ones real runs wrote (a GLUE finetune, an NER finetune, a pretraining run,
+a sweep of GLUE finetunes for the report). KINDS is the one list of kinds: a new kind of file
+read back is one entry, and is cut and read again like the others.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from unittest import mock
+
+import pytest
+
+import bertkit.pretraining.run as pretraining_module
+from bertkit.data.readback import (
+    DamagedFile,
+    check_arrow,
+    check_saved_dataset,
+    read_json,
+    read_text,
+    read_yaml,
+)
+from bertkit.jobs import run_job
+from bertkit.pretraining.run import pretrain
+from bertkit.pretraining.wordpiece import check_trained_tokenizer
+from bertkit.reporting.cli import main as report_main
+from tests.conftest import compose_config, tiny_checkpointed_training, tiny_run_overrides
+from tests.glue_fixtures import WORDS, write_glue_task
+from tests.ner_fixtures import conll_text, make_sentences, write_vocab
+from tests.pretraining.test_pretrain_recipe import tiny_pretraining_overrides
+
+# -- the real runs -------------------------------------------------------------------------
+
+
+def _vocab(directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", '"', ".", "?"] + sorted(WORDS)
+    (directory / "vocab.txt").write_text("\n".join(tokens) + "\n")
+    return directory
+
+
+@dataclass
+class Run:
+    """A real run's files and how to read them back as bertkit does (`again`: a rerun of the
+    job for a cache, the report for results), with the first read's outcome to compare."""
+
+    root: Path
+    again: Callable[[], object]
+    first: object = None
+    files: dict | None = None  # where the run's data lives (pretraining: its datasets)
+
+
+def glue_run(root: Path) -> Run:
+    data = write_glue_task("mrpc", root / "glue", 24, 12, 6, random.Random(0))
+    cfg = compose_config(tiny_run_overrides("mrpc", data, _vocab(root / "vocab"),
+                                            cache_dir=str(root / "cache")))
+    runs = iter(range(100))
+
+    def again():
+        run_dir = root / f"run{next(runs)}"
+        summary = run_job(cfg, run_dir=run_dir)
+        return summary["validation"], read_json(run_dir / "metrics.json")["train"]["loss"]
+
+    return Run(root, again, again())
+
+
+def ner_run(root: Path) -> Run:
+    files = {}
+    for split, n, seed in (("train", 32, 1), ("validation", 8, 2), ("test", 8, 3)):
+        path = root / "conll" / f"{split}.txt"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(conll_text(make_sentences(n, seed)))
+        files[split] = path
+    overrides = {"recipe": "ner", "task.train_file": files["train"],
+                 "task.validation_file": files["validation"], "task.test_file": files["test"],
+                 **tiny_checkpointed_training(write_vocab(root / "vocab"), root / "cache"),
+                 "model.do_lower_case": False, "trainer.max_steps": 2,
+                 "trainer.eval_strategy": "no", "trainer.save_strategy": "no"}
+    cfg = compose_config([f"{key}={value}" for key, value in overrides.items()])
+    runs = iter(range(100))
+
+    def again():
+        run_dir = root / f"run{next(runs)}"
+        summary = run_job(cfg, run_dir=run_dir)
+        return summary["validation"], read_json(run_dir / "metrics.json")["train"]["loss"]
+
+    return Run(root, again, again())
+
+
+def pretraining_run(root: Path) -> Run:
+    cfg = compose_config(tiny_pretraining_overrides(**{
+        "cache_dir": str(root / "cache"), "corpus.files": f"[{root / 'demo.txt'}]",
+        "model.config.hidden_size": 32, "model.config.intermediate_size": 64,
+        "tokenizer_training.vocab_size": 200, "trainer.max_steps": 2,
+        "trainer.per_device_train_batch_size": 8, "trainer.logging_steps": 1,
+        "heldout.max_sequences": 16, "heldout.every_steps": 2, "heldout.every_seconds": "null"}))
+    run = Run(root, lambda: None, files={})
+    runs = iter(range(100))
+    prepare = pretraining_module.prepare_pretraining_data
+
+    def recording(*args, **kwargs):
+        data = prepare(*args, **kwargs)
+        run.files.update(data=data)
+        return data
+
+    def again():
+        with mock.patch.object(pretraining_module, "prepare_pretraining_data", recording):
+            record = pretrain(cfg, root / f"run{next(runs)}")
+        heldout = record["heldout"]
+        return (heldout["fingerprint"], heldout["pairs"]["fingerprint"],
+                heldout["final"]["mlm_loss"], record["first_log"]["loss"],
+                record["data"]["instances"])
+
+    run.again = again
+    run.first = again()
+    return run
+
+
+def sweep_of_runs(root: Path) -> Run:
+    """Three GLUE finetunes (seeds 1-3) under one sweep directory, as a Hydra multirun leaves."""
+    data = write_glue_task("mrpc", root / "glue", 24, 12, 6, random.Random(0))
+    vocab = _vocab(root / "vocab")
+    for seed in (1, 2, 3):
+        cfg = compose_config(tiny_run_overrides("mrpc", data, vocab, seed=seed,
+                                                cache_dir=str(root / "cache")))
+        run_job(cfg, run_dir=root / "sweep" / f"seed{seed}")
+
+    def again():
+        assert report_main([str(root / "sweep"), "--out", str(root / "report")]) == 0
+        return read_text(root / "report" / "report.md"), read_json(root / "report" /
+                                                                  "report.json")
+
+    return Run(root, again, again())
+
+
+RUNS = {"glue": glue_run, "ner": ner_run, "pretraining": pretraining_run,
+        "sweep": sweep_of_runs}
+
+
+# -- the kinds -----------------------------------------------------------------------------
+
+
+def _one(paths) -> Path:
+    (path,) = sorted(paths)
+    return Path(path)
+
+
+def _static_masks(run: Run) -> Path:
+    return Path(run.files["data"].train_dataset.cache_files[0]["filename"])
+
+
+def _heldout(run: Run) -> Path:
+    return Path(run.files["data"].heldout.mlm.cache_files[0]["filename"])
+
+
+def _ner_train(run: Run) -> Path:
+    """The NER training split's cached features (the largest of the three splits' entries)."""
+    tables = (run.root / "cache" / "ner").glob("*/features/table/*.arrow")
+    return max(tables, key=lambda path: path.stat().st_size).parent.parent
+
+
+def _vocab_dir(run: Run) -> Path:
+    return _one((run.root / "cache" / "wordpiece").iterdir())
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    run: str  # which real run writes it (RUNS)
+    file: Callable[[Run], Path]
+    check: Callable[[Path], object]  # the verifying reader of its format
+    rebuilt: bool  # a cache: rebuilt by the next run; else a result: refused, named
+    # What a rebuild must reproduce. The tokenizers library's WordPiece training numbers the
+    # same vocabulary in a different order from one training to the next, so a retrained
+    # vocabulary is compared as a set of tokens and the run's results are not compared.
+    content: Callable[[bytes], object] = bytes
+    same_results: bool = True
+
+
+def _trained_vocabulary(path: Path) -> None:
+    check_trained_tokenizer(path.parent)
+
+
+def _tokens(text: bytes) -> set[str]:
+    return set(text.decode().split("\n"))
+
+
+def _model_tokens(text: bytes) -> set[str]:
+    return set(json.loads(text)["model"]["vocab"])
+
+
+KINDS = [
+    Kind("GLUE tokenisation cache entry", "glue",
+         lambda run: _one((run.root / "cache" / "glue").glob("*/train.arrow")), check_arrow,
+         True),
+    Kind("NER feature table", "ner",
+         lambda run: _one((_ner_train(run) / "table").glob("*.arrow")), check_arrow, True),
+    Kind("NER feature facts", "ner", lambda run: _ner_train(run) / "facts.json", read_json,
+         True),
+    Kind("NER saved table state", "ner", lambda run: _ner_train(run) / "table" / "state.json",
+         lambda path: check_saved_dataset(path.parent), True),
+    Kind("pretraining corpus", "pretraining",
+         lambda run: _one((run.root / "cache" / "corpus").rglob("generator-train.arrow")),
+         check_arrow, True),
+    Kind("static-mask copies", "pretraining", _static_masks, check_arrow, True),
+    Kind("held-out set", "pretraining", _heldout, check_arrow, True),
+    Kind("trained vocabulary tokenizer.json", "pretraining",
+         lambda run: _vocab_dir(run) / "tokenizer.json", _trained_vocabulary, True, _model_tokens,
+         False),
+    Kind("trained vocabulary vocab.txt", "pretraining",
+         lambda run: _vocab_dir(run) / "vocab.txt", _trained_vocabulary, True, _tokens, False),
+    Kind("metrics.json in the report", "sweep",
+         lambda run: run.root / "sweep" / "seed2" / "metrics.json", read_json, False),
+    Kind("config.yaml in the report", "sweep",
+         lambda run: run.root / "sweep" / "seed3" / "config.yaml", read_yaml, False),
+]
+
+
+@pytest.fixture(scope="module")
+def real_runs(tmp_path_factory):
+    made: dict[str, Run] = {}
+
+    def get(name: str) -> Run:
+        if name not in made:
+            made[name] = RUNS[name](tmp_path_factory.mktemp(name))
+        return made[name]
+
+    return get
+
+
+def cut(path: Path) -> bytes:
+    """The file cut in the middle, as a full disk leaves it; returns what it held."""
+    whole = path.read_bytes()
+    path.write_bytes(whole[:len(whole) // 2])
+    return whole
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=[kind.name for kind in KINDS])
+def test_a_cut_file_is_rebuilt_or_refused_by_name(kind, real_runs):
+    run = real_runs(kind.run)
+    path = kind.file(run)
+    kind.check(path)  # whole as the run wrote it
+    whole = cut(path)
+    with pytest.raises(DamagedFile, match=f"^{path}: "):
+        kind.check(path)
+    try:
+        outcome = run.again()
+    finally:
+        if not kind.rebuilt:
+            path.write_bytes(whole)
+    if kind.rebuilt:
+        if kind.same_results:
+            assert outcome == run.first  # rebuilt, not read as data: the same results
+        rebuilt = kind.file(run)
+        kind.check(rebuilt)
+        assert kind.content(rebuilt.read_bytes()) == kind.content(whole)
+        return
+    markdown, report = outcome
+    (failed,) = report["failed"]
+    assert failed["run_dir"] == path.parent.name and str(path) in failed["error"]
+    assert "\n" not in failed["error"]
+    assert f"`{path.parent.name}`: unreadable result: {path}: " in markdown
+    # The other runs are tabled: the two whole runs' scores, not the cut one's.
+    assert report["n_runs"] == 2
