@@ -30,6 +30,7 @@ from bertkit.jobs import run_job
 from bertkit.pretraining.run import pretrain
 from bertkit.pretraining.wordpiece import check_trained_tokenizer
 from bertkit.reporting.cli import main as report_main
+from bertkit.reporting.wandb_log import raw_records
 from tests.conftest import compose_config, tiny_checkpointed_training, tiny_run_overrides
 from tests.glue_fixtures import WORDS, write_glue_task
 from tests.ner_fixtures import conll_text, make_sentences, write_vocab
@@ -51,7 +52,7 @@ class Run:
     job for a cache, the report for results), with the first read's outcome to compare."""
 
     root: Path
-    again: Callable[[], object]
+    again: Callable[..., object]
     first: object = None
     files: dict | None = None  # where the run's data lives (pretraining: its datasets)
 
@@ -62,7 +63,7 @@ def glue_run(root: Path) -> Run:
                                             cache_dir=str(root / "cache")))
     runs = iter(range(100))
 
-    def again():
+    def again(kind=None):
         run_dir = root / f"run{next(runs)}"
         summary = run_job(cfg, run_dir=run_dir)
         return summary["validation"], read_json(run_dir / "metrics.json")["train"]["loss"]
@@ -85,7 +86,7 @@ def ner_run(root: Path) -> Run:
     cfg = compose_config([f"{key}={value}" for key, value in overrides.items()])
     runs = iter(range(100))
 
-    def again():
+    def again(kind=None):
         run_dir = root / f"run{next(runs)}"
         summary = run_job(cfg, run_dir=run_dir)
         return summary["validation"], read_json(run_dir / "metrics.json")["train"]["loss"]
@@ -109,7 +110,7 @@ def pretraining_run(root: Path) -> Run:
         run.files.update(data=data)
         return data
 
-    def again():
+    def again(kind=None):
         with mock.patch.object(pretraining_module, "prepare_pretraining_data", recording):
             record = pretrain(cfg, root / f"run{next(runs)}")
         heldout = record["heldout"]
@@ -123,16 +124,20 @@ def pretraining_run(root: Path) -> Run:
 
 
 def sweep_of_runs(root: Path) -> Run:
-    """Three GLUE finetunes (seeds 1-3) under one sweep directory, as a Hydra multirun leaves."""
+    """Three GLUE finetunes (seeds 1-3) under one sweep directory, as a Hydra multirun leaves,
+    each with its offline W&B run; the report reads them from kind.source."""
     data = write_glue_task("mrpc", root / "glue", 24, 12, 6, random.Random(0))
     vocab = _vocab(root / "vocab")
     for seed in (1, 2, 3):
-        cfg = compose_config(tiny_run_overrides("mrpc", data, vocab, seed=seed,
-                                                cache_dir=str(root / "cache")))
+        cfg = compose_config(tiny_run_overrides(
+            "mrpc", data, vocab, seed=seed, cache_dir=str(root / "cache"), logger="wandb",
+            **{"logger.mode": "offline"}))
         run_job(cfg, run_dir=root / "sweep" / f"seed{seed}")
 
-    def again():
-        assert report_main([str(root / "sweep"), "--out", str(root / "report")]) == 0
+    def again(kind=None):
+        source = kind.source if kind is not None else "auto"
+        assert report_main([str(root / "sweep"), "--out", str(root / "report"),
+                            "--source", source]) == 0
         return read_text(root / "report" / "report.md"), read_json(root / "report" /
                                                                   "report.json")
 
@@ -141,6 +146,21 @@ def sweep_of_runs(root: Path) -> Run:
 
 RUNS = {"glue": glue_run, "ner": ner_run, "pretraining": pretraining_run,
         "sweep": sweep_of_runs}
+
+
+def cut(path: Path) -> bytes:
+    """The file cut in the middle, as a full disk leaves it; returns what it held."""
+    whole = path.read_bytes()
+    path.write_bytes(whole[:len(whole) // 2])
+    return whole
+
+
+def corrupt(path: Path) -> bytes:
+    """64 bytes in the middle overwritten (a bad sector, a bad copy); returns what it held."""
+    whole = path.read_bytes()
+    middle = len(whole) // 2
+    path.write_bytes(whole[:middle] + b"\xab" * 64 + whole[middle + 64:])
+    return whole
 
 
 # -- the kinds -----------------------------------------------------------------------------
@@ -181,6 +201,8 @@ class Kind:
     # vocabulary is compared as a set of tokens and the run's results are not compared.
     content: Callable[[bytes], object] = bytes
     same_results: bool = True
+    damage: Callable[[Path], bytes] = cut  # or corrupt
+    source: str = "auto"  # where the report reads a result kind from (--source)
 
 
 def _trained_vocabulary(path: Path) -> None:
@@ -219,6 +241,9 @@ KINDS = [
          lambda run: run.root / "sweep" / "seed2" / "metrics.json", read_json, False),
     Kind("config.yaml in the report", "sweep",
          lambda run: run.root / "sweep" / "seed3" / "config.yaml", read_yaml, False),
+    Kind("W&B log in the report", "sweep",
+         lambda run: _one((run.root / "sweep" / "seed1").glob("wandb/offline-run-*/*.wandb")),
+         raw_records, False, damage=corrupt, source="wandb"),
 ]
 
 
@@ -234,23 +259,16 @@ def real_runs(tmp_path_factory):
     return get
 
 
-def cut(path: Path) -> bytes:
-    """The file cut in the middle, as a full disk leaves it; returns what it held."""
-    whole = path.read_bytes()
-    path.write_bytes(whole[:len(whole) // 2])
-    return whole
-
-
 @pytest.mark.parametrize("kind", KINDS, ids=[kind.name for kind in KINDS])
 def test_a_cut_file_is_rebuilt_or_refused_by_name(kind, real_runs):
     run = real_runs(kind.run)
     path = kind.file(run)
     kind.check(path)  # whole as the run wrote it
-    whole = cut(path)
+    whole = kind.damage(path)
     with pytest.raises(DamagedFile, match=f"^{path}: "):
         kind.check(path)
     try:
-        outcome = run.again()
+        outcome = run.again(kind)
     finally:
         if not kind.rebuilt:
             path.write_bytes(whole)
@@ -263,8 +281,9 @@ def test_a_cut_file_is_rebuilt_or_refused_by_name(kind, real_runs):
         return
     markdown, report = outcome
     (failed,) = report["failed"]
-    assert failed["run_dir"] == path.parent.name and str(path) in failed["error"]
+    run_dir = path.parent.relative_to(run.root / "sweep").as_posix()
+    assert failed["run_dir"] == run_dir and str(path) in failed["error"]
     assert "\n" not in failed["error"]
-    assert f"`{path.parent.name}`: unreadable result: {path}: " in markdown
+    assert f"`{run_dir}`: unreadable " in markdown and f"{path}: " in markdown
     # The other runs are tabled: the two whole runs' scores, not the cut one's.
     assert report["n_runs"] == 2
