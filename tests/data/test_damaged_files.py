@@ -16,10 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from unittest import mock
 
+import pyarrow as pa
 import pytest
 
 import bertkit.pretraining.run as pretraining_module
 from bertkit.data.readback import (
+    END_OF_STREAM,
     DamagedFile,
     check_arrow,
     check_saved_dataset,
@@ -332,3 +334,47 @@ def report_names_it(run: Run, path: Path, outcome) -> None:
     assert f"`{run_dir}`: unreadable " in markdown and f"{path}: " in markdown
     # The other runs are tabled: the two whole runs' scores, not the cut one's.
     assert report["n_runs"] == 2
+
+
+# -- cuts that still parse -----------------------------------------------------------------
+
+
+def _cuts_between(path: Path, ends: list[int]):
+    """The file cut at each of the offsets, in turn; restored after."""
+    whole = path.read_bytes()
+    try:
+        for end in ends:
+            path.write_bytes(whole[:end])
+            yield end
+    finally:
+        path.write_bytes(whole)
+
+
+def test_an_arrow_file_cut_between_record_batches_is_refused(real_runs):
+    """A stream cut after its schema or after any record batch parses, with fewer rows: only
+    the missing end-of-stream marker tells it from a whole file."""
+    path = _one((real_runs("glue").root / "cache" / "glue").glob("*/train.arrow"))
+    with pa.memory_map(str(path)) as source:
+        reader = pa.ipc.open_stream(source)
+        ends, rows = [source.tell()], [0]  # after the schema: no row
+        for batch in reader:
+            ends.append(source.tell())
+            rows.append(rows[-1] + batch.num_rows)
+    assert len(ends) >= 2 and ends[-1] + len(END_OF_STREAM) == path.stat().st_size
+    for cut_rows, _ in zip(rows, _cuts_between(path, ends), strict=True):
+        with pa.memory_map(str(path)) as source:  # what datasets alone would read
+            assert pa.ipc.open_stream(source).read_all().num_rows == cut_rows
+        with pytest.raises(DamagedFile, match="without its end-of-stream marker"):
+            check_arrow(path)
+
+
+def test_a_config_yaml_cut_at_a_line_end_is_refused(real_runs):
+    """A run's config.yaml cut at any line end still parses as a (shorter) mapping; its
+    missing end marker refuses it."""
+    path = real_runs("sweep").root / "sweep" / "seed1" / "config.yaml"
+    text = path.read_bytes()
+    ends = [i + 1 for i, byte in enumerate(text) if byte == ord("\n")][:-1]
+    for _ in _cuts_between(path, ends[:: max(1, len(ends) // 20)]):
+        with pytest.raises(DamagedFile, match="cut YAML document"):
+            read_yaml(path)
+    assert read_yaml(path)["seed"] == 1
