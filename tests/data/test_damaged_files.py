@@ -20,6 +20,7 @@ import pyarrow as pa
 import pytest
 
 import bertkit.pretraining.run as pretraining_module
+from bertkit.data.atomic_files import write_json_atomic
 from bertkit.data.readback import (
     END_OF_STREAM,
     DamagedFile,
@@ -34,6 +35,7 @@ from bertkit.pretraining.run import pretrain
 from bertkit.pretraining.wordpiece import check_trained_tokenizer
 from bertkit.reporting.cli import main as report_main
 from bertkit.reporting.wandb_log import raw_records
+from bertkit.sweeps.halving import HalvingLedger, read_outcome
 from bertkit.tasks.ner.feature_based_tagger import load_feature_based_tagger
 from tests.conftest import compose_config, tiny_checkpointed_training, tiny_run_overrides
 from tests.glue_fixtures import WORDS, write_glue_task
@@ -171,6 +173,7 @@ def sweep_of_runs(root: Path) -> Run:
             "mrpc", data, vocab, seed=seed, cache_dir=str(root / "cache"), logger="wandb",
             **{"logger.mode": "offline"}))
         run_job(cfg, run_dir=root / "sweep" / f"seed{seed}")
+    _write_halving_ledger(root / "sweep")
 
     def again(kind=None):
         source = kind.source if kind is not None else "auto"
@@ -180,6 +183,23 @@ def sweep_of_runs(root: Path) -> Run:
                                                                   "report.json")
 
     return Run(root, again, again())
+
+
+def _write_halving_ledger(sweep: Path) -> None:
+    """halving.json as the halving sweeper writes it, for one rung over the sweep's jobs."""
+    outcomes = {(f"seed={seed}",): read_outcome(sweep / f"seed{seed}", read_json(
+        sweep / f"seed{seed}" / "metrics.json")["main_value"]) for seed in (1, 2, 3)}
+    jobs = {job: job for job in outcomes}
+    ledger = HalvingLedger(fractions=[1.0], eta=2.0)
+    ledger.record_rung(0, outcomes, jobs, {job: () for job in outcomes}, set(jobs))
+    write_json_atomic(sweep / "halving.json", ledger.as_dict())
+
+
+def halving_ledger_named(run: Run, path: Path, outcome) -> None:
+    """The ledger is named in the report's halving section; every run is still tabled."""
+    markdown, report = outcome
+    assert f"`halving.json`: unreadable ledger: {path}: not valid JSON" in markdown
+    assert report["n_runs"] == 3 and report["failed"] == []
 
 
 RUNS = {"glue": glue_run, "ner": ner_run, "ner_feature_based": ner_feature_based_run,
@@ -241,6 +261,7 @@ class Kind:
     same_results: bool = True
     damage: Callable[[Path], bytes] = cut  # or corrupt
     source: str = "auto"  # where the report reads a result kind from (--source)
+    refusal: Callable[[Run, Path, object], None] | None = None  # else the run's
 
 
 def _trained_vocabulary(path: Path) -> None:
@@ -281,6 +302,9 @@ KINDS = [
          lambda run: run.root / "sweep" / "seed3" / "config.yaml", read_yaml, False),
     Kind("feature-based tagger settings", "ner_feature_based",
          lambda run: run.root / "run" / "model" / "feature_based_tagger.json", read_json, False),
+    Kind("successive-halving ledger in the report", "sweep",
+         lambda run: run.root / "sweep" / "halving.json", read_json, False,
+         refusal=halving_ledger_named),
     Kind("W&B log in the report", "sweep",
          lambda run: _one((run.root / "sweep" / "seed1").glob("wandb/offline-run-*/*.wandb")),
          raw_records, False, damage=corrupt, source="wandb"),
@@ -321,7 +345,7 @@ def test_a_cut_file_is_rebuilt_or_refused_by_name(kind, real_runs):
         kind.check(rebuilt)
         assert kind.content(rebuilt.read_bytes()) == kind.content(whole)
         return
-    (run.refusal or report_names_it)(run, path, outcome)
+    (kind.refusal or run.refusal or report_names_it)(run, path, outcome)
 
 
 def report_names_it(run: Run, path: Path, outcome) -> None:
