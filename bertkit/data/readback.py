@@ -19,7 +19,6 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-import datasets
 import pyarrow as pa
 import yaml
 
@@ -115,12 +114,6 @@ def check_saved_dataset(directory: str | os.PathLike) -> None:
         check_arrow(directory / str(entry.get("filename") if isinstance(entry, dict) else ""))
 
 
-def load_saved_dataset(directory: str | os.PathLike) -> datasets.Dataset:
-    """datasets.load_from_disk, after check_saved_dataset."""
-    check_saved_dataset(directory)
-    return datasets.load_from_disk(str(directory))
-
-
 def discard_damaged(paths: list[Path], check: Callable[[], None], what: str) -> bool:
     """Run `check` on a cache item; if it finds the item damaged, delete `paths` (files or
     directories) so that the caller rebuilds it. True when something was deleted."""
@@ -158,7 +151,7 @@ def discard_damaged_arrow_cache(root: str | os.PathLike, maps_only: bool = False
             checks += [(here / name, read_json) for name in SAVED_DATASET_FILES
                        if name in filenames]
         for path, check in checks:
-            whole = not path.name.startswith("cache-")
+            whole = not path.name.startswith("cache-") and here != root
             target = [here] if whole else [path]
             if discard_damaged(target, lambda p=path, c=check: c(p),
                                "dataset" if whole else "cached map result"):
