@@ -10,7 +10,6 @@ loading, evaluation), not from more compute.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from omegaconf import DictConfig
 
 from bertkit.data.atomic_files import write_json_atomic
 from bertkit.data.metrics_file import METRICS_FILE
+from bertkit.data.readback import read_json
 from bertkit.errors import BertkitError
 
 WAYS = ("sequential", "parallel")
@@ -49,7 +49,7 @@ def _launch(overrides: list[str], log: Path) -> float:
 
 
 def _scores(sweep_dir: Path) -> dict[str, float]:
-    return {p.parent.relative_to(sweep_dir).as_posix(): json.loads(p.read_text())["main_value"]
+    return {p.parent.relative_to(sweep_dir).as_posix(): read_json(p)["main_value"]
             for p in sorted(sweep_dir.rglob(METRICS_FILE))}
 
 

@@ -74,6 +74,13 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
     return Path(path)
 
 
+def write_yaml_atomic(path: str | os.PathLike, document: str) -> Path:
+    """A YAML document between explicit start and end markers (--- and ...): a file cut
+    short lacks the end marker, where a YAML mapping cut at a line end still parses
+    (bertkit.data.readback.read_yaml refuses it)."""
+    return write_text_atomic(path, f"---\n{document.rstrip(chr(10))}\n...\n")
+
+
 def write_json_atomic(path: str | os.PathLike, payload: dict) -> Path:
     return write_text_atomic(path, json.dumps(payload, indent=2, sort_keys=False) + "\n")
 

@@ -10,7 +10,9 @@ Two ways to fill an entry: `cached_map` (datasets.map with a fixed cache file) a
 parallel launchers (joblib, submitit) start sweep jobs at the same moment in separate
 processes, so each item is built under an inter-process file lock beside it: the first job
 builds it, the others wait and read its result. Items are still written to a temporary file
-or directory and renamed, so a crashed job leaves no half item behind.
+or directory and renamed, so a crashed job leaves no half item behind; and an item is checked
+(bertkit.data.readback) before it is read, so one cut anyway (a full disk, a partial copy) is
+rebuilt instead of read as data.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from filelock import FileLock
 from transformers import PreTrainedTokenizerBase
 
 from bertkit.data.fingerprints import content_fingerprint, tokenizer_fingerprint
+from bertkit.data.readback import check_arrow, check_saved_dataset, discard_damaged, read_json
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +74,13 @@ def cached_map(table: datasets.Dataset, function: Callable, entry: Path, name: s
     and writes a temporary file and renames it otherwise; whether it built is read from
     the item's files changing."""
     with _lock(entry, name):
+        files = [entry / file for file in _map_files(entry, name)]
+
+        def check() -> None:
+            for file in files:
+                check_arrow(file)
+
+        discard_damaged(files, check, f"tokenised {name}")
         before = _map_files(entry, name)
         result = table.map(function, batched=True, num_proc=num_proc if num_proc > 1 else None,
                            cache_file_name=str(entry / f"{name}.arrow"), **map_kwargs)
@@ -85,6 +95,10 @@ def cached_build(entry: Path, name: str,
     directory = entry / name
     facts_file = directory / "facts.json"
     with _lock(entry, name):
+        if directory.exists():
+            discard_damaged([directory], lambda: (read_json(facts_file),
+                                                  check_saved_dataset(directory / "table")),
+                            f"cached {name}")
         built = not facts_file.is_file()
         if built:
             table, facts = build()
@@ -97,5 +111,4 @@ def cached_build(entry: Path, name: str,
                 if tmp.exists():
                     shutil.rmtree(tmp)
         _log(built, entry, name)
-        return (datasets.load_from_disk(str(directory / "table")),
-                json.loads(facts_file.read_text()))
+        return datasets.load_from_disk(str(directory / "table")), read_json(facts_file)

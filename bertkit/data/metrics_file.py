@@ -18,10 +18,9 @@ are read through `upgrade`. Pretraining runs write a metrics.json of their own (
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from bertkit.errors import BertkitError
+from bertkit.data.readback import read_json
 
 SCHEMA_VERSION = 2
 METRICS_FILE = "metrics.json"
@@ -53,12 +52,4 @@ def upgrade(data: dict) -> dict:
 def read_json_object(path: Path) -> dict:
     """A result file bertkit wrote (metrics.json, failed.json), or one message naming it: the
     writes are atomic, but a file copied in part or edited by hand must not be a traceback."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as err:
-        raise BertkitError(f"{path}: cannot read: {err}") from None
-    except json.JSONDecodeError as err:
-        raise BertkitError(f"{path}: not valid JSON: {err}") from None
-    if not isinstance(data, dict):
-        raise BertkitError(f"{path}: expected a JSON object, found {type(data).__name__}")
-    return data
+    return read_json(path)

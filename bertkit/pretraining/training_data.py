@@ -17,6 +17,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 from transformers import PreTrainedTokenizerBase, TrainingArguments
 
+from bertkit.data.readback import discard_damaged_arrow_cache
 from bertkit.errors import BertkitError
 from bertkit.pretraining.corpora import corpus_documents
 from bertkit.pretraining.demo_corpus import ensure_demo_corpus
@@ -81,11 +82,22 @@ def _corpus_fingerprint(corpus: DictConfig, documents) -> str:
 
 
 def pretraining_documents(cfg: DictConfig):
-    """The corpus's documents (the demo corpus generated first if it is the one)."""
+    """The corpus's documents (the demo corpus generated first if it is the one).
+
+    Every later step (tokenised documents, instances, static-mask copies, held-out sets) is a
+    datasets.map cached beside the corpus's Arrow file, and datasets reads a cached file it
+    finds without checking it: the caches are checked first and a cut one is deleted, to be
+    rebuilt (bertkit.data.readback)."""
     synthetic = OmegaConf.select(cfg.corpus, "synthetic")
     if synthetic is not None:
         ensure_demo_corpus(Path(cfg.corpus.files[0]), OmegaConf.to_container(synthetic))
-    return corpus_documents(cfg.corpus, cfg.cache_dir, num_proc=cfg.preprocessing_num_workers)
+    discard_damaged_arrow_cache(Path(cfg.cache_dir) / "corpus")
+    documents = corpus_documents(cfg.corpus, cfg.cache_dir,
+                                 num_proc=cfg.preprocessing_num_workers)
+    if cfg.corpus.source != "local" and isinstance(documents, datasets.Dataset):
+        for directory in {Path(f["filename"]).parent for f in documents.cache_files}:
+            discard_damaged_arrow_cache(directory, maps_only=True)
+    return documents
 
 
 def split_corpus(cfg: DictConfig):

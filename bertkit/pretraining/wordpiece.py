@@ -19,6 +19,7 @@ from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, process
 from tokenizers.models import WordPiece
 from transformers import BertTokenizerFast, PreTrainedTokenizerFast
 
+from bertkit.data.readback import DamagedFile, discard_damaged, read_json, read_text
 from bertkit.errors import BertkitError
 
 # The order fixes the ids: [PAD] is 0, as BERT's embeddings and collators expect.
@@ -117,8 +118,26 @@ def trained_tokenizer_dir(cache_dir: str | Path, corpus_fingerprint: str, *, voc
 
 def ensure_trained_tokenizer(texts_factory: Callable[[], Iterable[str]], directory: Path,
                              **settings) -> PreTrainedTokenizerFast:
-    """Load the vocab trained earlier into directory; train it (reading the corpus) only if none."""
+    """Load the vocab trained earlier into directory; train it (reading the corpus) only if none,
+    or if the one there is cut or corrupt (checked first: a cut tokenizer.json would otherwise
+    be a tokenizers traceback, a cut vocab.txt a shorter vocabulary)."""
     directory = Path(directory)
+    if directory.exists():
+        discard_damaged([directory], lambda: check_trained_tokenizer(directory),
+                        "trained vocabulary")
     if (directory / "tokenizer.json").is_file():
         return BertTokenizerFast.from_pretrained(str(directory))
     return train_wordpiece(texts_factory(), directory, **settings)
+
+
+def check_trained_tokenizer(directory: Path) -> None:
+    """What train_wordpiece saves: two JSON files, and vocab.txt with one line per token of
+    tokenizer.json's vocabulary."""
+    model = read_json(directory / "tokenizer.json").get("model")
+    read_json(directory / "tokenizer_config.json")
+    vocab = model.get("vocab") if isinstance(model, dict) else None
+    lines = read_text(directory / "vocab.txt").split("\n")
+    if not isinstance(vocab, dict) or lines[-1] != "" or len(lines) - 1 != len(vocab):
+        raise DamagedFile(f"{directory / 'vocab.txt'}: cut or corrupt: {len(lines) - 1} lines "
+                          f"for the {len(vocab) if isinstance(vocab, dict) else '?'} tokens of "
+                          f"tokenizer.json")

@@ -43,6 +43,10 @@ def collect_runs(root: Path, source: str = "files") -> tuple[list[RunResult], li
     that are not inside a run directory with metrics.json or failed.json: those win, so no
     run is counted twice. "wandb" reads the W&B run logs only, wherever they are. A W&B log
     yields one result per job directory (see wandb_runs).
+
+    A run whose files cannot be read (metrics.json or config.yaml cut by a full disk, edited by
+    hand) counts as a failed run whose error names the file: one bad file in a sweep of a
+    hundred must not hide the other ninety-nine.
     """
     if source not in SOURCES:
         raise BertkitError(f"source {source!r}: expected one of {', '.join(SOURCES)}")
@@ -57,11 +61,17 @@ def collect_runs(root: Path, source: str = "files") -> tuple[list[RunResult], li
         here = Path(dirpath)
         if source != "wandb" and METRICS_FILE in filenames:
             dirnames.clear()  # downstream/, checkpoints/, model/ belong to this run
-            run = read_run(here / METRICS_FILE)
-            runs += [run] if run is not None else read_downstream_runs(here)
+            try:
+                run = read_run(here / METRICS_FILE)
+                runs += [run] if run is not None else read_downstream_runs(here)
+            except BertkitError as err:  # a cut or corrupt file: a failed run, named
+                failed.append(FailedRun(here, f"unreadable result: {err}"))
         elif source != "wandb" and FAILED_FILE in filenames:
             dirnames.clear()
-            failed.append(read_failed(here / FAILED_FILE))
+            try:
+                failed.append(read_failed(here / FAILED_FILE))
+            except BertkitError as err:
+                failed.append(FailedRun(here, f"unreadable failure record: {err}"))
         elif source != "files" and is_wandb_run_dir(here, filenames):
             dirnames.clear()  # files/, logs/, tmp/
             wandb_dirs.append(here)

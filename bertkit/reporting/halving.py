@@ -3,17 +3,18 @@ directory (one per sweep=paper_grid_halving launch), its rungs and the compute i
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
+from bertkit.data.readback import DamagedFile, read_json
 from bertkit.errors import BertkitError
 
 LEDGER_FILE = "halving.json"
 
 
 def collect_halving(root: Path) -> list[dict]:
-    """[{"path": relative path, "eta", "fractions", "rungs": [...], "compute": {...}}]."""
+    """[{"path": relative path, "eta", "fractions", "rungs": [...], "compute": {...}}]; a
+    ledger cut or corrupt is {"path", "error"}, named in the section."""
     root = Path(root)
     found = []
     for dirpath, dirnames, filenames in os.walk(root):
@@ -22,13 +23,15 @@ def collect_halving(root: Path) -> list[dict]:
             continue
         path = Path(dirpath) / LEDGER_FILE
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = read_json(path)
             rungs = [{key: rung[key] for key in ("rung", "fraction", "configurations", "jobs",
                                                  "continued_configurations")}
                      for rung in data["rungs"]]
             entry = {"path": path.relative_to(root).as_posix(), "eta": data["eta"],
                      "fractions": data["fractions"], "rungs": rungs,
                      "compute": data["compute"], "wall_seconds": data.get("wall_seconds")}
+        except DamagedFile as err:  # named in the section; the rest of the report goes on
+            entry = {"path": path.relative_to(root).as_posix(), "error": str(err)}
         except (OSError, ValueError, KeyError, TypeError) as err:
             raise BertkitError(f"{path}: not a successive-halving ledger: {err!r}") from None
         found.append(entry)
@@ -43,6 +46,9 @@ def render_halving(ledgers: list[dict]) -> list[str]:
            "Stopped configurations are left out of the tables above; their partial dev scores "
            "stay in their metrics.json (`train.complete: false`)."]
     for ledger in ledgers:
+        if "error" in ledger:
+            out += ["", f"`{ledger['path']}`: unreadable ledger: {ledger['error']}"]
+            continue
         compute = ledger["compute"]
         out += ["", f"`{ledger['path']}` (eta {ledger['eta']:g}):", "",
                 "| rung | share of each schedule | configurations | jobs | continued |",

@@ -3,10 +3,10 @@ metrics.json (a finished run) and failed.json (a sweep job that failed, see cli.
 
 metrics.json is read through bertkit.data.metrics_file.upgrade, so a file of any schema is
 read as schema 2 (dev scores always {split: {metric: value}}) and nothing here knows which
-family wrote it. A malformed file stops the report with a BertkitError naming it: a table
-silently missing a run would be worse than no table. Finding the run directories (and the
-W&B logs of runs whose metrics.json is gone) is collect.py's job; this module imports
-nothing of it, so that wandb_runs.py can build the same RunResult.
+family wrote it. A malformed file is a BertkitError naming it, which collect.py turns into a
+failed run of the report: named, never silently missing from a table. Finding the run
+directories (and the W&B logs of runs whose metrics.json is gone) is collect.py's job; this
+module imports nothing of it, so that wandb_runs.py can build the same RunResult.
 """
 
 from __future__ import annotations
@@ -15,12 +15,10 @@ import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import yaml
-
 from bertkit.data.metrics_file import METRICS_FILE, SCHEMA_VERSION, read_json_object, upgrade
+from bertkit.data.readback import read_yaml
 from bertkit.errors import BertkitError
 from bertkit.reporting.identity import MODEL_KEY, PRETRAINING, run_settings
-from bertkit.reporting.tables import one_line
 
 CONFIG_FILE = "config.yaml"  # the run's resolved config, beside its metrics.json
 
@@ -94,15 +92,7 @@ def _config(run_dir: Path) -> dict | None:
     path = run_dir / CONFIG_FILE
     if not path.is_file():
         return None
-    try:
-        config = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
-        raise BertkitError(f"{path}: cannot read the run's config: {one_line(err)}") from None
-    if not isinstance(config, dict):
-        raise BertkitError(f"{path}: expected a mapping of settings, found "
-                           f"{type(config).__name__}")
-    return config
-
+    return read_yaml(path)
 
 
 def read_run(path: Path) -> RunResult | None:

@@ -30,6 +30,7 @@ import time
 import zlib
 from pathlib import Path
 
+from bertkit.data.readback import DamagedFile
 from bertkit.errors import BertkitError
 
 BLOCK = 32 * 1024
@@ -45,7 +46,8 @@ def raw_records(path: Path) -> list[bytes]:
     """The data of every complete record of the log, in order; a torn last record is dropped.
 
     A record whose checksum does not match, anywhere but at the torn end, is a damaged file:
-    a BertkitError naming it and the offset.
+    a DamagedFile (bertkit.data.readback) naming it and the offset. A log cut short reads as
+    a run without its exit record, never as a finished one.
     """
     path = Path(path)
     try:
@@ -68,7 +70,7 @@ def raw_records(path: Path) -> list[bytes]:
             break
         chunk = data[start:end]
         if zlib.crc32(bytes([kind]) + chunk) & 0xFFFFFFFF != checksum:
-            raise BertkitError(f"{path}: damaged W&B log: checksum mismatch at byte {pos}")
+            raise DamagedFile(f"{path}: damaged W&B log: checksum mismatch at byte {pos}")
         pos = end
         if kind == FULL:
             records.append(chunk)
@@ -81,7 +83,7 @@ def raw_records(path: Path) -> list[bytes]:
                 records.append(pending)
                 pending = None
         else:
-            raise BertkitError(f"{path}: damaged W&B log: record type {kind} at byte "
+            raise DamagedFile(f"{path}: damaged W&B log: record type {kind} at byte "
                                f"{start - HEADER}")
     return records
 
@@ -105,7 +107,7 @@ def read_records(path: Path) -> list:
         try:
             record.ParseFromString(raw)
         except Exception as err:  # protobuf's DecodeError
-            raise BertkitError(f"{path}: damaged W&B log: record {number}: {err}") from None
+            raise DamagedFile(f"{path}: damaged W&B log: record {number}: {err}") from None
         records.append(record)
     return records
 

@@ -64,7 +64,7 @@ class _Read:
 
 def runs_from_wandb(run_dirs: Iterable[Path]) -> tuple[list[RunResult], list[FailedRun]]:
     """One result per job directory from the given W&B run directories (see the module doc)."""
-    reads = [_read(Path(d)) for d in run_dirs]
+    reads = [_read_or_failed(Path(d)) for d in run_dirs]
     others = {job_dir(r.run_dir) for r in reads if not r.finetune}
     by_job: dict[Path, list[_Read]] = {}
     for read in reads:
@@ -82,6 +82,15 @@ def runs_from_wandb(run_dirs: Iterable[Path]) -> tuple[list[RunResult], list[Fai
         else:
             failed.append(ordered[-1].result)
     return runs, failed
+
+
+def _read_or_failed(run_dir: Path) -> _Read:
+    """A log that cannot be read (damaged, or missing what a run records) is a failed run
+    whose error names it, as a cut metrics.json is: the other runs are still reported."""
+    try:
+        return _read(run_dir)
+    except BertkitError as err:
+        return _Read(run_dir, -math.inf, FailedRun(run_dir, f"unreadable W&B log: {err}"), True)
 
 
 def _read(run_dir: Path) -> _Read:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from bertkit.data.job_overrides import Overrides, configuration_of
 from bertkit.data.metrics_file import FAILED_FILE, METRICS_FILE, read_json_object
+from bertkit.data.readback import DamagedFile
 from bertkit.errors import BertkitError
 
 
@@ -79,8 +80,17 @@ class JobOutcome:
 def read_outcome(run_dir: Path, returned: float | None) -> JobOutcome:
     """A finished job's score is what it returned to Hydra (its main dev metric, what any
     Hydra sweeper reads); its metrics.json adds the compute accounting (steps, batch, time).
-    A failed job (it returns None) is read from its failed.json."""
+    A failed job (it returns None) is read from its failed.json. A job whose file is cut or
+    corrupt (a full disk) is a failed job whose error names the file: the rung goes on with
+    the others, as it does past any failed job."""
     run_dir = Path(run_dir)
+    try:
+        return _read_outcome(run_dir, returned)
+    except DamagedFile as err:
+        return JobOutcome(run_dir, None, error=f"unreadable result: {err}")
+
+
+def _read_outcome(run_dir: Path, returned: float | None) -> JobOutcome:
     metrics_path, failed_path = run_dir / METRICS_FILE, run_dir / FAILED_FILE
     if metrics_path.is_file():
         data = read_json_object(metrics_path)

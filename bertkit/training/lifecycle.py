@@ -20,7 +20,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from transformers import Trainer
 
-from bertkit.data.atomic_files import write_text_atomic
+from bertkit.data.atomic_files import write_yaml_atomic
 from bertkit.errors import BertkitError
 from bertkit.training.budget import add_budget
 from bertkit.training.budget_progress import show_budget_progress
@@ -128,7 +128,7 @@ def train(cfg: DictConfig, run_dir: Path, trainer: Trainer, hyperparameters: dic
     uses_wandb = "wandb" in (trainer.args.report_to or [])
     wandb_run = start_wandb_run(cfg, run_dir, hyperparameters) if main and uses_wandb else None
     if main:
-        write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+        write_yaml_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     started = time.perf_counter()
     output = _train_or_explain(trainer, checkpoint)
     seconds = time.perf_counter() - started

@@ -27,6 +27,7 @@ from hydra.types import RunMode
 from omegaconf import OmegaConf
 
 from bertkit.data.job_overrides import configuration_of, override_key, short_key
+from bertkit.data.readback import read_yaml
 
 MULTIRUN_RECORD = "multirun.yaml"  # written by Hydra's basic sweeper and bertkit's halving one
 SWEEP_TAG_PREFIX = "sweep:"
@@ -75,7 +76,8 @@ def swept_keys() -> set[str] | None:
     lines = [f"{key}={value}" for key, value in params.items()]
     record = Path(hydra.runtime.cwd) / hydra.sweep.dir / MULTIRUN_RECORD
     if record.is_file():
-        lines += [str(line) for line in OmegaConf.load(record).hydra.overrides.task]
+        recorded = OmegaConf.create(read_yaml(record))  # a cut record: one line naming it
+        lines += [str(line) for line in recorded.hydra.overrides.task]
     elif not lines:
         return None
     return {key for key, swept in _sweeps(lines).items() if swept}

@@ -34,6 +34,7 @@ WRITERS = {
     "write_text_atomic": lambda path: atomic_files.write_text_atomic(path, "x\n"),
     "write_json_atomic": lambda path: atomic_files.write_json_atomic(path, {"a": 1}),
     "write_tsv_atomic": lambda path: atomic_files.write_tsv_atomic(path, ["a"], [[1]]),
+    "write_yaml_atomic": lambda path: atomic_files.write_yaml_atomic(path, "a: 1\n"),
     "atomic_file (binary)": lambda path: _write_binary(path),
 }
 

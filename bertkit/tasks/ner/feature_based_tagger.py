@@ -11,7 +11,6 @@ its checkpoints and the NER evaluation work unchanged.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
@@ -20,6 +19,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from transformers import BertConfig, BertModel
 from transformers.modeling_outputs import TokenClassifierOutput
 
+from bertkit.data.readback import read_json
 from bertkit.errors import BertkitError
 
 # name -> (how many encoder layers it needs, feature width in hidden sizes)
@@ -144,7 +144,7 @@ def load_feature_based_tagger(directory: str | Path) -> tuple[FeatureBasedTagger
     from safetensors.torch import load_file
 
     directory = Path(directory)
-    settings = json.loads((directory / SETTINGS_FILE).read_text())
+    settings = read_json(directory / SETTINGS_FILE)  # a cut file: one line naming it
     encoder = BertModel(BertConfig.from_dict(settings.pop("encoder_config")))
     labels = settings.pop("labels")
     tagger = FeatureBasedTagger(encoder, settings.pop("num_labels"), **settings)
