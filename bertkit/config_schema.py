@@ -18,6 +18,7 @@ a tuple, or "module:NAME" of the tuple where the code that reads the key keeps i
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 from dataclasses import dataclass, field
 from typing import Any
@@ -481,6 +482,21 @@ def expected_type(spec: dataclasses.Field) -> str:
                                      for name in str(spec.type).split("|"))
 
 
+_PLAIN_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,),
+                "None": (type(None),)}
+
+
+def _plainly_of_type(spec: dataclasses.Field, value) -> bool:
+    """The value is of the field's type as it stands (an int for int | None): no conversion
+    to try (the common case, checked without OmegaConf's merge)."""
+    names = [name.strip() for name in str(spec.type).split("|")]
+    if any(name not in _PLAIN_TYPES for name in names):
+        return False
+    if isinstance(value, bool):
+        return "bool" in names
+    return any(isinstance(value, _PLAIN_TYPES[name]) for name in names)
+
+
 def _type_problem(typed: DictConfig, name: str, value) -> bool:
     """True when OmegaConf refuses `value` for the field of the structured config `typed`
     (e.g. a word for an integer)."""
@@ -491,16 +507,20 @@ def _type_problem(typed: DictConfig, name: str, value) -> bool:
     return False
 
 
+@functools.cache
+def _structured(schema: type) -> DictConfig:
+    return OmegaConf.structured(schema)
+
+
 def _check_node(path: str, node: DictConfig, schema: type, typed: bool) -> None:
     """`typed`: OmegaConf checked the types at composition already (a ConfigStore schema)."""
-    structured = None if typed else OmegaConf.structured(schema)
     for spec in dataclasses.fields(schema):
         if spec.name not in node:
             continue
         value = node.get(spec.name)
         problem = _out_of_range(value, dict(spec.metadata))
-        if problem is None and structured is not None \
-                and _type_problem(structured, spec.name, value):
+        if problem is None and not typed and not _plainly_of_type(spec, value) \
+                and _type_problem(_structured(schema), spec.name, value):
             problem = expected_type(spec)
         if problem:
             key = f"{path}.{spec.name}" if path else spec.name
