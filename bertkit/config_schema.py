@@ -32,7 +32,10 @@ from bertkit.errors import BertkitError
 _ARGUMENTS = {f.name: f for f in dataclasses.fields(TrainingArguments)}
 # numpy's and torch's seeds: 0 to 2**32 - 1 (numpy refuses any other).
 SEED = {"min": 0, "max": 2**32 - 1}
-UNBOUNDED = None  # as a bound: that side has no limit (said, not forgotten)
+# As a bound: that side has no limit of its own (said, not forgotten); an integer is still
+# held to 64 bits, what torch and numpy can hold (torch.empty(10**30): "Overflow when unpacking").
+UNBOUNDED = None
+INT64 = 2**63
 SHARE = {"min": 0, "max": 1}  # a share in [0, 1]
 PROBABILITY = {"min": 0, "below": 1}  # a dropout or a share in [0, 1)
 COUNT = {"min": 1, "max": UNBOUNDED}  # a positive integer, as large as memory allows
@@ -461,6 +464,8 @@ def _out_of_range(value, bounds: dict) -> str | None:
         return None
     if not is_number:
         return "expected a number"
+    if isinstance(value, int) and not -INT64 <= value < INT64:  # torch's and numpy's sizes
+        return "expected a 64-bit integer (at most 2**63 - 1)"
     broken = {"min": lambda b: value < b, "above": lambda b: not value > b,
               "max": lambda b: value > b, "below": lambda b: not value < b}
     if not any(broken[key](bound) for key, bound in numeric.items()):

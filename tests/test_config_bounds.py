@@ -144,14 +144,16 @@ def _refusal(key: str, value, selection: str) -> str | None:
         check_ranges(cfg)
     except BertkitError as err:
         return str(err)
+    stored = OmegaConf.select(cfg, key)  # a typed float field holds 10**30 as 1e30
+    assert _out_of_range(stored, dict(schema_field(key).metadata)) is None, \
+        f"{key}={value!r} accepted as {stored!r}"
     return None
 
 
 def _assert_one_line_naming(key: str, value, message: str | None) -> None:
     spec = schema_field(key)
-    if message is None:  # accepted: only a value the schema allows
+    if message is None:  # accepted (_refusal checked the stored value): a number or a choice
         assert _is_number(value) or "choices" in spec.metadata, f"{key}={value!r} accepted"
-        assert _out_of_range(value, dict(spec.metadata)) is None, f"{key}={value!r} accepted"
         return
     assert "\n" not in message, message
     assert message.startswith(f"{key}="), message
