@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import DictConfig, OmegaConf, ValidationError
+from omegaconf import DictConfig, ListConfig, OmegaConf, ValidationError
 from transformers import TrainingArguments
 
 from bertkit.errors import BertkitError
@@ -143,6 +143,8 @@ class TaskSchema:
     learning_rate: float = _setting(5e-5, above=0, max=UNBOUNDED)
     num_train_epochs: float = _setting(3, above=0, max=UNBOUNDED)
     tag_scheme: str = _setting("auto", choices="bertkit.tasks.ner.files:TAG_SCHEMES")
+    # STS-B's [low, high]: any scores (a file's labels outside it are refused).
+    label_range: list[float] | None = _setting(None, each=True, min=UNBOUNDED, max=UNBOUNDED)
 
 
 DECAYS = ("linear", "cosine", "constant")  # the learning rate's shape after warm-up
@@ -378,6 +380,7 @@ class BenchPlainSchema:
     dropout: float = _setting(0.1, **PROBABILITY)
     mlm_probability: float = _setting(0.15, above=0, below=1)
     timing_steps: int = _setting(20, **COUNT)
+    learning_rates: list[float] = _setting(None, each=True, above=0, max=UNBOUNDED)
     logging_steps: int = _setting(50, **COUNT)
 
 
@@ -386,11 +389,13 @@ class ParitySchema:
     baseline_max_length: int = _setting(128, min=3, max=UNBOUNDED)
     alpha: float = _setting(0.05, above=0, below=1)
     max_difference: float = _setting(0.01, min=0, max=UNBOUNDED)
+    seeds: list[int] = _setting(None, "seeds in [0, 2**32 - 1]", each=True, **SEED)
 
 
 @dataclass
 class BenchSweepSchema:
     n_jobs: int = _setting(2, **COUNT)
+    seeds: list[int] = _setting(None, "seeds in [0, 2**32 - 1]", each=True, **SEED)
 
 
 @dataclass
@@ -517,12 +522,33 @@ def _structured(schema: type) -> DictConfig:
     return OmegaConf.structured(schema)
 
 
+def _check_each(key: str, value, spec: dataclasses.Field) -> None:
+    """A list of numbers (metadata each=True): every item held to the field's bounds, named
+    by its index (parity.seeds[1]=-1)."""
+    if value is None and "None" in str(spec.type):
+        return
+    if not isinstance(value, (ListConfig, list)):
+        raise BertkitError(f"{key}={value!r}: expected a list of numbers")
+    kind = (int,) if str(spec.type).startswith("list[int]") else (int, float)
+    for index, item in enumerate(value):
+        problem = _out_of_range(item, dict(spec.metadata))
+        if problem is None and (isinstance(item, bool) or not isinstance(item, kind)):
+            problem = "expected an integer" if kind == (int,) else "expected a number"
+        if problem:
+            expect = spec.metadata.get("expect")
+            raise BertkitError(f"{key}[{index}]={item!r}: " + (f"expected {expect}" if expect
+                                                                else problem))
+
+
 def _check_node(path: str, node: DictConfig, schema: type, typed: bool) -> None:
     """`typed`: OmegaConf checked the types at composition already (a ConfigStore schema)."""
     for spec in dataclasses.fields(schema):
         if spec.name not in node:
             continue
         value = node.get(spec.name)
+        if spec.metadata.get("each"):
+            _check_each(f"{path}.{spec.name}" if path else spec.name, value, spec)
+            continue
         problem = _out_of_range(value, dict(spec.metadata))
         if problem is None and not typed and not _plainly_of_type(spec, value) \
                 and _type_problem(_structured(schema), spec.name, value):

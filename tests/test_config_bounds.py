@@ -64,13 +64,13 @@ def selections() -> dict[str, DictConfig]:
     return configs
 
 
-def _leaves(node: DictConfig, prefix: str = ""):
+def _leaves(node: DictConfig, prefix: str = "", lists: bool = False):
     for key in node.keys():
         path = f"{prefix}.{key}" if prefix else str(key)
         value = node.get(key)
         if isinstance(value, DictConfig):
-            yield from _leaves(value, path)
-        elif not isinstance(value, ListConfig):
+            yield from _leaves(value, path, lists)
+        elif lists or not isinstance(value, ListConfig):
             yield path, value
 
 
@@ -78,13 +78,19 @@ def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def _is_numbers(value) -> bool:
+    """A non-empty list of numbers (parity.seeds): its items are bounded one by one."""
+    return isinstance(value, ListConfig) and len(value) > 0 and all(map(_is_number, value))
+
+
 @functools.cache
 def numeric_keys() -> dict[str, str]:
-    """Every numeric key of the composed configs -> the first selection that has it."""
+    """Every numeric key (a number or a list of numbers) of the composed configs -> the first
+    selection that has it."""
     keys = {}
     for selection, cfg in selections().items():
-        for key, value in _leaves(cfg):
-            if _is_number(value) and not key.startswith("hydra."):
+        for key, value in _leaves(cfg, lists=True):
+            if (_is_number(value) or _is_numbers(value)) and not key.startswith("hydra."):
                 keys.setdefault(key, selection)
     return keys
 
@@ -135,6 +141,8 @@ def _refusal(key: str, value, selection: str) -> str | None:
             return message
     else:
         cfg = copy.deepcopy(selections()[selection])
+        if _is_numbers(OmegaConf.select(cfg, key)):
+            value = [value]  # a list's items are what is bounded
         try:
             OmegaConf.update(cfg, key, value, merge=False)
         except ValidationError:  # a typed group's int refuses 0.5 as Hydra's override would
@@ -145,8 +153,9 @@ def _refusal(key: str, value, selection: str) -> str | None:
     except BertkitError as err:
         return str(err)
     stored = OmegaConf.select(cfg, key)  # a typed float field holds 10**30 as 1e30
-    assert _out_of_range(stored, dict(schema_field(key).metadata)) is None, \
-        f"{key}={value!r} accepted as {stored!r}"
+    for item in stored if isinstance(stored, ListConfig) else [stored]:
+        assert _out_of_range(item, dict(schema_field(key).metadata)) is None, \
+            f"{key}={value!r} accepted as {stored!r}"
     return None
 
 
@@ -156,7 +165,7 @@ def _assert_one_line_naming(key: str, value, message: str | None) -> None:
         assert _is_number(value) or "choices" in spec.metadata, f"{key}={value!r} accepted"
         return
     assert "\n" not in message, message
-    assert message.startswith(f"{key}="), message
+    assert message.startswith((f"{key}=", f"{key}[0]=")), message
 
 
 @pytest.mark.parametrize("key", sorted(numeric_keys()))
