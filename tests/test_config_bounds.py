@@ -113,20 +113,32 @@ def _typed(key: str) -> bool:
     return key.split(".")[0] in SCHEMAS
 
 
-def test_every_numeric_key_declares_its_bounds():
-    """Both ends, or choices among which numbers are allowed: a key whose range nobody
-    declared (or one the schema does not know at all) fails here, naming it."""
-    undeclared = []
-    for key, selection in sorted(numeric_keys().items()):
+def undeclared(keys: dict[str, str]) -> list[str]:
+    """The keys (-> where they were found) whose schema field does not declare both ends of
+    its range (None for a side said to be unbounded), or that no schema knows."""
+    missing = []
+    for key, selection in sorted(keys.items()):
         spec = schema_field(key)
         bounds = numeric_bounds(dict(spec.metadata)) if spec is not None else {}
-        lower = {"min", "above"} & bounds.keys()
-        upper = {"max", "below"} & bounds.keys()
-        if not (lower and upper):
-            undeclared.append(f"{key} ({selection})")
-    assert not undeclared, "numeric keys without both bounds in bertkit.config_schema: " \
-        + ", ".join(undeclared)
+        if not ({"min", "above"} & bounds.keys() and {"max", "below"} & bounds.keys()):
+            missing.append(f"{key} ({selection})")
+    return missing
+
+
+def test_every_numeric_key_declares_its_bounds():
+    """A key whose range nobody declared (or one the schema does not know at all) fails here,
+    naming it."""
+    missing = undeclared(numeric_keys())
+    assert not missing, "numeric keys without both bounds in bertkit.config_schema: " \
+        + ", ".join(missing)
     assert len(numeric_keys()) > 150  # the walk reached the groups
+
+
+def test_a_numeric_key_added_without_bounds_is_caught():
+    """What the walk does the day a YAML adds a number: the key is named."""
+    cfg = compose_config(["recipe=glue", "+task.new_knob=3", "+finetuning.lora.new_rate=0.5"])
+    keys = {key: "test" for key, value in _leaves(cfg) if _is_number(value)}
+    assert undeclared(keys) == ["finetuning.lora.new_rate (test)", "task.new_knob (test)"]
 
 
 def _refusal(key: str, value, selection: str) -> str | None:
