@@ -556,8 +556,15 @@ def _check_node(path: str, node: DictConfig, schema: type, typed: bool) -> None:
         if problem:
             key = f"{path}.{spec.name}" if path else spec.name
             expect = spec.metadata.get("expect")
-            raise BertkitError(f"{key}={value!r}: " + (f"expected {expect}" if expect
-                                                       else problem))
+            raise BertkitError(f"{key}={value!r}{_set_by(node, spec.name)}: "
+                               + (f"expected {expect}" if expect else problem))
+
+
+def _set_by(node: DictConfig, name: str) -> str:
+    """ (set by ${bench.batch_size})" for a value interpolated from the key the user typed."""
+    if not OmegaConf.is_interpolation(node, name):
+        return ""
+    return f" (set by {node._get_node(name)._value()})"
 
 
 def nodes(cfg: DictConfig, path: str):

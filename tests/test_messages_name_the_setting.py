@@ -57,6 +57,17 @@ def test_bench_step_names_the_shorter_key_of_a_contradiction(tmp_path):
         run_job(cfg, run_dir=tmp_path / "run")
 
 
+def test_a_value_taken_from_another_key_names_that_key(tmp_path):
+    """A recipe's trainer.per_device_train_batch_size: ${bench.batch_size} (bench_glue): when
+    the value is refused where it lands, the message says which key it came from (here one the
+    schema does not know itself, so the landing key's check is the one that fires)."""
+    cfg = compose_config(["recipe=bench_glue", "+bench.my_batch=0",
+                          "trainer.per_device_train_batch_size=${bench.my_batch}"])
+    with pytest.raises(BertkitError, match=r"^trainer\.per_device_train_batch_size=0 \(set by "
+                                           r"\$\{bench\.my_batch\}\): expected a number >= 1$"):
+        run_job(cfg, run_dir=tmp_path / "run")
+
+
 def _fetched_presets() -> list[str]:
     """The model presets whose files are local, under the cache (read from conf/model/: a
     preset added there is tested too)."""
