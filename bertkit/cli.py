@@ -14,10 +14,14 @@ import traceback
 from pathlib import Path
 
 import hydra
+import hydra._internal.utils as hydra_utils
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import ConfigCompositionException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException, ValidationError
 
+from bertkit.config_schema import expected_type, schema_field
 from bertkit.config_tree import config_dir
 from bertkit.data.atomic_files import write_json_atomic
 from bertkit.errors import BertkitError
@@ -133,8 +137,46 @@ def _hydra_task(cfg: DictConfig) -> float | None:
         return None
 
 
+def composition_message(err: ConfigCompositionException) -> str | None:
+    """One line naming the key for an override OmegaConf refused while Hydra composed the
+    config (a word for a typed number, a key the schema lacks); None for Hydra's other errors
+    (a missing config file, an override's syntax), whose messages list the options."""
+    cause = err.__cause__
+    if not isinstance(cause, OmegaConfBaseException) or not getattr(cause, "full_key", None):
+        return None
+    key = cause.full_key
+    spec = schema_field(key)
+    if isinstance(cause, ValidationError) and spec is not None:
+        return f"{key}={cause.value!r}: {expected_type(spec)}"
+    told = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
+    return f"{told} ({str(cause).splitlines()[0]})"
+
+
+def _one_line_composition_errors(run_and_report):
+    """Hydra's run_and_report, but an override refused at composition is bertkit's one line
+    (exit status 2, as any BertkitError), not Hydra's four. HYDRA_FULL_ERROR=1 keeps Hydra's."""
+    def report(func):
+        def composed():
+            try:
+                return func()
+            except ConfigCompositionException as err:
+                message = composition_message(err)
+                if message is None or hydra_utils._is_env_set("HYDRA_FULL_ERROR"):
+                    raise
+                print(f"bertkit: error: {message}", file=sys.stderr)
+                sys.exit(2)
+        return run_and_report(composed)
+    return report
+
+
 def main() -> None:
     register_resolvers()
+    # Hydra's internal (1.3): where it would print the error. The one-line message is tested
+    # through the command (tests/test_config_bounds.py); a Hydra without it keeps its own.
+    reporter = getattr(hydra_utils, "run_and_report", None)
+    if reporter is not None and not getattr(reporter, "bertkit", False):
+        hydra_utils.run_and_report = _one_line_composition_errors(hydra_utils.run_and_report)
+        hydra_utils.run_and_report.bertkit = True
     hydra.main(config_path=config_dir(), config_name="config", version_base="1.3")(_hydra_task)()
 
 

@@ -8,21 +8,37 @@ budget) cannot be closed that way: their schemas (SETTINGS) name the keys every 
 and check_ranges holds the composed values to them, type by OmegaConf, before a job starts.
 What a type cannot say (a batch of 0, a share above 1, a word not in a list) is in each
 field's metadata: min, above, max, below, choices, and `expect`, the message's wording.
+Every number a user can type has both ends declared: a lower one (min or above) and an upper
+one (max or below); None as a bound says that side is genuinely unbounded (a batch size), so
+that a key whose range nobody thought about cannot pass for one that has none
+(tests/test_config_bounds.py walks every composed config and fails on such a key). choices is
+a tuple, or "module:NAME" of the tuple where the code that reads the key keeps it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import importlib
 from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import DictConfig, OmegaConf, ValidationError
+from omegaconf import DictConfig, ListConfig, OmegaConf, ValidationError
 from transformers import TrainingArguments
 
 from bertkit.errors import BertkitError
 
 _ARGUMENTS = {f.name: f for f in dataclasses.fields(TrainingArguments)}
+# numpy's and torch's seeds: 0 to 2**32 - 1 (numpy refuses any other).
+SEED = {"min": 0, "max": 2**32 - 1}
+# As a bound: that side has no limit of its own (said, not forgotten); an integer is still
+# held to 64 bits, what torch and numpy can hold (torch.empty(10**30): "Overflow when unpacking").
+UNBOUNDED = None
+INT64 = 2**63
+SHARE = {"min": 0, "max": 1}  # a share in [0, 1]
+PROBABILITY = {"min": 0, "below": 1}  # a dropout or a share in [0, 1)
+COUNT = {"min": 1, "max": UNBOUNDED}  # a positive integer, as large as memory allows
 
 
 def _argument(name: str, **bounds) -> Any:
@@ -41,37 +57,45 @@ class TrainerSchema:
     bertkit's YAML files set. Any other TrainingArguments key can still be added with
     +trainer.NAME=VALUE on a command line; a YAML that sets one must add it here."""
 
-    learning_rate: float = _argument("learning_rate", above=0)
-    per_device_train_batch_size: int = _argument("per_device_train_batch_size", min=1)
-    per_device_eval_batch_size: int = _argument("per_device_eval_batch_size", min=1)
-    gradient_accumulation_steps: int = _argument("gradient_accumulation_steps", min=1)
+    learning_rate: float = _argument("learning_rate", above=0, max=UNBOUNDED)
+    per_device_train_batch_size: int = _argument("per_device_train_batch_size", **COUNT)
+    per_device_eval_batch_size: int = _argument("per_device_eval_batch_size", **COUNT)
+    gradient_accumulation_steps: int = _argument("gradient_accumulation_steps", **COUNT)
     # Any, checked as a number by check_ranges: 2 stays 2 in sweep directory names (ep2).
-    num_train_epochs: Any = _argument("num_train_epochs", above=0)
-    max_steps: int = _argument("max_steps", min=-1)  # -1: train by epochs
-    warmup_steps: float = _argument("warmup_steps", min=0)  # below 1: a share of all steps
-    lr_scheduler_type: str = _argument("lr_scheduler_type")
-    weight_decay: float = _argument("weight_decay", min=0)
+    num_train_epochs: Any = _argument("num_train_epochs", above=0, max=UNBOUNDED)
+    max_steps: int = _argument("max_steps", min=-1, max=UNBOUNDED)  # -1: train by epochs
+    # below 1: a share of all steps
+    warmup_steps: float = _argument("warmup_steps", min=0, max=UNBOUNDED)
+    lr_scheduler_type: str = _argument("lr_scheduler_type",
+                                        choices="transformers.trainer_utils:SchedulerType")
+    weight_decay: float = _argument("weight_decay", min=0, max=UNBOUNDED)
     adam_beta1: float = _argument("adam_beta1", min=0, below=1)
     adam_beta2: float = _argument("adam_beta2", min=0, below=1)
-    adam_epsilon: float = _argument("adam_epsilon", above=0)
-    max_grad_norm: float = _argument("max_grad_norm", min=0)
-    optim: str = _argument("optim")
-    seed: int = _argument("seed")
-    train_sampling_strategy: str = _argument("train_sampling_strategy")
-    eval_strategy: str = _argument("eval_strategy")
-    eval_steps: float | None = _argument("eval_steps", above=0)
-    save_strategy: str = _argument("save_strategy")
-    save_steps: float = _argument("save_steps", above=0)
-    save_total_limit: int | None = _argument("save_total_limit", min=1)
+    adam_epsilon: float = _argument("adam_epsilon", above=0, max=UNBOUNDED)
+    max_grad_norm: float = _argument("max_grad_norm", min=0, max=UNBOUNDED)
+    optim: str = _argument("optim", choices="transformers.training_args:OptimizerNames")
+    seed: int = _argument("seed", **SEED)
+    train_sampling_strategy: str = _argument(
+        "train_sampling_strategy",
+        choices=tuple(_ARGUMENTS["train_sampling_strategy"].metadata.get("choices", ())) or None)
+    eval_strategy: str = _argument("eval_strategy",
+                                    choices="transformers.trainer_utils:IntervalStrategy")
+    eval_steps: float | None = _argument("eval_steps", above=0, max=UNBOUNDED)
+    save_strategy: str = _argument("save_strategy",
+                                   choices="transformers.trainer_utils:SaveStrategy")
+    save_steps: float = _argument("save_steps", above=0, max=UNBOUNDED)
+    save_total_limit: int | None = _argument("save_total_limit", **COUNT)
     metric_for_best_model: str | None = _argument("metric_for_best_model")
     load_best_model_at_end: bool = _argument("load_best_model_at_end")
-    logging_strategy: str = _argument("logging_strategy")
-    logging_steps: float = _argument("logging_steps", above=0)
+    logging_strategy: str = _argument("logging_strategy",
+                                       choices="transformers.trainer_utils:IntervalStrategy")
+    logging_steps: float = _argument("logging_steps", above=0, max=UNBOUNDED)
     logging_first_step: bool = _argument("logging_first_step")
     # auto or a number of worker processes (bertkit.training.arguments checks it).
-    dataloader_num_workers: Any = _argument("dataloader_num_workers")
+    dataloader_num_workers: Any = _argument("dataloader_num_workers", choices=("auto",), min=0,
+                                             max=UNBOUNDED)
     dataloader_persistent_workers: bool = _argument("dataloader_persistent_workers")
-    dataloader_prefetch_factor: int | None = _argument("dataloader_prefetch_factor", min=1)
+    dataloader_prefetch_factor: int | None = _argument("dataloader_prefetch_factor", **COUNT)
     include_num_input_tokens_seen: Any = _argument("include_num_input_tokens_seen")
     torch_compile: bool = _argument("torch_compile")
     torch_compile_mode: str | None = _argument("torch_compile_mode")
@@ -85,16 +109,18 @@ class TrainerSchema:
 class RunSchema:
     """The root keys of conf/config.yaml that every run shares."""
 
-    seed: int = 42
-    pad_to_multiple_of: int | None = _setting(8, min=1)
-    preprocessing_num_workers: int | None = _setting(1, min=1)
-    gpu_dataloader_workers: int = _setting(6, min=0)
-    agree_every_steps: int = _setting(10, "a positive number of optimizer steps", min=1)
+    seed: int = _setting(42, "an integer in [0, 2**32 - 1] (numpy's and torch's seeds)", **SEED)
+    pad_to_multiple_of: int | None = _setting(8, **COUNT)
+    preprocessing_num_workers: int | None = _setting(1, **COUNT)
+    gpu_dataloader_workers: int = _setting(6, min=0, max=UNBOUNDED)
+    agree_every_steps: int = _setting(10, "a positive number of optimizer steps", **COUNT)
     fsync_checkpoints: bool = True
-    bucket_width: int = _setting(32, "a positive number of tokens (1: no buckets)", min=1)
+    bucket_width: int = _setting(32, "a positive number of tokens (1: no buckets)", **COUNT)
     buckets_on_cpu: bool = False
     train_fraction: float | None = _setting(
         None, "a number in (0, 1], or null for the whole schedule", above=0, max=1)
+    mixed_precision: str = _setting("auto", choices="bertkit.training.arguments:PRECISIONS")
+    data_source: str = _setting("auto", choices=("auto", "hub", "local"))
 
 
 @dataclass
@@ -104,8 +130,22 @@ class TaskSchema:
     name: str = "demo"
     family: str = "glue"
     # [CLS], one token and [SEP]; a family may need more (SWAG: two segments).
-    max_seq_length: int = _setting(128, "an integer of at least 3", min=3)
+    # Above: the model's position embeddings (checked against the model when it is known).
+    max_seq_length: int = _setting(128, "an integer of at least 3", min=3, max=UNBOUNDED)
     main_metric: str = "accuracy"
+    # A family's own keys, checked where a task has them: SQuAD's windows and answers, the
+    # learning rate and epochs a task conf suggests, NER's tag scheme.
+    doc_stride: int = _setting(128, **COUNT)
+    max_query_length: int = _setting(64, **COUNT)
+    max_answer_length: int = _setting(30, **COUNT)
+    n_best_size: int = _setting(20, **COUNT)
+    # SQuAD 2.0's no-answer margin: a score difference, either sign.
+    null_score_diff_threshold: float = _setting(0.0, min=UNBOUNDED, max=UNBOUNDED)
+    learning_rate: float = _setting(5e-5, above=0, max=UNBOUNDED)
+    num_train_epochs: float = _setting(3, above=0, max=UNBOUNDED)
+    tag_scheme: str = _setting("auto", choices="bertkit.tasks.ner.files:TAG_SCHEMES")
+    # STS-B's [low, high]: any scores (a file's labels outside it are refused).
+    label_range: list[float] | None = _setting(None, each=True, min=UNBOUNDED, max=UNBOUNDED)
 
 
 DECAYS = ("linear", "cosine", "constant")  # the learning rate's shape after warm-up
@@ -116,7 +156,7 @@ class BudgetSchema:
     """budget.* (bertkit.training.budget): training to a time budget."""
 
     minutes: float | None = _setting(
-        None, "a positive number of minutes of training, or null (off)", above=0)
+        None, "a positive number of minutes of training, or null (off)", above=0, max=UNBOUNDED)
     warmup_fraction: float = _setting(0.0, "a share of the budget's time in [0, 1)",
                                       min=0, below=1)
     decay: str = _setting("linear", choices=DECAYS)
@@ -127,15 +167,269 @@ class BudgetSchema:
 @dataclass
 class EarlyStoppingSchema:
     patience: int | None = _setting(
-        None, "a positive integer (or null to turn early stopping off)", min=1)
-    threshold: float = _setting(0.0, min=0)
+        None, "a positive integer (or null to turn early stopping off)", **COUNT)
+    threshold: float = _setting(0.0, min=0, max=UNBOUNDED)
+
+
+@dataclass
+class BertConfigSchema:
+    """model.config (a model trained from scratch: BertConfig's keys) and bench.model."""
+
+    vocab_size: int = _setting(30522, **COUNT)
+    hidden_size: int = _setting(768, **COUNT)
+    num_hidden_layers: int = _setting(12, **COUNT)
+    num_attention_heads: int = _setting(12, **COUNT)
+    intermediate_size: int = _setting(3072, **COUNT)
+    max_position_embeddings: int = _setting(512, **COUNT)
+    type_vocab_size: int = _setting(2, **COUNT)
+    hidden_dropout_prob: float = _setting(0.1, **PROBABILITY)
+    attention_probs_dropout_prob: float = _setting(0.1, **PROBABILITY)
+    attn_implementation: str = _setting("auto", choices="bertkit.training.attention:CHOICES")
+
+
+@dataclass
+class ModelSchema:
+    """conf/model/: a checkpoint's dropout and attention kernel (its sizes are in config)."""
+
+    hidden_dropout_prob: float = _setting(0.1, **PROBABILITY)
+    attention_probs_dropout_prob: float = _setting(0.1, **PROBABILITY)
+    attn_implementation: str = _setting("auto", choices="bertkit.training.attention:CHOICES")
+
+
+@dataclass
+class FeatureBasedSchema:
+    """model.feature_based (NER's feature-based tagger)."""
+
+    dropout: float = _setting(0.1, **PROBABILITY)
+    lstm_hidden_size: int = _setting(768, **COUNT)
+    lstm_layers: int = _setting(2, **COUNT)
+    layers: str = _setting("sum_last_four",
+                           choices="bertkit.tasks.ner.feature_based_tagger:LAYER_COMBINATIONS")
+    classifier: str = _setting("bilstm", choices="bertkit.tasks.ner.feature_based_tagger:"
+                                                 "CLASSIFIERS")
+
+
+@dataclass
+class FinetuningSchema:
+    """conf/finetuning/ (BERTology's methods)."""
+
+    freeze_layers: int = _setting(0, min=0, max=UNBOUNDED)  # above: the model's layers
+    reinit_layers: int = _setting(0, min=0, max=UNBOUNDED)  # above: the model's layers
+    head_lr_multiplier: float = _setting(1.0, above=0, max=UNBOUNDED)
+    # Each layer down: x this; 1: all alike; above 1 (lower layers faster) is allowed.
+    layer_lr_decay: float = _setting(1.0, above=0, max=UNBOUNDED)
+    unfreeze_every: int | None = _setting(None, **COUNT)
+    pooling: str = _setting("cls", choices="bertkit.finetuning.methods.mean_pooling:POOLING")
+
+
+@dataclass
+class LoraSchema:
+    r: int = _setting(8, **COUNT)
+    alpha: float = _setting(16, above=0, max=UNBOUNDED)
+    dropout: float = _setting(0.1, **PROBABILITY)
+
+
+@dataclass
+class R3FSchema:
+    eps: float = _setting(1e-5, above=0, max=UNBOUNDED)
+    weight: float = _setting(0.0, min=0, max=UNBOUNDED)
+    noise: str = _setting("normal", choices="bertkit.finetuning.r3f:NOISE")
+
+
+@dataclass
+class MaskingSchema:
+    """masking.* and heldout.masking.* (bertkit.pretraining.masking)."""
+
+    kind: str = _setting("dynamic", choices="bertkit.pretraining.run:MASKING_KINDS")
+    unit: str = _setting("token", choices="bertkit.pretraining.masking:UNITS")
+    mlm_probability: float = _setting(0.15, above=0, below=1)
+    mask_token_fraction: float = _setting(0.8, **SHARE)
+    random_token_fraction: float = _setting(0.1, **SHARE)
+    max_predictions_per_seq: int = _setting(20, **COUNT)
+    span_geometric_p: float = _setting(0.2, above=0, max=1)
+    span_max_words: int = _setting(10, **COUNT)
+    dupe_factor: int = _setting(10, **COUNT)
+
+
+@dataclass
+class ObjectiveSchema:
+    packing: str = _setting("pairs", choices="bertkit.pretraining.run:PACKINGS")
+    sentence_task: str | None = _setting("nsp", choices="bertkit.pretraining.sentence_pairs:"
+                                                        "SENTENCE_TASKS")
+
+
+@dataclass
+class PretrainingSchema:
+    # [CLS] and [SEP] around at least one token; above: the model's position embeddings.
+    max_seq_length: int = _setting(128, min=3, max=UNBOUNDED)
+    short_seq_prob: float = _setting(0.1, **SHARE)
+    streaming_buffer_documents: int = _setting(1000, **COUNT)
+
+
+@dataclass
+class LongPhaseSchema:
+    fraction: float = _setting(0.0, "a fraction of the steps in [0, 1)", min=0, below=1)
+    max_seq_length: int = _setting(512, min=3, max=UNBOUNDED)
+    max_predictions_per_seq: int = _setting(80, **COUNT)
+
+
+@dataclass
+class HeldoutSchema:
+    """heldout.* (bertkit.pretraining.heldout): the held-out documents and their evaluation."""
+
+    fraction: float = _setting(0.0, "a share of the documents in [0, 1) (0: no held-out set)",
+                               min=0, below=1)
+    max_sequences: int = _setting(512, **COUNT)
+    batch_size: int = _setting(64, **COUNT)
+    min_documents: int = _setting(2, **COUNT)
+    seed: int = _setting(1234, **SEED)
+    every_seconds: float | None = _setting(60, above=0, max=UNBOUNDED)
+    every_steps: int | None = _setting(None, **COUNT)
+
+
+@dataclass
+class CorpusSchema:
+    source: str = _setting("local", choices=("local", "hub"))
+    max_documents: int | None = _setting(None, "null (all) or a positive integer", **COUNT)
+
+
+@dataclass
+class CorpusHubSchema:
+    rows_per_document: int = _setting(1, **COUNT)
+
+
+@dataclass
+class SyntheticSchema:
+    """corpus.synthetic and task.synthetic: the generated demo data's sizes."""
+
+    num_documents: int = _setting(300, **COUNT)
+    num_topics: int = _setting(10, **COUNT)
+    min_sentences: int = _setting(4, **COUNT)
+    max_sentences: int = _setting(14, **COUNT)
+    min_words: int = _setting(5, **COUNT)
+    max_words: int = _setting(14, **COUNT)
+    num_train: int = _setting(2000, **COUNT)
+    num_validation: int = _setting(400, **COUNT)
+    num_test: int = _setting(200, min=0, max=UNBOUNDED)
+    seed: int = _setting(0, **SEED)
+
+
+@dataclass
+class ConllColumnsSchema:
+    """task.columns of a CoNLL file (NER): how many, and which holds the token and the tag
+    (0-based). GLUE's task.columns name header columns instead, and are not numbers."""
+
+    count: int = _setting(4, **COUNT)
+    token: int = _setting(0, min=0, max=UNBOUNDED)
+    tag: int = _setting(3, min=0, max=UNBOUNDED)
+
+
+@dataclass
+class HeaderlessColumnsSchema:
+    """task.headerless_columns: 0-based positions in a GLUE file without a header (CoLA)."""
+
+    label: int = _setting(1, min=0, max=UNBOUNDED)
+    text_a: int = _setting(3, min=0, max=UNBOUNDED)
+    text_b: int | None = _setting(None, min=0, max=UNBOUNDED)
+
+
+@dataclass
+class TokenizerTrainingSchema:
+    vocab_size: int = _setting(30522, **COUNT)
+    min_frequency: int = _setting(2, **COUNT)
+
+
+@dataclass
+class BenchSchema:
+    """bench.* of the benchmark recipes."""
+
+    steps: int = _setting(60, **COUNT)
+    warmup_steps: int = _setting(5, min=0, max=UNBOUNDED)
+    steady_skip: int = _setting(10, min=0, max=UNBOUNDED)
+    repeats: int = _setting(1, **COUNT)
+    sync_steps: int = _setting(4, "at least 2 (the last step logs, and is not counted)",
+                               min=2, max=UNBOUNDED)
+    batch_size: int = _setting(32, **COUNT)
+    baseline_max_length: int = _setting(128, min=3, max=UNBOUNDED)
+    eval_instances: int = _setting(256, **COUNT)
+    mlm_probability: float = _setting(0.15, above=0, below=1)
+    num_proc: int | None = _setting(1, **COUNT)  # null: in the main process
+    num_threads: int | None = _setting(None, **COUNT)
+
+
+@dataclass
+class BenchWorkloadSchema:
+    """bench.glue and bench.pretraining (bench_step's synthetic batches)."""
+
+    batch_size: int = _setting(32, **COUNT)
+    batches: int = _setting(8, **COUNT)
+    seq_length: int = _setting(128, min=3, max=UNBOUNDED)
+    min_length: int = _setting(8, min=3, max=UNBOUNDED)
+    padded_share: float = _setting(0.5, **PROBABILITY)
+    num_labels: int = _setting(2, **COUNT)
+    mlm_slots: int = _setting(20, **COUNT)
+    mlm_used: int = _setting(19, **COUNT)
+
+
+@dataclass
+class BenchPlainSchema:
+    """bench.plain: the plain Hugging Face pretraining bench_pretrain_quality compares with."""
+
+    batch_size: int = _setting(32, **COUNT)
+    warmup_ratio: float = _setting(0.06, **PROBABILITY)
+    weight_decay: float = _setting(0.0, min=0, max=UNBOUNDED)
+    dropout: float = _setting(0.1, **PROBABILITY)
+    mlm_probability: float = _setting(0.15, above=0, below=1)
+    timing_steps: int = _setting(20, **COUNT)
+    learning_rates: list[float] = _setting(None, each=True, above=0, max=UNBOUNDED)
+    logging_steps: int = _setting(50, **COUNT)
+
+
+@dataclass
+class ParitySchema:
+    baseline_max_length: int = _setting(128, min=3, max=UNBOUNDED)
+    alpha: float = _setting(0.05, above=0, below=1)
+    max_difference: float = _setting(0.01, min=0, max=UNBOUNDED)
+    seeds: list[int] = _setting(None, "seeds in [0, 2**32 - 1]", each=True, **SEED)
+
+
+@dataclass
+class BenchSweepSchema:
+    n_jobs: int = _setting(2, **COUNT)
+    seeds: list[int] = _setting(None, "seeds in [0, 2**32 - 1]", each=True, **SEED)
+
+
+@dataclass
+class PeakTflopsSchema:
+    """throughput.peak_tflops.<GPU>: a card's dense peak by precision (MFU's denominator)."""
+
+    bf16: float = _setting(0.0, above=0, max=UNBOUNDED)
+    fp16: float = _setting(0.0, above=0, max=UNBOUNDED)
+    fp32: float = _setting(0.0, above=0, max=UNBOUNDED)
+    tf32: float = _setting(0.0, above=0, max=UNBOUNDED)
 
 
 # group -> its schema, stored as <group>/schema: a YAML of the group lists `schema` first.
 SCHEMAS = {"trainer": TrainerSchema}
 # node -> the schema of the keys it must hold to (the root: ""); checked, not composed.
+# A `*` in a path stands for every key of that node (each GPU of throughput.peak_tflops).
 SETTINGS = {"": RunSchema, "task": TaskSchema, "budget": BudgetSchema,
-            "early_stopping": EarlyStoppingSchema}
+            "early_stopping": EarlyStoppingSchema,
+            "task.columns": ConllColumnsSchema, "task.headerless_columns": HeaderlessColumnsSchema,
+            "task.synthetic": SyntheticSchema,
+            "model": ModelSchema, "model.config": BertConfigSchema,
+            "model.feature_based": FeatureBasedSchema,
+            "finetuning": FinetuningSchema, "finetuning.lora": LoraSchema,
+            "finetuning.r3f": R3FSchema,
+            "objective": ObjectiveSchema, "masking": MaskingSchema,
+            "pretraining": PretrainingSchema, "pretraining.long_phase": LongPhaseSchema,
+            "heldout": HeldoutSchema, "heldout.masking": MaskingSchema,
+            "corpus": CorpusSchema, "corpus.hub": CorpusHubSchema,
+            "corpus.synthetic": SyntheticSchema, "tokenizer_training": TokenizerTrainingSchema,
+            "bench": BenchSchema, "bench.model": BertConfigSchema,
+            "bench.glue": BenchWorkloadSchema, "bench.pretraining": BenchWorkloadSchema,
+            "bench.plain": BenchPlainSchema, "parity": ParitySchema,
+            "bench_sweep": BenchSweepSchema, "throughput.peak_tflops.*": PeakTflopsSchema}
 
 
 def register_schemas() -> None:
@@ -144,18 +438,40 @@ def register_schemas() -> None:
         store.store(group=group, name="schema", node=schema)
 
 
+def choices_of(bounds: dict) -> tuple | None:
+    """A field's choices: a tuple, or "module:NAME" of a tuple, dict or Enum kept by the code
+    that reads the key (imported when a value is checked, so the lists are never copied)."""
+    choices = bounds.get("choices")
+    if isinstance(choices, str):
+        module, name = choices.split(":")
+        found = getattr(importlib.import_module(module), name)
+        choices = tuple(getattr(item, "value", item) for item in found)
+    return choices
+
+
+def numeric_bounds(bounds: dict) -> dict:
+    """The numeric bounds a field declares (min, above, max, below), None (unbounded) kept."""
+    return {key: bounds[key] for key in ("min", "above", "max", "below") if key in bounds}
+
+
 def _out_of_range(value, bounds: dict) -> str | None:
     """What the value breaks, as "expected ..."; None when it is within bounds."""
     if value is None or not bounds:
         return None
-    choices = bounds.get("choices")
-    if choices is not None:
-        return None if value in choices else f"expected one of {', '.join(choices)}"
-    numeric = {key: bounds[key] for key in ("min", "above", "max", "below") if key in bounds}
+    choices = choices_of(bounds)
+    numeric = {key: bound for key, bound in numeric_bounds(bounds).items() if bound is not None}
+    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if choices is not None and not (numeric and is_number):
+        if value in choices:
+            return None
+        words = ", ".join(str(choice) for choice in choices)
+        return f"expected one of {words}" + (" or a number" if numeric else "")
     if not numeric:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not is_number:
         return "expected a number"
+    if isinstance(value, int) and not -INT64 <= value < INT64:  # torch's and numpy's sizes
+        return "expected a 64-bit integer (at most 2**63 - 1)"
     broken = {"min": lambda b: value < b, "above": lambda b: not value > b,
               "max": lambda b: value > b, "below": lambda b: not value < b}
     if not any(broken[key](bound) for key, bound in numeric.items()):
@@ -171,6 +487,27 @@ _TYPE_WORDS = {"int": "an integer", "float": "a number", "str": "a string",
                "bool": "true or false", "None": "null"}
 
 
+def expected_type(spec: dataclasses.Field) -> str:
+    """"expected an integer or null" for a field of type int | None."""
+    return "expected " + " or ".join(_TYPE_WORDS.get(name.strip(), name.strip())
+                                     for name in str(spec.type).split("|"))
+
+
+_PLAIN_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,),
+                "None": (type(None),)}
+
+
+def _plainly_of_type(spec: dataclasses.Field, value) -> bool:
+    """The value is of the field's type as it stands (an int for int | None): no conversion
+    to try (the common case, checked without OmegaConf's merge)."""
+    names = [name.strip() for name in str(spec.type).split("|")]
+    if any(name not in _PLAIN_TYPES for name in names):
+        return False
+    if isinstance(value, bool):
+        return "bool" in names
+    return any(isinstance(value, _PLAIN_TYPES[name]) for name in names)
+
+
 def _type_problem(typed: DictConfig, name: str, value) -> bool:
     """True when OmegaConf refuses `value` for the field of the structured config `typed`
     (e.g. a word for an integer)."""
@@ -181,23 +518,64 @@ def _type_problem(typed: DictConfig, name: str, value) -> bool:
     return False
 
 
+@functools.cache
+def _structured(schema: type) -> DictConfig:
+    return OmegaConf.structured(schema)
+
+
+def _check_each(key: str, value, spec: dataclasses.Field) -> None:
+    """A list of numbers (metadata each=True): every item held to the field's bounds, named
+    by its index (parity.seeds[1]=-1)."""
+    if value is None and "None" in str(spec.type):
+        return
+    if not isinstance(value, (ListConfig, list)):
+        raise BertkitError(f"{key}={value!r}: expected a list of numbers")
+    kind = (int,) if str(spec.type).startswith("list[int]") else (int, float)
+    for index, item in enumerate(value):
+        problem = _out_of_range(item, dict(spec.metadata))
+        if problem is None and (isinstance(item, bool) or not isinstance(item, kind)):
+            problem = "expected an integer" if kind == (int,) else "expected a number"
+        if problem:
+            expect = spec.metadata.get("expect")
+            raise BertkitError(f"{key}[{index}]={item!r}: " + (f"expected {expect}" if expect
+                                                                else problem))
+
+
 def _check_node(path: str, node: DictConfig, schema: type, typed: bool) -> None:
     """`typed`: OmegaConf checked the types at composition already (a ConfigStore schema)."""
-    structured = None if typed else OmegaConf.structured(schema)
     for spec in dataclasses.fields(schema):
         if spec.name not in node:
             continue
         value = node.get(spec.name)
+        if spec.metadata.get("each"):
+            _check_each(f"{path}.{spec.name}" if path else spec.name, value, spec)
+            continue
         problem = _out_of_range(value, dict(spec.metadata))
-        if problem is None and structured is not None \
-                and _type_problem(structured, spec.name, value):
-            problem = "expected " + " or ".join(_TYPE_WORDS.get(name.strip(), name.strip())
-                                                for name in str(spec.type).split("|"))
+        if problem is None and not typed and not _plainly_of_type(spec, value) \
+                and _type_problem(_structured(schema), spec.name, value):
+            problem = expected_type(spec)
         if problem:
             key = f"{path}.{spec.name}" if path else spec.name
             expect = spec.metadata.get("expect")
-            raise BertkitError(f"{key}={value!r}: " + (f"expected {expect}" if expect
-                                                       else problem))
+            raise BertkitError(f"{key}={value!r}{_set_by(node, spec.name)}: "
+                               + (f"expected {expect}" if expect else problem))
+
+
+def _set_by(node: DictConfig, name: str) -> str:
+    """ (set by ${bench.batch_size})" for a value interpolated from the key the user typed."""
+    if not OmegaConf.is_interpolation(node, name):
+        return ""
+    return f" (set by {node._get_node(name)._value()})"
+
+
+def nodes(cfg: DictConfig, path: str):
+    """(path, node) of each node a SETTINGS path names in cfg, a `*` standing for every key."""
+    found = [("", cfg)]
+    for part in path.split(".") if path else []:
+        found = [(f"{at}.{key}" if at else str(key), node.get(key))
+                 for at, node in found for key in (node.keys() if part == "*" else [part])
+                 if key in node and isinstance(node.get(key), DictConfig)]
+    return found
 
 
 def check_ranges(cfg: DictConfig) -> None:
@@ -205,13 +583,26 @@ def check_ranges(cfg: DictConfig) -> None:
     ranges (their types were checked at composition), and the SETTINGS nodes' types and
     ranges."""
     for path, schema in SETTINGS.items():  # first: the trainer group interpolates the root's
-        node = OmegaConf.select(cfg, path) if path else cfg
-        if isinstance(node, DictConfig):
-            _check_node(path, node, schema, typed=False)
+        for at, node in nodes(cfg, path):
+            _check_node(at, node, schema, typed=False)
     for group, schema in SCHEMAS.items():
         node = OmegaConf.select(cfg, group)
         if node is not None:
             _check_node(group, node, schema, typed=True)
+
+
+def schema_field(key: str) -> dataclasses.Field | None:
+    """The schema's field of a config key (e.g. throughput.peak_tflops.H100.bf16), if any."""
+    parent, _, name = key.rpartition(".")
+    for path, schema in {**SETTINGS, **SCHEMAS}.items():
+        pattern = path.split(".") if path else []
+        parts = parent.split(".") if parent else []
+        if len(pattern) == len(parts) \
+                and all(p in ("*", q) for p, q in zip(pattern, parts, strict=True)):
+            spec = {spec.name: spec for spec in dataclasses.fields(schema)}.get(name)
+            if spec is not None:
+                return spec
+    return None
 
 
 register_schemas()

@@ -19,6 +19,7 @@ from bertkit.errors import BertkitError
 from bertkit.finetuning.two_stage import finetune_two_stage, is_two_stage
 from bertkit.tasks import finetuning_family
 from bertkit.training.finetune import finetune
+from bertkit.training.models import check_local_files
 from bertkit.training.run import hydra_run_dir
 
 # recipe.job -> "module:function(cfg, run_dir)" of the jobs that are not finetunes.
@@ -50,6 +51,7 @@ def run_job(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     job = cfg.recipe.job
     check_task_family(cfg)  # first: another family's task leaves the recipe's ${task.*} unset
     check_ranges(cfg)  # the schema'd groups (bertkit.config_schema): types were checked already
+    check_local_files(cfg.model, fetched_only=True)  # model=minilm_l6: make minilm
     if job == "finetune" and is_two_stage(cfg):
         return finetune_two_stage(cfg, run_dir or hydra_run_dir(), finetune, finetuning_family)
     if job == "finetune":

@@ -43,7 +43,8 @@ from tests.conftest import PROTOCOLS, compose_config
     ("pad_to_multiple_of=8.5", "pad_to_multiple_of=8.5: expected an integer or null"),
     ("preprocessing_num_workers=0", "preprocessing_num_workers=0: expected a number >= 1"),
     ("gpu_dataloader_workers=-1", "gpu_dataloader_workers=-1: expected a number >= 0"),
-    ("seed=x", "seed='x': expected an integer"),
+    ("seed=x", "seed='x': expected an integer in [0, 2**32 - 1] (numpy's and torch's seeds)"),
+    ("seed=-1", "seed=-1: expected an integer in [0, 2**32 - 1] (numpy's and torch's seeds)"),
     ("train_fraction=0", "train_fraction=0: expected a number in (0, 1], or null for the "
                          "whole schedule"),
     ("early_stopping.threshold=-0.1", "early_stopping.threshold=-0.1: expected a number >= 0"),

@@ -307,12 +307,21 @@ def _check(cfg: DictConfig) -> list[str]:
         raise BertkitError(f"bench.workloads={workloads}: expected some of {', '.join(WORKLOADS)}")
     for workload in workloads:
         settings = bench[workload]
-        least = int(settings.mlm_used) + 2 if workload == "pretraining" else 3
-        if not least <= int(settings.min_length) < int(settings.seq_length) \
-                <= int(bench.model.max_position_embeddings):
-            raise BertkitError(f"bench.{workload}: expected {least} <= min_length "
-                               f"({settings.min_length}) < seq_length ({settings.seq_length}) "
-                               f"<= bench.model.max_position_embeddings")
+        # Each limit named by the key the user set: [CLS], [SEP] and (pretraining) the used
+        # MLM slots fit the shortest row, the longest fits the model's positions.
+        key, positions = f"bench.{workload}", int(bench.model.max_position_embeddings)
+        least, why = ((int(settings.mlm_used) + 2, f"{key}.mlm_used + 2")
+                      if workload == "pretraining" else (3, "[CLS], a token and [SEP]"))
+        if int(settings.min_length) < least:
+            raise BertkitError(f"{key}.min_length={settings.min_length}: expected at least "
+                               f"{least} ({why})")
+        if int(settings.min_length) >= int(settings.seq_length):
+            raise BertkitError(f"{key}.min_length={settings.min_length}: expected less than "
+                               f"{key}.seq_length={settings.seq_length}")
+        if int(settings.seq_length) > positions:
+            raise BertkitError(f"{key}.seq_length={settings.seq_length} exceeds the {positions} "
+                               f"positions of bench.model.max_position_embeddings: lower "
+                               f"{key}.seq_length to at most {positions}")
         if workload == "pretraining" and int(settings.mlm_used) > int(settings.mlm_slots):
             raise BertkitError("bench.pretraining: mlm_used must be at most mlm_slots")
     if int(cfg.trainer.gradient_accumulation_steps) != 1:

@@ -72,15 +72,22 @@ def check_pretraining_config(cfg: DictConfig) -> None:
     if not 0 <= long_phase.fraction < 1:
         raise BertkitError(f"pretraining.long_phase.fraction={long_phase.fraction}: expected "
                            f"a fraction of the steps in [0, 1)")
-    if long_phase.fraction > 0 and long_phase.max_seq_length <= cfg.pretraining.max_seq_length:
-        raise BertkitError("pretraining.long_phase.max_seq_length must exceed "
-                           "pretraining.max_seq_length")
-    longest = max(cfg.pretraining.max_seq_length,
-                  long_phase.max_seq_length if long_phase.fraction > 0 else 0)
     positions = OmegaConf.select(cfg.model, "config.max_position_embeddings", default=512)
-    if longest > positions:
-        raise BertkitError(f"sequences of {longest} tokens do not fit "
-                           f"model.config.max_position_embeddings={positions}")
+    lengths = {"pretraining.max_seq_length": cfg.pretraining.max_seq_length}
+    if long_phase.fraction > 0:
+        lengths["pretraining.long_phase.max_seq_length"] = long_phase.max_seq_length
+    for key, length in lengths.items():  # named by the key the user set, not the model's
+        if length > positions:
+            raise BertkitError(f"{key}={length} exceeds the {positions} positions of "
+                               f"model.config.max_position_embeddings: lower {key} to at most "
+                               f"{positions}, or raise model.config.max_position_embeddings")
+    if long_phase.fraction > 0 and long_phase.max_seq_length <= cfg.pretraining.max_seq_length:
+        raise BertkitError(f"pretraining.max_seq_length={cfg.pretraining.max_seq_length} is not "
+                           f"below pretraining.long_phase.max_seq_length="
+                           f"{long_phase.max_seq_length} (the last "
+                           f"pretraining.long_phase.fraction={long_phase.fraction} of the steps): "
+                           f"lower it, raise the long phase's, or set "
+                           f"pretraining.long_phase.fraction=0")
     check_heldout_config(cfg)
     if is_streaming(cfg.corpus):
         if masking.kind == "static":

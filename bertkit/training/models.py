@@ -27,8 +27,35 @@ def hub_error(what: str, name: str, key: str, err: Exception) -> BertkitError:
     )
 
 
+def _is_local_path(name: str) -> bool:
+    """A directory, not a Hub id (which is `name` or `owner/name`)."""
+    return Path(name).is_absolute() or name.startswith((".", "~")) or name.count("/") > 1
+
+
+def check_local_files(model: DictConfig, fetched_only: bool = False) -> None:
+    """A checkpoint or vocabulary directory that is not there is refused naming the key and
+    how to get it: model.fetch.command when the path is the preset's model.fetch.directory
+    (model=minilm_l6 before `make minilm`), else what may be given instead. Without this, the
+    path went on to the Hub as a model id, whose error said nothing of missing files.
+    `fetched_only`: only the preset's fetched directory (at the start of a job, when a demo's
+    vocabulary or a first stage's checkpoint is not written yet)."""
+    fetch = OmegaConf.select(model, "fetch")
+    for key in ("name_or_path", "tokenizer"):
+        if OmegaConf.is_missing(model, key):
+            continue
+        name = OmegaConf.select(model, key)
+        fetched = fetch is not None and name is not None and str(name) == str(fetch.directory)
+        if not name or (fetched_only and not fetched) or not _is_local_path(str(name)) \
+                or Path(str(name)).expanduser().exists():
+            continue
+        how = (f"`{fetch.command}` puts the files there" if fetched
+               else "give a saved checkpoint's directory, or a Hub id")
+        raise BertkitError(f"model.{key}={name}: no such directory; {how}")
+
+
 def load_tokenizer(model: DictConfig) -> PreTrainedTokenizerBase:
     """A directory holding only vocab.txt (Google's layout) is read as a BERT WordPiece vocab."""
+    check_local_files(model)
     if OmegaConf.is_missing(model, "tokenizer") or model.tokenizer is None:
         raise BertkitError("model.tokenizer is not set: give a Hub id or a directory holding "
                            "a WordPiece vocab.txt")

@@ -104,7 +104,9 @@ def test_contradictory_settings_fail_before_reading_data(tmp_path):
     with pytest.raises(BertkitError, match="trainer.max_steps"):
         pretrain(compose_config(tiny_pretraining_overrides(**{"trainer.max_steps": -1})),
                  tmp_path)
-    with pytest.raises(BertkitError, match="max_position_embeddings=128"):
+    with pytest.raises(BertkitError, match=r"^pretraining\.long_phase\.max_seq_length=512 "
+                                           r"exceeds the 128 positions of model\.config\."
+                                           r"max_position_embeddings: lower"):
         pretrain(compose_config(tiny_pretraining_overrides(**{
             "pretraining.long_phase.fraction": 0.1})), tmp_path)
 
