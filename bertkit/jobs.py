@@ -49,6 +49,8 @@ def check_task_family(cfg: DictConfig) -> None:
 def run_job(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     """The job's result record (a finetune's is its metrics.json)."""
     job = cfg.recipe.job
+    if job != "finetune" and job not in JOBS:
+        raise BertkitError(f"recipe.job={job!r}: expected finetune, {', '.join(JOBS)}")
     check_task_family(cfg)  # first: another family's task leaves the recipe's ${task.*} unset
     check_ranges(cfg)  # the schema'd groups (bertkit.config_schema): types were checked already
     check_local_files(cfg.model, fetched_only=True)  # model=minilm_l6: make minilm
@@ -56,7 +58,5 @@ def run_job(cfg: DictConfig, run_dir: Path | None = None) -> dict:
         return finetune_two_stage(cfg, run_dir or hydra_run_dir(), finetune, finetuning_family)
     if job == "finetune":
         return finetune(cfg, finetuning_family(cfg.task.family), run_dir)
-    if job not in JOBS:
-        raise BertkitError(f"recipe.job={job!r}: expected finetune, {', '.join(JOBS)}")
     module, function = JOBS[job].split(":")
     return getattr(importlib.import_module(module), function)(cfg, run_dir)

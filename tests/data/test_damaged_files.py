@@ -69,6 +69,11 @@ def glue_run(root: Path) -> Run:
     data = write_glue_task("mrpc", root / "glue", 24, 12, 6, random.Random(0))
     cfg = compose_config(tiny_run_overrides("mrpc", data, _vocab(root / "vocab"),
                                             cache_dir=str(root / "cache")))
+    return finetune_run(root, cfg)
+
+
+def finetune_run(root: Path, cfg) -> Run:
+    """A Run whose `again` trains cfg anew in a fresh run directory: (validation, train loss)."""
     runs = iter(range(100))
 
     def again(kind=None):
@@ -79,37 +84,31 @@ def glue_run(root: Path) -> Run:
     return Run(root, again, again())
 
 
-def ner_run(root: Path) -> Run:
+def conll_files(root: Path, train_sentences: int) -> dict[str, Path]:
+    """Generated CoNLL-2003 train/validation/test files under root/conll."""
     files = {}
-    for split, n, seed in (("train", 32, 1), ("validation", 8, 2), ("test", 8, 3)):
+    for split, n, seed in (("train", train_sentences, 1), ("validation", 8, 2), ("test", 8, 3)):
         path = root / "conll" / f"{split}.txt"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(conll_text(make_sentences(n, seed)))
         files[split] = path
+    return files
+
+
+def ner_run(root: Path) -> Run:
+    files = conll_files(root, 32)
     overrides = {"recipe": "ner", "task.train_file": files["train"],
                  "task.validation_file": files["validation"], "task.test_file": files["test"],
                  **tiny_checkpointed_training(write_vocab(root / "vocab"), root / "cache"),
                  "model.do_lower_case": False, "trainer.max_steps": 2,
                  "trainer.eval_strategy": "no", "trainer.save_strategy": "no"}
-    cfg = compose_config([f"{key}={value}" for key, value in overrides.items()])
-    runs = iter(range(100))
-
-    def again(kind=None):
-        run_dir = root / f"run{next(runs)}"
-        summary = run_job(cfg, run_dir=run_dir)
-        return summary["validation"], read_json(run_dir / "metrics.json")["train"]["loss"]
-
-    return Run(root, again, again())
+    return finetune_run(root, compose_config([f"{key}={value}"
+                                              for key, value in overrides.items()]))
 
 
 def ner_feature_based_run(root: Path) -> Run:
     """A feature-based NER run, whose saved tagger is read back by load_feature_based_tagger."""
-    files = {}
-    for split, n, seed in (("train", 16, 1), ("validation", 8, 2), ("test", 8, 3)):
-        path = root / "conll" / f"{split}.txt"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(conll_text(make_sentences(n, seed)))
-        files[split] = path
+    files = conll_files(root, 16)
     overrides = {"recipe": "ner", "experiment": "ner_feature_based",
                  "task.train_file": files["train"], "task.validation_file": files["validation"],
                  "task.test_file": files["test"],
