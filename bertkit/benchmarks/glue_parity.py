@@ -45,7 +45,7 @@ from transformers import (
 )
 
 from bertkit.data.atomic_files import write_json_atomic
-from bertkit.data.metrics_file import read_json_object
+from bertkit.data.readback import read_json
 from bertkit.errors import BertkitError
 from bertkit.reporting.statistics import (
     aso_epsilon,
@@ -217,7 +217,7 @@ def _finished_run(where: Path, settings: dict) -> dict | None:
     path = where / RUN_FILE
     if not path.is_file():
         return None
-    record = read_json_object(path)
+    record = read_json(path)
     ran_under = record.pop("settings", None)
     if ran_under != settings:
         changed = sorted(key for key in settings if (ran_under or {}).get(key) != settings[key])

@@ -18,10 +18,6 @@ are read through `upgrade`. Pretraining runs write a metrics.json of their own (
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from bertkit.data.readback import read_json
-
 SCHEMA_VERSION = 2
 METRICS_FILE = "metrics.json"
 FAILED_FILE = "failed.json"
@@ -47,9 +43,3 @@ def upgrade(data: dict) -> dict:
         flat = {k: v for k, v in validation.items() if not isinstance(v, dict)}
         data = {**data, "validation": {**nested, "validation": flat}}
     return {**data, "schema_version": SCHEMA_VERSION}
-
-
-def read_json_object(path: Path) -> dict:
-    """A result file bertkit wrote (metrics.json, failed.json), or one message naming it: the
-    writes are atomic, but a file copied in part or edited by hand must not be a traceback."""
-    return read_json(path)

@@ -15,8 +15,8 @@ import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from bertkit.data.metrics_file import METRICS_FILE, SCHEMA_VERSION, read_json_object, upgrade
-from bertkit.data.readback import read_yaml
+from bertkit.data.metrics_file import METRICS_FILE, SCHEMA_VERSION, upgrade
+from bertkit.data.readback import read_json, read_yaml
 from bertkit.errors import BertkitError
 from bertkit.reporting.identity import MODEL_KEY, PRETRAINING, run_settings
 
@@ -66,7 +66,7 @@ def read_downstream_runs(pretraining_dir: Path) -> list[RunResult]:
     downstream = pretraining_dir / "downstream"
     if not downstream.is_dir():
         return []
-    pretraining = read_json_object(pretraining_dir / METRICS_FILE)
+    pretraining = read_json(pretraining_dir / METRICS_FILE)
     arm = (f"{pretraining.get('recipe', 'pretraining')} ({pretraining.get('masking', '?')} "
            f"masking, {pretraining.get('objective', '?')})")
     model = f"pretrained on {pretraining.get('corpus', '?')}"
@@ -97,7 +97,7 @@ def _config(run_dir: Path) -> dict | None:
 
 def read_run(path: Path) -> RunResult | None:
     """The RunResult of one metrics.json; None for a pretraining run (no "main_metric")."""
-    data = read_json_object(path)
+    data = read_json(path)
     if "main_metric" not in data:
         return None
     data = _upgraded(path, data)
@@ -168,7 +168,7 @@ def _progress(path: Path, train: object) -> dict:
 
 
 def read_failed(path: Path) -> FailedRun:
-    data = read_json_object(path)
+    data = read_json(path)
     if not isinstance(data.get("error"), str):
         raise BertkitError(f"{path}: missing string key 'error'")
     return FailedRun(run_dir=path.parent, error=data["error"])

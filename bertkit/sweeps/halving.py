@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bertkit.data.job_overrides import Overrides, configuration_of
-from bertkit.data.metrics_file import FAILED_FILE, METRICS_FILE, read_json_object
-from bertkit.data.readback import DamagedFile
+from bertkit.data.metrics_file import FAILED_FILE, METRICS_FILE
+from bertkit.data.readback import DamagedFile, read_json
 from bertkit.errors import BertkitError
 
 
@@ -93,7 +93,7 @@ def read_outcome(run_dir: Path, returned: float | None) -> JobOutcome:
 def _read_outcome(run_dir: Path, returned: float | None) -> JobOutcome:
     metrics_path, failed_path = run_dir / METRICS_FILE, run_dir / FAILED_FILE
     if metrics_path.is_file():
-        data = read_json_object(metrics_path)
+        data = read_json(metrics_path)
         train = data.get("train", {})
         if returned is None or "planned_steps" not in train:
             raise BertkitError(f"{metrics_path}: not a finetuning result (no main_value or "
@@ -104,7 +104,7 @@ def _read_outcome(run_dir: Path, returned: float | None) -> JobOutcome:
                           int(data["hyperparameters"]["train_batch_size"]),
                           float(train.get("seconds", 0.0)))
     if failed_path.is_file() and returned is None:
-        error = read_json_object(failed_path).get("error", "failed")
+        error = read_json(failed_path).get("error", "failed")
         return JobOutcome(run_dir, None, error=str(error))
     return JobOutcome(run_dir, None, error="the job left neither metrics.json nor failed.json")
 

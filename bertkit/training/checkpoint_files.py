@@ -37,6 +37,8 @@ from transformers.utils import (
     WEIGHTS_NAME,
 )
 
+from bertkit.data.readback import DamagedFile, read_json
+
 STATE_FILE = TRAINER_STATE_NAME
 # The weights Trainer saves (whole, or sharded with an index; PEFT's adapter files); FSDP's
 # sharded state dict is a folder (pytorch_model_fsdp_0/).
@@ -90,8 +92,8 @@ def torch_file_fault(path: Path) -> str | None:
 
 def json_fault(path: Path) -> str | None:
     try:
-        json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError):
+        read_json(path, expect=object)
+    except DamagedFile:
         return "cut short (not valid JSON)"
     return None
 
