@@ -130,7 +130,10 @@ def train(cfg: DictConfig, run_dir: Path, trainer: Trainer, hyperparameters: dic
     if main:
         write_yaml_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     started = time.perf_counter()
-    output = _train_or_explain(trainer, checkpoint)
+    try:
+        output = _train_or_explain(trainer, checkpoint)
+    finally:
+        preemption.restore_handlers()
     seconds = time.perf_counter() - started
     try:
         preemption.raise_if_stopped(trainer.args.output_dir)

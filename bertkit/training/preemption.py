@@ -103,6 +103,12 @@ class PreemptionCallback(TrainerCallback):
             state.best_model_checkpoint = None
 
     def on_train_end(self, args, state, control, **kwargs):
+        self.restore_handlers()
+
+    def restore_handlers(self) -> None:
+        """The handlers from before training. Also called when training raises (on_train_end
+        never runs then): a handler left behind would outlive the run, and a process forked
+        later (a datasets worker pool) would ignore the SIGTERM that ends it."""
         for signum, handler in self.previous.items():
             signal.signal(signum, handler)
 

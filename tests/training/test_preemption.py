@@ -265,3 +265,24 @@ def test_a_preempted_run_keeps_its_checkpoint_under_save_total_limit_1_with_a_be
     state = json.loads((checkpoints / "checkpoint-5" / "trainer_state.json").read_text())
     assert state["best_model_checkpoint"].endswith("checkpoint-2")  # kept for the resume
     assert calls["n"] == 5
+
+
+def test_a_run_whose_training_raises_gives_back_the_signal_handlers(
+        glue_dir, vocab_dir, tmp_path, monkeypatch):
+    """on_train_end never runs when training raises; a SIGTERM handler left installed would
+    outlive the run, and a worker pool forked later (datasets' num_proc) would ignore the
+    SIGTERM that ends it: the pool's terminate then waits forever."""
+    from bertkit.jobs import run_job
+    from bertkit.training.length_grouped_trainer import LengthGroupedTrainer
+    from tests.conftest import compose_config
+
+    def broken_step(self, *args, **kwargs):
+        raise RuntimeError("a step that fails")
+
+    monkeypatch.setattr(LengthGroupedTrainer, "training_step", broken_step)
+    before = {signum: signal.getsignal(signum) for signum in preemption_signals()}
+    overrides = tiny_run_overrides("rte", glue_dir("rte"), vocab_dir,
+                                   **{"trainer.max_steps": 2})
+    with pytest.raises(RuntimeError, match="a step that fails"):
+        run_job(compose_config(overrides), run_dir=tmp_path / "run")
+    assert {signum: signal.getsignal(signum) for signum in preemption_signals()} == before
