@@ -34,7 +34,7 @@ BERTKIT_CACHE ?= $(HOME)/.cache/bertkit
 MINILM_DIR := $(BERTKIT_CACHE)/models/all-MiniLM-L6-v2
 # make bench-parity: the GLUE tasks finetuned both ways (same checkpoint, settings and seeds).
 PARITY_TASKS ?= mrpc rte stsb cola
-# make bench-parity-calibrated: the tasks with a calibrated protocol for MiniLM (recipes/protocol).
+# make bench-parity-calibrated: the tasks with a calibrated protocol for MiniLM (the experiment presets recipes/experiment/minilm_<task>.yaml).
 CALIBRATED_TASKS ?= mrpc stsb sst2 cola
 
 # make pretrain: the Hydra selection it runs (experiment=pretrain_small: offline, minutes on a
@@ -180,18 +180,18 @@ bench-parity: minilm
 # the plain way padded per batch (run_glue.py --pad_to_max_length False), so that it settles
 # quality at the cost of bertkit's own runs. Finished seeds in the run directory are reused.
 bench-parity-calibrated: minilm
-	$(foreach task,$(CALIBRATED_TASKS),$(LAUNCH) recipe=bench_parity protocol=minilm_$(task) \
+	$(foreach task,$(CALIBRATED_TASKS),$(LAUNCH) recipe=bench_parity experiment=minilm_$(task) \
 	  task.data_dir=$(call glue_data,$(task)) parity.seeds=[1,2,3,4,5] \
 	  parity.baseline_padding=longest hydra.run.dir=outputs/parity_cal/$(task) $(O) && ) true
 
 # make methods-table: the finetuning arms of recipes/cards/finetuning.md at each task's calibrated
-# protocol (recipes/protocol), seeds METHODS_SEEDS, one sweep per arm into
+# protocol (the experiment presets recipes/experiment/minilm_<task>.yaml), seeds METHODS_SEEDS, one sweep per arm into
 # multirun/methods/<task>/<arm> (a job's directory holds no arm name: one sweep of all arms
 # could not be told apart by glob); then bertkit-report multirun/methods/<task>
 # --compare 'full/*' '<arm>/*', once per arm (Holm's p counts them all). LoRA trains at LORA_LR
 # (10x the protocol's rate); STILTs' intermediate task is the other task of the pair, and as
 # both protocols share their trainer settings, its first stage is that task's full arm to the
-# digit (<arm dir>/<task>/<job>/intermediate/). Records to keep: recipes/cards/runs/README.md.
+# digit (<arm dir>/<task>/<job>/intermediate/). Records to keep: recipes/cards/README.md.
 # The arms are the card's rows as measured: reinit and lora with BERT's pooler kept as it was
 # (their presets now reset / train it), lora_pooler and stilts_fresh_pooler the follow-ups.
 METHODS_TASKS ?= mrpc stsb
@@ -213,7 +213,7 @@ methods_extra_stilts_fresh_pooler = $(call methods_extra_stilts,$(1)) \
   finetuning.reinit_pooler=true finetuning.name=stilts_fresh_pooler
 methods-table: minilm
 	$(foreach task,$(METHODS_TASKS),$(foreach arm,$(METHODS_ARMS),\
-	  $(LAUNCH) -m recipe=glue protocol=minilm_$(task) seed=$(METHODS_SEEDS) \
+	  $(LAUNCH) -m recipe=glue experiment=minilm_$(task) seed=$(METHODS_SEEDS) \
 	    task.data_dir=$(call glue_data,$(task)) finetuning=$(or $(methods_preset_$(arm)),$(arm)) \
 	    $(call methods_extra_$(arm),$(task)) hydra.sweep.dir=multirun/methods/$(task)/$(arm) $(O) && )) true
 

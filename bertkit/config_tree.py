@@ -6,21 +6,14 @@ same tree, and must not import the entry point to find it.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig
 
 import bertkit.config_schema  # noqa: F401  (registers the groups' schemas with Hydra)
+from bertkit.config_paths import config_dir
 
-
-def config_dir() -> str:
-    """conf/ of a source checkout (recipes/recipe, recipes/experiment and recipes/protocol are
-    linked in as conf/recipe, conf/experiment and conf/protocol), else the packaged copy."""
-    here = Path(__file__).resolve().parent
-    source = here.parent / "conf"
-    return str(source if source.is_dir() else here / "_conf")
+__all__ = ["compose_config", "config_dir"]
 
 
 def compose_config(overrides: list[str]) -> DictConfig:

@@ -13,12 +13,13 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 from bertkit.cli import register_resolvers
+from bertkit.config_paths import recipes_dir
 from bertkit.config_tree import config_dir
 from tests.glue_fixtures import WORDS, write_glue_task
 
 GLUE_TASKS = ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli"]
-# The calibrated protocols (conf/protocol, linked from recipes/protocol).
-PROTOCOLS = sorted(path.stem for path in (Path(config_dir()) / "protocol").glob("*.yaml"))
+# The calibrated protocols: the experiment presets recipes/experiment/minilm_<task>.yaml.
+PROTOCOLS = sorted(path.stem for path in (Path(recipes_dir()) / "experiment").glob("minilm_*.yaml"))
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,4 @@
-"""The commands the docs show (README.md, recipes/guide/*.md, recipes/cards/*.md), read as a
+"""The commands the docs show (README.md, docs/*.md, recipes/cards/*.md), read as a
 shell would read them when a user pastes them: `bertkit ...` (also behind python -m,
 torchrun -m, accelerate launch -m, taskset, environment assignments), `bertkit-report ...` and
 `make ...`, from code blocks (fenced, or indented) and inline code spans.
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-DOC_FILES = [REPO / "README.md", *sorted((REPO / "recipes" / "guide").glob("*.md")),
+DOC_FILES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")),
              *sorted((REPO / "recipes" / "cards").glob("*.md"))]
 
 PROGRAMS = ("bertkit", "bertkit-report", "make")

@@ -1,7 +1,7 @@
 """Every number a user can type is bounded at the edge (bertkit.config_schema), generated from
 the composed configs and the schema, so that a key added tomorrow is covered the day it is:
 
-- every numeric key of every composed config (each recipe, experiment preset and protocol,
+- every numeric key of every composed config (each recipe, experiment preset (protocols too),
   and each option of each config group) declares both ends of its range in the schema (None
   for a side that is genuinely unbounded): a key with no declared bound fails here;
 - each such key set to boundary values (0, -1, a huge number, a fraction, a word), and each
@@ -24,6 +24,7 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, ListConfig, OmegaConf, ValidationError
 
 from bertkit.cli import composition_message
+from bertkit.config_paths import recipes_dir
 from bertkit.config_schema import (
     SCHEMAS,
     _out_of_range,
@@ -42,18 +43,20 @@ NOT_A_CHOICE = "no_such_choice"
 
 
 def _options(group: str) -> list[str]:
-    return sorted(path.stem for path in (CONF / group).glob("*.yaml"))
+    """A group's options, in conf/ or (recipe, experiment) in recipes/."""
+    return sorted(path.stem for root in (CONF, Path(recipes_dir()))
+                  for path in (root / group).glob("*.yaml"))
 
 
 @functools.cache
 def selections() -> dict[str, DictConfig]:
-    """Each recipe, preset and protocol, and each option of every other config group on the
-    first recipe that has that group (corpus, masking and objective are pretraining's)."""
+    """Each recipe and preset (the calibrated protocols among them), and each option of every
+    other config group on the first recipe that has that group (corpus, masking and objective
+    are pretraining's)."""
     picked = ([f"recipe={name}" for name in _options("recipe")]
-              + [f"experiment={name}" for name in _options("experiment")]
-              + [f"recipe=glue protocol={name}" for name in _options("protocol")])
+              + [f"experiment={name}" for name in _options("experiment")])
     configs = {selection: compose_config(selection.split()) for selection in picked}
-    skip = {"recipe", "experiment", "protocol", "sweep", "hydra"}
+    skip = {"sweep", "hydra"}
     for group in sorted(p.name for p in CONF.iterdir() if p.is_dir() and p.name not in skip):
         base = next((s for s, cfg in configs.items() if group in cfg), None)
         if base is None:

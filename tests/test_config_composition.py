@@ -9,6 +9,7 @@ import pytest
 from hydra.errors import ConfigCompositionException, MissingConfigException
 from omegaconf import OmegaConf
 
+from bertkit.config_paths import recipes_dir
 from bertkit.config_tree import config_dir
 from bertkit.tasks.glue.metrics import METRICS
 from tests.conftest import GLUE_TASKS, PROTOCOLS, compose_config
@@ -187,8 +188,8 @@ def test_each_calibrated_task_has_a_protocol():
 @pytest.mark.parametrize("recipe", ["glue", "bench_parity"])
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_a_protocol_sets_its_task_and_wins_over_the_recipe(recipe, protocol):
-    written = OmegaConf.load(Path(config_dir()) / "protocol" / f"{protocol}.yaml").trainer
-    cfg = compose_config([f"recipe={recipe}", f"protocol={protocol}"])
+    written = OmegaConf.load(Path(recipes_dir()) / "experiment" / f"{protocol}.yaml").trainer
+    cfg = compose_config([f"recipe={recipe}", f"experiment={protocol}"])
     assert cfg.task.name == protocol.removeprefix("minilm_")
     assert cfg.model.name_or_path.endswith("all-MiniLM-L6-v2")
     assert cfg.recipe.name == recipe
@@ -200,5 +201,5 @@ def test_a_protocol_sets_its_task_and_wins_over_the_recipe(recipe, protocol):
     assert cfg.trainer.warmup_steps == PAPER_FINETUNING["warmup_steps"]
     assert cfg.trainer.weight_decay == PAPER_FINETUNING["weight_decay"]
     # A command-line setting still wins over the protocol's.
-    assert compose_config([f"recipe={recipe}", f"protocol={protocol}",
+    assert compose_config([f"recipe={recipe}", f"experiment={protocol}",
                            "trainer.learning_rate=3e-5"]).trainer.learning_rate == 3e-5

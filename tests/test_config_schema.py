@@ -13,8 +13,8 @@ import pytest
 from hydra.errors import ConfigCompositionException
 from transformers import TrainingArguments
 
+from bertkit.config_paths import recipes_dir
 from bertkit.config_schema import TrainerSchema, check_ranges
-from bertkit.config_tree import config_dir
 from bertkit.errors import BertkitError
 from bertkit.jobs import run_job
 from bertkit.tasks import finetuning_family
@@ -96,13 +96,13 @@ def test_other_trainer_arguments_can_still_be_added():
     assert trainer.label_smoothing_factor == 0.1
 
 
-RECIPES = sorted(path.stem for path in (Path(config_dir()) / "recipe").glob("*.yaml"))
-EXPERIMENTS = sorted(path.stem for path in (Path(config_dir()) / "experiment").glob("*.yaml"))
+RECIPES = sorted(path.stem for path in (Path(recipes_dir()) / "recipe").glob("*.yaml"))
+EXPERIMENTS = sorted(path.stem for path in (Path(recipes_dir()) / "experiment").glob("*.yaml"))
 
 
 @pytest.mark.parametrize("selection", [f"recipe={name}" for name in RECIPES]
                          + [f"experiment={name}" for name in EXPERIMENTS]
-                         + [f"recipe=glue protocol={name}" for name in PROTOCOLS])
+                         + [f"recipe=bench_parity experiment={name}" for name in PROTOCOLS])
 def test_every_recipe_and_preset_composes_against_the_schema(selection):
     """A recipe's YAML cannot add a trainer key the schema lacks (bench_glue's
     logging_strategy did): each one composes, and its values are within every schema's

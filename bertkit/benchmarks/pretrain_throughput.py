@@ -2,7 +2,7 @@
 (BertForPreTraining, padded to max_seq_length, random batches, DataCollatorForLanguageModeling)
 and of bertkit's (the MLM head on masked positions, dynamic masking per batch, length-grouped
 batches), from the same initial weights, instances, steps and precision, alternating in one
-process. recipes/guide/speed.md ("How bench-pretrain compares") says what is held equal, what is
+process. docs/speed.md ("How bench-pretrain compares") says what is held equal, what is
 timed and how MFU is counted. Writes bench_pretrain.json and prints a markdown table.
 """
 

@@ -68,7 +68,7 @@ def check_sharding_launch(options: dict) -> None:
                 f"trainer.{key}={value!r}: {name} shards the model over the processes of a "
                 f"launch, and this process was started alone: launch it with torchrun, e.g. "
                 f"torchrun --nproc_per_node=N -m bertkit <the same overrides> "
-                f"(recipes/guide/scale.md)")
+                f"(docs/scale.md)")
     if options.get("deepspeed") and not deepspeed_installed():
         raise BertkitError(
             f"trainer.deepspeed={options['deepspeed']!r}: DeepSpeed is not installed; it is "

@@ -1,6 +1,6 @@
 """The methods table of recipes/cards/finetuning.md, recomputed from the run records here.
 
-    python recipes/cards/runs/methods_table.py mrpc [--seeds 1,2,3,4,5]
+    python recipes/cards/finetuning/methods_table.py mrpc [--seeds 1,2,3,4,5]
 
 One row per arm of methods/<task>/: per-seed dev scores, the difference to the full arm with
 Welch's interval and p, Holm's p over every row of the table, ASO's ε_min both ways
@@ -9,7 +9,7 @@ metric's difference (accuracy for MRPC, Pearson for STS-B) and Welch p, mean fin
 loss and median training seconds. The tests and their settings are bertkit-report --compare's
 own (bertkit.reporting.statistics at Significance's defaults); this script
 exists because a table measured over several sessions has arms whose run directories are gone:
-methods/<task>/printed.yaml holds what the card printed of those, and a record
+runs/<task>/printed.yaml holds what the card printed of those, and a record
 (seed_<k>/metrics.json) wins over it. Arms with fewer than two seeds are listed, not tested.
 """
 
@@ -26,7 +26,7 @@ from scipy import stats
 from bertkit.reporting.statistics import aso_epsilon, compare_groups, holm_adjust, seeds_needed
 from bertkit.reporting.writer import Significance
 
-HERE = Path(__file__).parent / "methods"
+HERE = Path(__file__).parent / "runs"
 ORDER = ["full", "llrd", "reinit", "mean_pooling", "freeze", "layer_mix", "gradual_unfreezing",
          "lora", "lora_pooler", "r3f", "stilts", "stilts_fresh_pooler"]
 # Follow-ups: an arm changed in one respect after its row was measured, tested against that

@@ -1,8 +1,8 @@
-"""Draw recipes/cards/figures/minilm_{seeds,expected_max}_{mrpc,rte}.png from the per-seed
-scores in minilm/seeds.yaml, as bertkit-report draws them (its plot and expected-maximum
+"""Draw recipes/cards/minilm/{seeds,expected_max}_{mrpc,rte}.png from the per-seed
+scores in seeds.yaml beside them, as bertkit-report draws them (its plot and expected-maximum
 functions); the runs' own records were lost with their session (seeds.yaml says so).
 
-    python recipes/cards/runs/minilm_figures.py
+    python recipes/cards/minilm/figures.py
 """
 
 from __future__ import annotations
@@ -15,17 +15,16 @@ from bertkit.reporting.plots import plot_expected_max, plot_seeds
 from bertkit.reporting.statistics import expected_max_curve
 
 HERE = Path(__file__).parent
-FIGURES = HERE.parent / "figures"
 
 
 def main() -> None:
-    tasks = yaml.safe_load((HERE / "minilm" / "seeds.yaml").read_text(encoding="utf-8"))
+    tasks = yaml.safe_load((HERE / "seeds.yaml").read_text(encoding="utf-8"))
     for task, spec in tasks.items():
         rows = spec["rows"]
-        plot_seeds(rows, FIGURES / f"minilm_seeds_{task}.png",
+        plot_seeds(rows, HERE / f"seeds_{task}.png",
                    f"{spec['header']}: seeds at the best grid point", spec["metric"])
         curves = {name: list(expected_max_curve(values)) for name, values in rows.items()}
-        plot_expected_max(curves, FIGURES / f"minilm_expected_max_{task}.png", spec["header"],
+        plot_expected_max(curves, HERE / f"expected_max_{task}.png", spec["header"],
                           spec["metric"])
 
 
