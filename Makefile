@@ -1,4 +1,5 @@
-# bertkit: `make demo` runs the embedded default offline; `make test` runs the test suite.
+# bertkit: `make demo` runs the embedded default offline; `make test` runs the fast tests
+# (everyday work), `make test-all` every test (what .ci/run runs).
 # Extra Hydra overrides go through O="...", e.g. make glue-mrpc O="trainer.max_steps=10".
 # NPROC=2 launches the same command with torchrun on 2 processes (GPUs, or CPUs with gloo).
 
@@ -60,7 +61,7 @@ else
 LAUNCH := $(BIN)/torchrun --standalone --nproc_per_node=$(NPROC) -m bertkit
 endif
 
-.PHONY: install demo test lint glue glue-grid $(addprefix glue-,$(GLUE_TASKS)) bench-glue squad \
+.PHONY: install demo test test-all lint glue glue-grid $(addprefix glue-,$(GLUE_TASKS)) bench-glue squad \
 	squad2 swag ner pretrain pretrain-ablation bench-pretrain-data bench-pretrain bench-step bench-pretrain-quality minilm bench-parity bench-parity-calibrated methods-table bench-sweep squad-dev-halves clean
 
 install: $(VENV)/.installed
@@ -75,7 +76,11 @@ $(VENV)/.installed: pyproject.toml
 demo: install
 	$(LAUNCH) $(O)
 
+# The fast tests: those not marked slow (pyproject.toml's markers say what slow means).
 test: install
+	$(BIN)/pytest -m "not slow" $(PYTEST_ARGS)
+
+test-all: install
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 lint: install
