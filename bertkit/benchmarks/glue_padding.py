@@ -158,7 +158,7 @@ def _way_summary(cfg, way: str, runs: list[dict]) -> dict:
     """One way's throughput: the median time over repeats; counts from the first run (every
     repeat feeds the same batches)."""
     first = runs[0]
-    timing = median_seconds(runs)
+    timing = median_seconds([run["seconds"] for run in runs])
     seconds = timing["seconds"]
     meter = first["throughput"] or {}
     peak = meter.get("peak_tflops")

@@ -173,10 +173,10 @@ def steady_figures(runs: list[dict], samples: int, flops: float | None,
             "steady_mfu": utilisation(flops and flops * share, seconds, peak)}
 
 
-def median_seconds(runs: list[dict]) -> dict:
-    """A way's seconds: the median over its repeats (what the rates use), and each repeat's."""
-    return {"seconds": statistics.median(run["seconds"] for run in runs),
-            "seconds_each_repeat": [run["seconds"] for run in runs]}
+def median_seconds(each_repeat: list[float]) -> dict:
+    """A way's (or stage's) seconds: the median over its repeats (what the rates use), and each
+    repeat's."""
+    return {"seconds": statistics.median(each_repeat), "seconds_each_repeat": list(each_repeat)}
 
 
 def utilisation(flops: float | None, seconds: float, peak: float | None) -> float | None:

@@ -168,7 +168,7 @@ def _check(cfg: DictConfig) -> tuple[int, int | None, int]:
 
 def _stage(name: str, times: list[float], corpus_bytes: int, instances: int | None,
            batches: int | None = None) -> dict:
-    timing = median_seconds([{"seconds": value} for value in times])
+    timing = median_seconds(times)
     seconds = timing["seconds"]
     entry = {"description": DESCRIPTIONS[name], **timing,
              "mb_per_second": corpus_bytes / MB / seconds}

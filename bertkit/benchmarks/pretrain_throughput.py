@@ -256,7 +256,7 @@ def _way_summary(way: str, runs: list[dict], peak: float | None) -> dict:
     """One way's figures: the median time over repeats; counts from the first run (every
     repeat feeds the same batches)."""
     first = runs[0]
-    timing = median_seconds(runs)
+    timing = median_seconds([run["seconds"] for run in runs])
     seconds = timing["seconds"]
     useful, hardware = _flops(way, first["config"], first)
     counts = {key: first[key] for key in ("sequences", "real_tokens", "positions",
