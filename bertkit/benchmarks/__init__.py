@@ -1,2 +1,4 @@
-"""Side-by-side benchmarks against the plain Hugging Face way, in one process, reported as
-ratios (make bench-glue, make bench-pretrain-data). Sits above the families and may import them."""
+"""The benchmark jobs (recipe.job bench_*), one module each: its workload, and calls to the
+core they share: measure (clocks, counters and the figures made of them), side_by_side (how ways
+run in one process), report (the result JSON and its table). Sits above the families and may
+import them."""

@@ -1,37 +1,13 @@
-"""The bench_glue family: training throughput of one GLUE task padded two ways.
-
-  plain:   what run_glue.py does by default: every example padded to a fixed length when the
-           data is tokenised (padding="max_length"), batches drawn at random, plain Trainer with
-           default_data_collator;
-  bertkit: what `recipe=glue` does: each batch padded to its own longest example rounded up
-           to a multiple of bucket_width by DataCollatorWithPadding (and of
-           pad_to_multiple_of under mixed precision), batches in
-           trainer.train_sampling_strategy's order (random by default; group_by_length:
-           batches of similar length, LengthGroupedTrainer).
-
-Both ways train the same model from the same initial weights (same seed and config), with the
-same batch size, learning rate and number of optimizer steps, on the same tokenised examples
-(the same truncation; the plain way only adds padding), each drawn in its own way's order.
-Each way first runs bench.warmup_steps steps on
-a throwaway copy (not timed), then bench.steps timed steps from the start, so that the timed
-run sees the first batches of an epoch just as a real run does. Only trainer.train() is timed.
-The padding share is counted from the batches the collator actually built for the timed steps.
-Real tokens/s, FLOPs and MFU (on a GPU of throughput.peak_tflops) come from the throughput
-meter every bertkit run carries (bertkit.training.throughput), attached to both ways' trainers:
-MFU counts the useful FLOPs on real tokens for both, so the padding the plain way computes
-lowers its MFU. Peak memory is per run on a GPU (reset before each); on a CPU the process's
-peak cannot be told apart by run, so it is left out.
-
-Writes bench.json in the run directory and prints a table.
-"""
+"""The bench_glue job: training throughput of one GLUE task padded two ways, `plain` (run_glue.py's
+default: padded to a fixed length at tokenisation, random batches, default_data_collator) and
+`bertkit` (per-batch padding, recipe=glue's batch order), from the same weights, examples and
+steps. recipes/guide/speed.md ("How bench-glue compares") says what is held equal and what the
+figures mean. Writes bench.json and prints a table."""
 
 from __future__ import annotations
 
 import functools
-import gc
 import logging
-import statistics
-import time
 from pathlib import Path
 
 import datasets
@@ -40,7 +16,6 @@ from omegaconf import DictConfig, OmegaConf
 from transformers import (
     DataCollatorWithPadding,
     PreTrainedTokenizerBase,
-    PrinterCallback,
     Trainer,
     default_data_collator,
     set_seed,
@@ -48,20 +23,30 @@ from transformers import (
 from transformers.data.data_collator import pad_without_fast_tokenizer_warning
 
 from bertkit.benchmarks.measure import (
-    SteadyClock,
     device_name,
+    median_seconds,
+    ratio,
     steady_figures,
     steady_skip,
-    synchronize,
+    utilisation,
 )
-from bertkit.data.atomic_files import write_json_atomic
+from bertkit.benchmarks.report import optional, publish
+from bertkit.benchmarks.side_by_side import (
+    Schedule,
+    check_steps,
+    one_batch_a_step,
+    one_process,
+    release,
+    remove_if_empty,
+    run_ways,
+    train_timed,
+)
 from bertkit.errors import BertkitError
 from bertkit.tasks.glue.family import FAMILY as GLUE
 from bertkit.training.arguments import build_training_arguments, padding_multiple
 from bertkit.training.length_grouped_trainer import LengthGroupedTrainer
 from bertkit.training.models import count_parameters, load_tokenizer
 from bertkit.training.run import hydra_run_dir
-from bertkit.training.throughput import add_throughput
 
 logger = logging.getLogger(__name__)
 
@@ -128,51 +113,35 @@ def _train(cfg: DictConfig, way: str, steps: int, run_dir: Path, build_model,
     trainer_class = LengthGroupedTrainer if way == "bertkit" else Trainer
     trainer = trainer_class(model=model, args=args, train_dataset=train,
                             processing_class=tokenizer, data_collator=counter)
-    trainer.remove_callback(PrinterCallback)  # its end-of-train line would only repeat ours
-    meter = add_throughput(cfg, trainer)
-    clock = SteadyClock(steady_skip(cfg.bench, steps), steps)
-    trainer.add_callback(clock)
-    if torch.cuda.is_available():
-        torch.cuda.reset_peak_memory_stats()
-    synchronize()
-    started = time.perf_counter()
-    output = trainer.train()
-    synchronize()
-    seconds = time.perf_counter() - started
-    if output.global_step != steps:
-        raise BertkitError(f"bench: the {way} run made {output.global_step} steps, not {steps}")
+    run = train_timed(cfg, trainer, steps)
+    check_steps(way, run.output.global_step, steps)
     fed = counter.batches[:steps]
     result = {
-        "seconds": seconds,
-        **clock.figures(),
+        "seconds": run.seconds,
+        **run.steady,
         "examples": sum(rows for rows, _, _ in fed),
         "real_tokens": sum(real for _, real, _ in fed),
         "positions": sum(positions for _, _, positions in fed),
-        "training_loss": output.training_loss,
+        "training_loss": run.output.training_loss,
         "num_parameters": count_parameters(model),
-        "throughput": meter.record if meter is not None else None,
+        "throughput": run.meter,
     }
     del trainer, model
-    gc.collect()
+    release(empty_cache=False)
     return result
 
 
-def _check(cfg: DictConfig) -> tuple[int, int, int]:
-    """(steps, warmup_steps, repeats), or one message for a setting the comparison cannot use."""
+def _check(cfg: DictConfig) -> Schedule:
+    """The schedule, or one message for a setting the comparison cannot use."""
     bench, task = cfg.bench, cfg.task
-    steps, warmup_steps, repeats = int(bench.steps), int(bench.warmup_steps), int(bench.repeats)
-    if steps < 1 or warmup_steps < 0 or repeats < 1:
-        raise BertkitError(f"bench: steps ({steps}) and repeats ({repeats}) must be at least 1, "
-                           f"warmup_steps ({warmup_steps}) at least 0")
+    schedule = Schedule.read(bench)
     if bench.baseline_max_length < task.max_seq_length:
         raise BertkitError(
             f"bench.baseline_max_length={bench.baseline_max_length} is below "
             f"task.max_seq_length={task.max_seq_length}: both ways truncate at "
             f"task.max_seq_length, and the plain way pads every example to baseline_max_length")
-    if cfg.trainer.gradient_accumulation_steps != 1:
-        raise BertkitError("bench: trainer.gradient_accumulation_steps must be 1 (one batch a "
-                           "step, so that samples/s is steps x batch / seconds)")
-    return steps, warmup_steps, repeats
+    one_batch_a_step(cfg, "so that samples/s is steps x batch / seconds")
+    return schedule
 
 
 def _prepare(cfg: DictConfig):
@@ -189,7 +158,8 @@ def _way_summary(cfg, way: str, runs: list[dict]) -> dict:
     """One way's throughput: the median time over repeats; counts from the first run (every
     repeat feeds the same batches)."""
     first = runs[0]
-    seconds = statistics.median(run["seconds"] for run in runs)
+    timing = median_seconds([run["seconds"] for run in runs])
+    seconds = timing["seconds"]
     meter = first["throughput"] or {}
     peak = meter.get("peak_tflops")
     flops = meter.get("flops")
@@ -201,8 +171,7 @@ def _way_summary(cfg, way: str, runs: list[dict]) -> dict:
         # Samples/s only: the widths of bertkit's batches vary, so FLOPs are not in proportion.
         "steady_samples_per_second": steady_figures(runs, first["examples"], None,
                                                     None)["steady_samples_per_second"],
-        "seconds": seconds,
-        "seconds_each_repeat": [run["seconds"] for run in runs],
+        **timing,
         "examples": first["examples"],
         "real_tokens": first["real_tokens"],
         "positions": first["positions"],
@@ -212,20 +181,17 @@ def _way_summary(cfg, way: str, runs: list[dict]) -> dict:
         "training_loss": first["training_loss"],
         "real_tokens_per_second": first["real_tokens"] / seconds,
         "flops": flops,
-        "mfu": flops / (seconds * peak * 1e12) if flops and peak else None,
+        "mfu": utilisation(flops, seconds, peak and peak * 1e12),
         "peak_memory_gb": max(run["throughput"]["peak_memory_gb"] for run in runs)
         if gpu and meter else None,
     }
 
 
 def _result(cfg: DictConfig, probe, precision: str, ways: dict, runs: dict,
-            train_examples: int, schedule: tuple[int, int, int]) -> dict:
-    """bench.json: the settings both ways ran with, each way's figures and their ratio;
-    schedule: (steps, warmup_steps, repeats) as _check read them."""
+            train_examples: int, schedule: Schedule) -> dict:
+    """bench.json: the settings both ways ran with, each way's figures and their ratio."""
     bench, task = cfg.bench, cfg.task
-    steps, warmup_steps, repeats = schedule
-    ratio = ways["bertkit"]["samples_per_second"] / ways["plain"]["samples_per_second"]
-    steady = [ways[way]["steady_samples_per_second"] for way in ("bertkit", "plain")]
+    bertkit, plain = ways["bertkit"], ways["plain"]
     model = cfg.model.config
     return {
         "recipe": cfg.recipe.name,
@@ -238,9 +204,7 @@ def _result(cfg: DictConfig, probe, precision: str, ways: dict, runs: dict,
         "device": device_name(),
         "torch_threads": torch.get_num_threads(),
         "precision": precision,
-        "steps": steps,
-        "warmup_steps": warmup_steps,
-        "repeats": repeats,
+        **schedule.fields(),
         "batch_size": probe.per_device_train_batch_size,
         "learning_rate": probe.learning_rate,
         "seed": probe.seed,
@@ -249,20 +213,18 @@ def _result(cfg: DictConfig, probe, precision: str, ways: dict, runs: dict,
         "pad_to_multiple_of": padding_multiple(cfg, precision != "fp32"),
         "timing": "wall time of trainer.train() per timed run, median over repeats; each way "
                   "first ran warmup_steps steps on a throwaway copy (not timed)",
-        "steady_skip": steady_skip(bench, steps),
+        "steady_skip": steady_skip(bench, schedule.steps),
         "ways": ways,
-        "ratio": ratio,
-        "steady_ratio": steady[0] / steady[1] if all(steady) else None,
+        "ratio": ratio(bertkit["samples_per_second"], plain["samples_per_second"]),
+        "steady_ratio": ratio(bertkit["steady_samples_per_second"],
+                              plain["steady_samples_per_second"]),
     }
 
 
 def benchmark_glue_padding(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     run_dir = Path(run_dir or hydra_run_dir())
     bench = cfg.bench
-    steps, warmup_steps, repeats = _check(cfg)
-    if bench.num_threads is not None:
-        torch.set_num_threads(int(bench.num_threads))
-
+    schedule = _check(cfg)
     tokenizer, train_split, build_model = _prepare(cfg)
     train = {"plain": pad_to_max_length(train_split, tokenizer, int(bench.baseline_max_length)),
              "bertkit": train_split}
@@ -276,30 +238,17 @@ def benchmark_glue_padding(cfg: DictConfig, run_dir: Path | None = None) -> dict
     # The precision every run below resolves (it decides pad_to_multiple_of).
     probe = build_training_arguments(cfg, run_dir, [])
     precision = "bf16" if probe.bf16 else "fp16" if probe.fp16 else "fp32"
-    if probe.world_size > 1:
-        raise BertkitError("bench: run on one process (it compares single-process throughput)")
-    scratch = run_dir / "checkpoints"
+    one_process(cfg, probe, "it compares single-process throughput")
 
     train_way = functools.partial(_train, cfg, run_dir=run_dir, build_model=build_model,
                                   tokenizer=tokenizer)
-    if warmup_steps:
-        for way in WAYS:
-            logger.info("bench %s: warm-up, %d steps (not timed)", way, warmup_steps)
-            train_way(way, warmup_steps, train=train[way], collate=collator(way, precision))
-    runs: dict[str, list[dict]] = {way: [] for way in WAYS}
-    for repeat in range(repeats):  # alternating order: plain, bertkit, bertkit, plain, ...
-        for way in WAYS if repeat % 2 == 0 else WAYS[::-1]:
-            logger.info("bench %s: timed run %d of %d, %d steps", way, repeat + 1, repeats, steps)
-            runs[way].append(train_way(way, steps, train=train[way],
-                                       collate=collator(way, precision)))
-    if scratch.is_dir() and not any(scratch.iterdir()):
-        scratch.rmdir()
+    runs = run_ways(WAYS, schedule, lambda way, steps, timed: train_way(
+        way, steps, train=train[way], collate=collator(way, precision)))
+    remove_if_empty(run_dir / "checkpoints")
 
     ways = {way: _way_summary(cfg, way, runs[way]) for way in WAYS}
-    result = _result(cfg, probe, precision, ways, runs, len(train_split),
-                     (steps, warmup_steps, repeats))
-    path = write_json_atomic(run_dir / "bench.json", result)
-    print(_table(result, path))
+    result = _result(cfg, probe, precision, ways, runs, len(train_split), schedule)
+    publish(result, run_dir / "bench.json", _table)
     return result
 
 
@@ -314,9 +263,9 @@ def _table(result: dict, path: Path) -> str:
         f"{'positions/example':>18} {'MFU':>6} {'memory':>8}",
     ]
     for way, values in result["ways"].items():
-        mfu = f"{values['mfu']:.1%}" if values["mfu"] is not None else "n/a"
-        memory = (f"{values['peak_memory_gb']:.1f} GiB" if values["peak_memory_gb"] is not None
-                  else "n/a")
+        mfu = optional(values["mfu"], ".1%")
+        memory = optional(values["peak_memory_gb"], ".1f")
+        memory = memory if values["peak_memory_gb"] is None else f"{memory} GiB"
         lines.append(f"  {way:<8} {values['samples_per_second']:>10.1f} "
                      f"{values['real_tokens_per_second']:>10.0f} "
                      f"{values['seconds']:>9.2f} {values['padding_share']:>8.1%} "

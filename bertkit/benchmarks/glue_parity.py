@@ -1,33 +1,14 @@
 """The bench_parity job: does bertkit's finetuning score what the plain Hugging Face recipe
-scores on the same checkpoint, hyperparameters and seeds, and how much faster does it get there?
-
-  plain:   run_glue.py's recipe written out in full below: the model loaded with
-           AutoModelForSequenceClassification after set_seed, every example tokenised with
-           padding="max_length", random batches, plain Trainer with default_data_collator,
-           one evaluation after training (parity.baseline_padding=longest: run_glue.py's
-           --pad_to_max_length False, DataCollatorWithPadding).
-  bertkit: bertkit's own finetune (bertkit.training.finetune with the GLUE family), the very
-           path `bertkit recipe=glue` runs, each seed a normal run directory
-           (bertkit/seed_<n>/metrics.json) that bertkit-report reads like any other run.
-
-Both ways read the same rows (the GLUE family's reader), use the same TrainingArguments values
-(cfg.trainer) and score the dev split with the same scikit-learn/scipy metrics, so what differs
-is the finetuning path: tokenisation, padding, batch order, the trainer and its evaluation.
-Seeds run in alternating order (plain, bertkit, then bertkit, plain, ...) so that a machine that
-slows down over time does not favour one way. Each finished run leaves parity_run.json with the
-settings it ran under: a rerun into the same directory reuses it, so a table grows by seeds
-across sessions, or from processes that ran disjoint seeds, or one way each
-(parity.ways=[plain] beside parity.ways=[bertkit]), side by side. Welch's test between
-the ways comes from bertkit-report's statistics. Writes parity.json in the run directory and
-prints a table.
-"""
+(run_glue.py, written out below) scores on the same checkpoint, hyperparameters and seeds, and
+how much faster does it get there? Seeds alternate between the ways, a finished seed is reused
+by a rerun into the same directory, and Welch's test comes from bertkit-report's statistics.
+recipes/guide/speed.md ("How bench-parity compares") says what is held equal. Writes
+parity.json and prints a table."""
 
 from __future__ import annotations
 
-import gc
 import logging
 import math
-import time
 from pathlib import Path
 
 import datasets
@@ -44,6 +25,9 @@ from transformers import (
     set_seed,
 )
 
+from bertkit.benchmarks.measure import ratio, timed
+from bertkit.benchmarks.report import publish
+from bertkit.benchmarks.side_by_side import alternating, release
 from bertkit.data.atomic_files import write_json_atomic
 from bertkit.data.readback import read_json
 from bertkit.errors import BertkitError
@@ -137,9 +121,21 @@ def _plain_collator(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase):
 
 def _plain_run(cfg: DictConfig, seed: int, run_dir: Path, splits,
                tokenizer: PreTrainedTokenizerBase) -> dict:
+    (output, scores), seconds = timed(_plain_finetune, cfg, seed, run_dir, splits, tokenizer,
+                                      sync=False)
+    validation_scores = {key[len("eval_"):]: float(value) for key, value in scores.items()
+                         if key[len("eval_"):] in _metric_names(cfg.task)}
+    release(empty_cache=False)
+    return {"validation": validation_scores, "seconds": seconds,
+            "train_seconds": float(output.metrics["train_runtime"]),
+            "training_loss": float(output.training_loss), "steps": int(output.global_step)}
+
+
+def _plain_finetune(cfg: DictConfig, seed: int, run_dir: Path, splits,
+                    tokenizer: PreTrainedTokenizerBase) -> tuple:
+    """run_glue.py's model, data and Trainer: (its TrainOutput, its dev scores)."""
     task = cfg.task
     labels = list(task.labels) if task.labels is not None else None
-    started = time.perf_counter()
     set_seed(seed)
     head = {"num_labels": 1} if labels is None else {
         "num_labels": len(labels), "id2label": dict(enumerate(labels)),
@@ -164,16 +160,7 @@ def _plain_run(cfg: DictConfig, seed: int, run_dir: Path, splits,
     trainer = Trainer(model=model, args=args, train_dataset=train, eval_dataset=validation,
                       processing_class=tokenizer, data_collator=_plain_collator(cfg, tokenizer),
                       compute_metrics=compute_metrics)
-    output = trainer.train()
-    scores = trainer.evaluate()
-    seconds = time.perf_counter() - started
-    validation_scores = {key[len("eval_"):]: float(value) for key, value in scores.items()
-                         if key[len("eval_"):] in _metric_names(task)}
-    del trainer, model
-    gc.collect()
-    return {"validation": validation_scores, "seconds": seconds,
-            "train_seconds": float(output.metrics["train_runtime"]),
-            "training_loss": float(output.training_loss), "steps": int(output.global_step)}
+    return trainer.train(), trainer.evaluate()
 
 
 def _metric_names(task: DictConfig) -> set[str]:
@@ -187,9 +174,7 @@ def _dev_split(splits) -> str:
 def _bertkit_run(cfg: DictConfig, seed: int, run_dir: Path) -> dict:
     """The real `bertkit recipe=glue` finetune of this seed, in its own run directory."""
     run_cfg = OmegaConf.merge(cfg, {"seed": seed, "recipe": dict(cfg.parity.bertkit_recipe)})
-    started = time.perf_counter()
-    record = finetune(run_cfg, GLUE, run_dir)
-    seconds = time.perf_counter() - started
+    record, seconds = timed(finetune, run_cfg, GLUE, run_dir, sync=False)
     scores = next(iter(record["validation"].values()))
     return {"validation": {name: float(value) for name, value in scores.items()},
             "seconds": seconds, "train_seconds": float(record["train"]["seconds"]),
@@ -264,7 +249,7 @@ def benchmark_glue_parity(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     runs: dict[str, dict[int, dict]] = {way: {} for way in WAYS}
     settings = _settings(cfg)
     for position, seed in enumerate(seeds):
-        for way in WAYS if position % 2 == 0 else WAYS[::-1]:
+        for way in alternating(WAYS, position):
             if way not in ways:
                 continue
             where = run_dir / way / f"seed_{seed}"
@@ -283,8 +268,7 @@ def benchmark_glue_parity(cfg: DictConfig, run_dir: Path | None = None) -> dict:
                     "%s for the comparison (parity.json)", ways, run_dir)
         return {"seeds": seeds, "ways": ways, "runs": runs}
     result = _result(cfg, seeds, runs)
-    path = write_json_atomic(run_dir / "parity.json", result)
-    print(_table(result, path))
+    publish(result, run_dir / "parity.json", _table)
     return result
 
 
@@ -315,7 +299,7 @@ def _result(cfg: DictConfig, seeds: list[int], runs: dict) -> dict:
         "comparison": comparison,
         "significance": _significance(cfg, scores["plain"], scores["bertkit"]),
         "verdict": _verdict(cfg, comparison),
-        "time_ratio": seconds["plain"] / seconds["bertkit"],
+        "time_ratio": ratio(seconds["plain"], seconds["bertkit"]),
         "timing": "wall time of each whole run (model load, tokenisation, training, dev "
                   "evaluation and each way's own saving), summed over seeds; ratio plain/bertkit",
     }

@@ -1,19 +1,8 @@
 """Host syncs counted on any device, the CPU included: the operations that make the host wait
-for an accelerator to drain its queue, recorded per optimizer step of a Trainer run.
-
-On a GPU a sync stops the Python thread until every kernel queued before it has run, so the
-next step's kernels are launched late and the GPU idles. The ops that do it read a value or a
-data-dependent shape back to the host: `.item()` / `bool(tensor)` (aten._local_scalar_dense),
-`nonzero`, `masked_select`, `unique`, boolean-mask indexing (`x[mask]`, `x[mask] = v`: a nonzero
-inside), `repeat_interleave` without output_size. A TorchDispatchMode sees each of them on the
-CPU as well, so a CPU test can count what a GPU run would pay. Not seen on a CPU: copies of a
-GPU tensor to the host (`.cpu()`, `.tolist()` on a CUDA tensor), which are plain copies there.
-
-Steps are cut by Trainer's events: step n runs from on_step_begin(n) to on_step_begin(n + 1),
-so it holds step n's forward, backward and optimizer step, the logging, evaluation and saving
-that follow it, and the fetch of the next batch. The collator's own work is host work by design
-(in DataLoader workers on a GPU) and is left out: wrap it with `HostSyncCounter.excluding`.
-"""
+for an accelerator to drain its queue (`.item()`, `nonzero`, boolean-mask indexing, ...), seen by
+a TorchDispatchMode and recorded per optimizer step of a Trainer run, the collator's own work
+left out. recipes/guide/speed.md ("How host syncs are counted") lists the ops and where a step
+begins and ends."""
 
 from __future__ import annotations
 

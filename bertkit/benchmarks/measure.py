@@ -1,11 +1,14 @@
-"""What the side-by-side benchmarks measure with: the clock on a GPU, the device's name, peak
-memory, and what the training batches held."""
+"""What the benchmarks measure with, written once: wall seconds (synchronised on a GPU), the
+clocks of a Trainer's steps, the device's name, peak memory, what the training batches held, and
+the figures made of them (median over repeats, rates, MFU, ratios)."""
 
 from __future__ import annotations
 
 import statistics
 import threading
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 import psutil
 import torch
@@ -14,12 +17,28 @@ from transformers import TrainerCallback
 from bertkit.pretraining.masking import IGNORE_INDEX
 
 RSS_SAMPLE_SECONDS = 0.02
+T = TypeVar("T")
 
 
 def synchronize() -> None:
     """Wait for queued GPU work, so that the clock read next covers it (no-op on a CPU)."""
     if torch.cuda.is_available():
         torch.cuda.synchronize()
+
+
+def synchronized_now() -> float:
+    """perf_counter once the GPU work queued so far has run."""
+    synchronize()
+    return time.perf_counter()
+
+
+def timed(run: Callable[..., T], *args, sync: bool = True, **kwargs) -> tuple[T, float]:
+    """(run(*args, **kwargs)'s result, its wall seconds). sync: the GPU's queue drained at both
+    ends, so that the seconds cover its kernels; off for host-only work, where a first sync
+    would start CUDA inside the clock."""
+    started = synchronized_now() if sync else time.perf_counter()
+    result = run(*args, **kwargs)
+    return result, (synchronized_now() if sync else time.perf_counter()) - started
 
 
 def device_name() -> str:
@@ -118,11 +137,22 @@ class SteadyClock(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.skip and state.global_step == self.skip:
-            synchronize()
-            self.started = time.perf_counter()
+            self.started = synchronized_now()
         elif state.global_step == state.max_steps and self.started is not None:
-            synchronize()
-            self.seconds = time.perf_counter() - self.started
+            self.seconds = synchronized_now() - self.started
+
+
+class StepSpan(TrainerCallback):
+    """From the first step's start to the last step's end (Trainer's setup and its closing
+    log line left out, as a bare loop's optimizer building is), after a synchronisation."""
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if state.global_step == 0:
+            self.started = synchronized_now()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == state.max_steps:
+            self.seconds = synchronized_now() - self.started
 
 
 def steady_skip(bench, steps: int) -> int:
@@ -140,4 +170,20 @@ def steady_figures(runs: list[dict], samples: int, flops: float | None,
     share = runs[0]["steady_share"]
     seconds = statistics.median(run["steady_seconds"] for run in runs)
     return {"steady_samples_per_second": samples * share / seconds,
-            "steady_mfu": flops * share / (seconds * peak) if flops and peak else None}
+            "steady_mfu": utilisation(flops and flops * share, seconds, peak)}
+
+
+def median_seconds(each_repeat: list[float]) -> dict:
+    """A way's (or stage's) seconds: the median over its repeats (what the rates use), and each
+    repeat's."""
+    return {"seconds": statistics.median(each_repeat), "seconds_each_repeat": list(each_repeat)}
+
+
+def utilisation(flops: float | None, seconds: float, peak: float | None) -> float | None:
+    """FLOPs over seconds x the device's peak FLOP/s (MFU, HFU); None without either."""
+    return flops / (seconds * peak) if flops and peak else None
+
+
+def ratio(numerator: float | None, denominator: float | None) -> float | None:
+    """numerator / denominator, or None where either figure is missing (or zero)."""
+    return numerator / denominator if numerator and denominator else None

@@ -1,41 +1,14 @@
-"""The bench_pretrain_data family: throughput of the pretraining preprocessing, stage by stage.
-
-The stages of recipe=pretrain's data pipeline (bertkit/pretraining/run.py), each timed on its own:
-
-  read:         corpus files -> documents of sentences (corpus_documents: reading, sentence
-                splitting, writing the Arrow dataset);
-  tokenize:     sentences -> WordPiece ids (tokenize_documents);
-  instances:    NSP/SOP pair instances at pretraining.max_seq_length, one copy
-                (pair_instances_dataset), or full-sentence packing under objective=mlm;
-  static_mask:  static masks for those instances, one copy (static_masked_copies,
-                dupe_factor=1; a run with dupe_factor d pays this d times);
-  dynamic_mask: DynamicMaskingCollator over every instance once, in batches of
-                bench.batch_size (what training pays per epoch);
-  hf_collator:  transformers' DataCollatorForLanguageModeling(mlm_probability) on the same
-                batches of the same instances (input_ids and token_type_ids), the plain Hugging
-                Face way to mask dynamically.
-
-Throughput is MB of raw corpus text per second: the summed size of the corpus files (10^6
-bytes a MB) over the stage's seconds; the collators also give instances per second, and their
-ratio (bertkit over Hugging Face) compares them in the same process, batch by batch, in
-alternating order. Nothing comes from a cache: each repeat reads the corpus into a fresh
-temporary cache directory, and every datasets.map output derived from it is written there, so
-every stage does its whole work each time; the median over bench.repeats is reported.
-
-Also reported, from the instance lengths: the share of real (non-padding) tokens in batches of
-bench.batch_size padded to their longest instance, when the batches are grouped by length as
-training draws them (PhasedLengthGroupedSampler, one phase) and when they are drawn in random
-order (torch.randperm seeded with cfg.seed).
-
-Writes bench.json in the run directory and prints a table.
-"""
+"""The bench_pretrain_data job: throughput of recipe=pretrain's data pipeline stage by stage
+(read, tokenize, instances, static masks), in MB of raw corpus text per second from a fresh
+cache each repeat; bertkit's dynamic-masking collator against DataCollatorForLanguageModeling
+on the same batches; and the real-token share of length-grouped against random batches.
+recipes/guide/speed.md ("How bench-pretrain-data measures") says what each stage covers.
+Writes bench.json and prints a table."""
 
 from __future__ import annotations
 
 import logging
-import statistics
 import tempfile
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -45,7 +18,9 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerBase
 
-from bertkit.data.atomic_files import write_json_atomic
+from bertkit.benchmarks.measure import median_seconds, ratio, timed
+from bertkit.benchmarks.report import publish
+from bertkit.benchmarks.side_by_side import alternating
 from bertkit.errors import BertkitError
 from bertkit.pretraining.batches import ArrowRows
 from bertkit.pretraining.corpora import corpus_documents, corpus_files
@@ -135,12 +110,14 @@ def time_collators(instances: datasets.Dataset,
                for name, (_, columns) in collators.items()}
     for number, start in enumerate(range(0, len(instances), batch_size)):
         indices = list(range(start, min(start + batch_size, len(instances))))
-        for name in names if number % 2 == 0 else names[::-1]:
-            collate = collators[name][0]
-            started = time.perf_counter()
-            collate(sources[name].__getitems__(indices))
-            seconds[name] += time.perf_counter() - started
+        for name in alternating(names, number):
+            seconds[name] += timed(_fetch_and_collate, collators[name][0], sources[name],
+                                   indices, sync=False)[1]
     return seconds
+
+
+def _fetch_and_collate(collate: Callable, source, indices: list[int]) -> dict:
+    return collate(source.__getitems__(indices))
 
 
 def _one_repeat(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase, collators: dict,
@@ -149,25 +126,18 @@ def _one_repeat(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase, collators: 
     vocab = Vocabulary.from_tokenizer(tokenizer)
     rule = masking_rule_from_config(cfg.masking)
     seconds = {}
-
-    started = time.perf_counter()
-    documents = corpus_documents(cfg.corpus, cache_dir, num_proc=num_proc)
-    seconds["read"] = time.perf_counter() - started
-
-    started = time.perf_counter()
-    tokenized = tokenize_documents(documents, tokenizer, num_proc=num_proc)
-    seconds["tokenize"] = time.perf_counter() - started
-
-    started = time.perf_counter()
-    instances = _instances(cfg, tokenized, tokenizer, num_proc)
-    seconds["instances"] = time.perf_counter() - started
+    documents, seconds["read"] = timed(corpus_documents, cfg.corpus, cache_dir,
+                                       num_proc=num_proc, sync=False)
+    tokenized, seconds["tokenize"] = timed(tokenize_documents, documents, tokenizer,
+                                           num_proc=num_proc, sync=False)
+    instances, seconds["instances"] = timed(_instances, cfg, tokenized, tokenizer, num_proc,
+                                            sync=False)
     if len(instances) == 0:
         raise BertkitError(f"corpus {cfg.corpus.name}: no training instance of up to "
                            f"{cfg.pretraining.max_seq_length} tokens could be built")
 
-    started = time.perf_counter()
-    static_masked_copies(instances, vocab, rule, dupe_factor=1, seed=cfg.seed, num_proc=num_proc)
-    seconds["static_mask"] = time.perf_counter() - started
+    seconds["static_mask"] = timed(static_masked_copies, instances, vocab, rule, dupe_factor=1,
+                                   seed=cfg.seed, num_proc=num_proc, sync=False)[1]
 
     torch.manual_seed(cfg.seed)  # both collators draw from torch's RNG, as under Trainer
     seconds.update(time_collators(instances, collators, batch_size))
@@ -198,9 +168,10 @@ def _check(cfg: DictConfig) -> tuple[int, int | None, int]:
 
 def _stage(name: str, times: list[float], corpus_bytes: int, instances: int | None,
            batches: int | None = None) -> dict:
-    seconds = statistics.median(times)
-    entry = {"description": DESCRIPTIONS[name], "seconds": seconds,
-             "seconds_each_repeat": times, "mb_per_second": corpus_bytes / MB / seconds}
+    timing = median_seconds(times)
+    seconds = timing["seconds"]
+    entry = {"description": DESCRIPTIONS[name], **timing,
+             "mb_per_second": corpus_bytes / MB / seconds}
     if instances is not None:
         entry["instances_per_second"] = instances / seconds
     if batches is not None:
@@ -274,8 +245,6 @@ def benchmark_pretrain_data(cfg: DictConfig, run_dir: Path | None = None) -> dic
                            batches if name in collators else None) for name in STAGES}
     totals = [sum(times[name][repeat] for name in PREPROCESSING) for repeat in range(repeats)]
     stages["preprocessing"] = _stage("preprocessing", totals, corpus_bytes, n)
-    ratio = (stages["dynamic_mask"]["instances_per_second"]
-             / stages["hf_collator"]["instances_per_second"])
     grouped = padding_counts(lengths, grouped_order(lengths, batch_size, cfg.seed), batch_size)
     shuffled = padding_counts(lengths, random_order(n, cfg.seed), batch_size)
     result = {
@@ -306,12 +275,12 @@ def benchmark_pretrain_data(cfg: DictConfig, run_dir: Path | None = None) -> dic
                   "Trainer's DataLoader does and collating them, batch by batch in alternating "
                   "order",
         "stages": stages,
-        "dynamic_mask_vs_hf_collator": ratio,
+        "dynamic_mask_vs_hf_collator": ratio(stages["dynamic_mask"]["instances_per_second"],
+                                             stages["hf_collator"]["instances_per_second"]),
         "real_token_share": {"batch_size": batch_size, "grouped_by_length": grouped,
                              "random": shuffled},
     }
-    path = write_json_atomic(run_dir / "bench.json", result)
-    print(_table(result, path))
+    publish(result, run_dir / "bench.json", _table)
     return result
 
 

@@ -1,30 +1,9 @@
-"""bench_pretrain_quality: time to quality, bertkit's budget pretraining against the plain
-Hugging Face way, in one process, scored on the same held-out set.
-
-  plain:   written out as transformers' examples/pytorch/language-modeling/run_mlm.py does it:
-           each document's text tokenized with its special tokens, everything concatenated and
-           cut into blocks of pretraining.max_seq_length (group_texts, remainder dropped),
-           DataCollatorForLanguageModeling(mlm_probability), BertForMaskedLM with its
-           full-vocabulary head and the config's dropout, AdamW, linear schedule with warm-up,
-           plain Trainer trained by steps. A user of run_mlm.py picks max_steps; here it is the
-           number of steps that fits the budget, timed on a throwaway model first, so the plain
-           schedule ends when the time does. It runs once per bench.plain.learning_rates (a
-           small sweep: the plain way is not held to one guess).
-  bertkit: the run's own config (experiment=pretrain_budget) through
-           bertkit.pretraining.run.pretrain, exactly what `bertkit experiment=pretrain_budget`
-           trains, into <run dir>/bertkit.
-
-Same for both: the architecture (model.config), the WordPiece vocabulary (trained once on the
-training documents), the training documents (the held-out documents removed), the wall-clock
-budget (budget.minutes), and the held-out set, masked once, scored by the same function at the
-same interval of training time (measurement paused out of the clock). Each arm writes its
-result as soon as it ends, and a rerun in the same directory skips the arms already done.
-
-Reported: each arm's held-out curve (MLM loss against training seconds), its final loss, and
-the time bertkit's curve needs to reach the best plain arm's final loss, as a share of the
-plain way's time (the goal: at most 0.5). Writes bench_pretrain_quality.json and
-pretrain_quality.png in the run directory, and prints a markdown table.
-"""
+"""The bench_pretrain_quality job: time to quality, bertkit's budget pretraining
+(experiment=pretrain_budget) against the plain Hugging Face way (run_mlm.py, written out below,
+at a small sweep of learning rates), for the same wall-clock budget in one process, scored on
+the same held-out masked positions. recipes/guide/speed.md ("How bench-pretrain-quality
+compares") says what is held equal and what is reported. Writes bench_pretrain_quality.json and
+pretrain_quality.png, and prints a markdown table."""
 
 from __future__ import annotations
 
@@ -48,6 +27,7 @@ from transformers import (
 )
 
 from bertkit.benchmarks.measure import device_name
+from bertkit.benchmarks.report import markdown_head
 from bertkit.data.atomic_files import write_json_atomic
 from bertkit.errors import BertkitError
 from bertkit.pretraining.heldout import build_heldout, heldout_fingerprint
@@ -227,8 +207,8 @@ def _summary(result: dict) -> dict:
 
 
 def table(result: dict) -> str:
-    lines = ["| arm | learning rate | steps | final held-out MLM loss | accuracy | seconds |",
-             "|---|---|---|---|---|---|"]
+    lines = markdown_head("arm", "learning rate", "steps", "final held-out MLM loss", "accuracy",
+                          "seconds")
     for name, arm in result["arms"].items():
         final = arm["final"]
         lines.append(f"| {name} | {arm['learning_rate']:g} | {arm['steps']} | "

@@ -9,10 +9,8 @@ timed and how MFU is counted. Writes bench_pretrain.json and prints a markdown t
 from __future__ import annotations
 
 import dataclasses
-import gc
 import logging
 import statistics
-import time
 from pathlib import Path
 
 import datasets
@@ -25,7 +23,6 @@ from transformers import (
     BertForPreTraining,
     DataCollatorForLanguageModeling,
     PreTrainedTokenizerBase,
-    PrinterCallback,
     Trainer,
     set_seed,
 )
@@ -34,13 +31,24 @@ from bertkit.benchmarks.glue_padding import pad_to_max_length
 from bertkit.benchmarks.measure import (
     BatchCounter,
     PeakMemory,
-    SteadyClock,
     device_name,
+    median_seconds,
+    ratio,
     steady_figures,
     steady_skip,
-    synchronize,
+    utilisation,
 )
-from bertkit.data.atomic_files import write_json_atomic
+from bertkit.benchmarks.report import markdown_head, optional, publish
+from bertkit.benchmarks.side_by_side import (
+    Schedule,
+    check_steps,
+    one_batch_a_step,
+    one_process,
+    release,
+    remove_if_empty,
+    run_ways,
+    train_timed,
+)
 from bertkit.errors import BertkitError
 from bertkit.pretraining.batches import per_position_labels
 from bertkit.pretraining.masking import IGNORE_INDEX
@@ -52,7 +60,7 @@ from bertkit.training.arguments import build_training_arguments
 from bertkit.training.flops import peak_flops, training_flops
 from bertkit.training.models import count_parameters, dropout_settings
 from bertkit.training.run import hydra_run_dir
-from bertkit.training.throughput import add_throughput, precision_of
+from bertkit.training.throughput import precision_of
 
 logger = logging.getLogger(__name__)
 
@@ -109,13 +117,10 @@ class _Data:
     eval_batches: list[dict]
 
 
-def _check(cfg: DictConfig) -> tuple[int, int, int]:
-    bench = cfg.bench
-    steps, warmup_steps, repeats = int(bench.steps), int(bench.warmup_steps), int(bench.repeats)
-    if steps < 1 or warmup_steps < 0 or repeats < 1 or int(bench.eval_instances) < 1:
-        raise BertkitError(f"bench: steps ({steps}), repeats ({repeats}) and eval_instances "
-                           f"({bench.eval_instances}) must be at least 1, warmup_steps "
-                           f"({warmup_steps}) at least 0")
+def _check(cfg: DictConfig) -> Schedule:
+    schedule = Schedule.read(cfg.bench)
+    if int(cfg.bench.eval_instances) < 1:
+        raise BertkitError(f"bench.eval_instances={cfg.bench.eval_instances}: must be at least 1")
     if cfg.masking.kind != "dynamic":
         raise BertkitError("bench_pretrain compares dynamic masking (the plain way masks in "
                            "DataCollatorForLanguageModeling); use masking=dynamic")
@@ -125,11 +130,9 @@ def _check(cfg: DictConfig) -> tuple[int, int, int]:
     if is_streaming(cfg.corpus):
         raise BertkitError("bench_pretrain needs the instances stored (the plain way pads them "
                            "all); set corpus.hub.streaming=false")
-    if cfg.trainer.gradient_accumulation_steps != 1:
-        raise BertkitError("bench: trainer.gradient_accumulation_steps must be 1 (one batch a "
-                           "step, so that samples/s is steps x batch / seconds)")
-    check_pretraining_config(_with_trainer(cfg, {"max_steps": steps}))
-    return steps, warmup_steps, repeats
+    one_batch_a_step(cfg, "so that samples/s is steps x batch / seconds")
+    check_pretraining_config(_with_trainer(cfg, {"max_steps": schedule.steps}))
+    return schedule
 
 
 def _with_trainer(cfg: DictConfig, options: dict) -> DictConfig:
@@ -215,31 +218,19 @@ def _train(cfg: DictConfig, way: str, steps: int, data: _Data, run_dir: Path,
     trainer, model = _trainer(cfg, way, args, data, indices, collate)
     counter = BatchCounter()
     counter.attach(model)
-    trainer.remove_callback(PrinterCallback)  # its end-of-train line would only repeat ours
-    meter = add_throughput(cfg, trainer)
-    clock = SteadyClock(steady_skip(cfg.bench, steps), steps)
-    trainer.add_callback(clock)
     with PeakMemory() as memory:
-        synchronize()
-        started = time.perf_counter()
-        output = trainer.train()
-        synchronize()
-        seconds = time.perf_counter() - started
-    if output.global_step != steps or len(counter.shapes) != steps:
-        raise BertkitError(f"bench: the {way} run made {output.global_step} steps "
-                           f"({len(counter.shapes)} training forwards), not {steps}")
-    result = {"seconds": seconds, **clock.figures(), **counter.totals(),
+        run = train_timed(cfg, trainer, steps)
+    check_steps(way, run.output.global_step, steps, forwards=len(counter.shapes))
+    result = {"seconds": run.seconds, **run.steady, **counter.totals(),
               "peak_memory_bytes": memory.peak,
-              "memory_kind": memory.kind, "training_loss": output.training_loss,
+              "memory_kind": memory.kind, "training_loss": run.output.training_loss,
               "num_parameters": count_parameters(model),
               "attn_implementation": model.config._attn_implementation,
-              "config": model.config, "meter": meter.record if meter is not None else None}
+              "config": model.config, "meter": run.meter}
     if timed:
         result["mlm_loss"] = masked_lm_loss(model, data.eval_batches)
     del trainer, model
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
+    release()
     return result
 
 
@@ -265,7 +256,8 @@ def _way_summary(way: str, runs: list[dict], peak: float | None) -> dict:
     """One way's figures: the median time over repeats; counts from the first run (every
     repeat feeds the same batches)."""
     first = runs[0]
-    seconds = statistics.median(run["seconds"] for run in runs)
+    timing = median_seconds([run["seconds"] for run in runs])
+    seconds = timing["seconds"]
     useful, hardware = _flops(way, first["config"], first)
     counts = {key: first[key] for key in ("sequences", "real_tokens", "positions",
                                           "sum_squared_lengths", "sum_squared_widths",
@@ -276,8 +268,7 @@ def _way_summary(way: str, runs: list[dict], peak: float | None) -> dict:
         **steady,
         "samples_per_second": first["sequences"] / seconds,
         "real_tokens_per_second": first["real_tokens"] / seconds,
-        "seconds": seconds,
-        "seconds_each_repeat": [run["seconds"] for run in runs],
+        **timing,
         **counts,
         "real_token_share": first["real_tokens"] / first["positions"],
         "peak_memory_bytes": max(run["peak_memory_bytes"] for run in runs),
@@ -288,8 +279,8 @@ def _way_summary(way: str, runs: list[dict], peak: float | None) -> dict:
         "meter": first["meter"],
         "flops": useful,
         "hardware_flops": hardware,
-        "mfu": None if peak is None else useful / (seconds * peak),
-        "hfu": None if peak is None else hardware / (seconds * peak),
+        "mfu": utilisation(useful, seconds, peak),
+        "hfu": utilisation(hardware, seconds, peak),
     }
 
 
@@ -303,39 +294,26 @@ def _peak(cfg: DictConfig, name: str, precision: str) -> float | None:
 
 def benchmark_pretrain_throughput(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     run_dir = Path(run_dir or hydra_run_dir())
-    steps, warmup_steps, repeats = _check(cfg)
-    if cfg.bench.num_threads is not None:
-        torch.set_num_threads(int(cfg.bench.num_threads))
-    probe = _arguments(cfg, "bertkit", steps, run_dir)
-    if probe.world_size > 1:
-        raise BertkitError("bench: run on one process (it compares single-process throughput)")
-    data = _prepare(cfg, run_dir, steps)
+    schedule = _check(cfg)
+    probe = _arguments(cfg, "bertkit", schedule.steps, run_dir)
+    one_process(cfg, probe, "it compares single-process throughput")
+    data = _prepare(cfg, run_dir, schedule.steps)
 
-    for way in WAYS if warmup_steps else ():
-        logger.info("bench %s: warm-up, %d steps (not timed)", way, warmup_steps)
-        _train(cfg, way, warmup_steps, data, run_dir, timed=False)
-    runs: dict[str, list[dict]] = {way: [] for way in WAYS}
-    for repeat in range(repeats):  # alternating order: plain, bertkit, bertkit, plain, ...
-        for way in WAYS if repeat % 2 == 0 else WAYS[::-1]:
-            logger.info("bench %s: timed run %d of %d, %d steps", way, repeat + 1, repeats, steps)
-            runs[way].append(_train(cfg, way, steps, data, run_dir))
-    scratch = run_dir / "checkpoints"
-    if scratch.is_dir() and not any(scratch.iterdir()):
-        scratch.rmdir()
+    runs = run_ways(WAYS, schedule, lambda way, steps, timed: _train(
+        cfg, way, steps, data, run_dir, timed=timed))
+    remove_if_empty(run_dir / "checkpoints")
 
     name, precision = device_name(), precision_of(probe)
     peak = _peak(cfg, name, precision)
     ways = {way: _way_summary(way, runs[way], peak) for way in WAYS}
-    result = _result(cfg, probe, data, ways, runs, (steps, warmup_steps, repeats))
+    result = _result(cfg, probe, data, ways, runs, schedule)
     result.update(device_name=name, precision=precision, peak_flops=peak)
-    path = write_json_atomic(run_dir / RESULT_FILE, result)
-    print(table(result, path))
+    publish(result, run_dir / RESULT_FILE, table)
     return result
 
 
 def _result(cfg: DictConfig, probe, data: _Data, ways: dict, runs: dict,
-            schedule: tuple[int, int, int]) -> dict:
-    steps, warmup_steps, repeats = schedule
+            schedule: Schedule) -> dict:
     config = runs["plain"][0]["config"]
     masking = cfg.masking
     return {
@@ -349,9 +327,7 @@ def _result(cfg: DictConfig, probe, data: _Data, ways: dict, runs: dict,
                   "num_parameters": runs["plain"][0]["num_parameters"]},
         "device": "cuda" if torch.cuda.is_available() else "cpu",
         "torch_threads": torch.get_num_threads(),
-        "steps": steps,
-        "warmup_steps": warmup_steps,
-        "repeats": repeats,
+        **schedule.fields(),
         "batch_size": probe.per_device_train_batch_size,
         "learning_rate": probe.learning_rate,
         "optim": str(probe.optim),
@@ -370,18 +346,14 @@ def _result(cfg: DictConfig, probe, data: _Data, ways: dict, runs: dict,
                  "tokens, hardware: on every position fed; the head on the masked positions "
                  "(bertkit) or on every position fed (plain)",
         "ways": ways,
-        "steady_skip": steady_skip(cfg.bench, steps),
+        "steady_skip": steady_skip(cfg.bench, schedule.steps),
         "steady": "steady_*: the steps after the first steady_skip of each timed run (CUDA "
                   "synchronised at both ends), median over repeats; FLOPs and samples counted "
                   "in proportion (every step feeds one batch of the same width)",
-        "ratio": {key: ways["bertkit"][key] / ways["plain"][key]
+        "ratio": {key: ratio(ways["bertkit"][key], ways["plain"][key])
                   for key in ("samples_per_second", "real_tokens_per_second",
                               "steady_samples_per_second") if ways["plain"].get(key)},
     }
-
-
-def _optional(value: float | None, spec: str) -> str:
-    return "n/a" if value is None else format(value, spec)
 
 
 def _memory(value: int) -> str:
@@ -399,9 +371,9 @@ def table(result: dict, path: Path | None = None) -> str:
         f"{model['num_hidden_layers']}x{model['hidden_size']} BERT "
         f"({model['num_parameters'] / 1e6:.1f}M parameters, vocab {model['vocab_size']:,}), "
         f"{result['device_name']} {result['precision']}, {result['torch_threads']} threads\n",
-        "| way | samples/s | real tokens/s | seconds | real-token share | peak memory "
-        "| MLM loss | MFU | HFU | steady samples/s | steady MFU |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        *markdown_head("way", "samples/s", "real tokens/s", "seconds", "real-token share",
+                       "peak memory", "MLM loss", "MFU", "HFU", "steady samples/s",
+                       "steady MFU"),
     ]
     for way, values in ways.items():
         mfu = f"{values['mfu']:.1%}" if gpu else "n/a"
@@ -410,12 +382,12 @@ def table(result: dict, path: Path | None = None) -> str:
                      f"| {values['real_tokens_per_second']:,.0f} | {values['seconds']:.2f} "
                      f"| {values['real_token_share']:.1%} "
                      f"| {_memory(values['peak_memory_bytes'])} | {values['mlm_loss']:.3f} "
-                     f"| {mfu} | {hfu} | {_optional(values['steady_samples_per_second'], '.1f')} "
-                     f"| {_optional(values['steady_mfu'], '.1%')} |")
+                     f"| {mfu} | {hfu} | {optional(values['steady_samples_per_second'], '.1f')} "
+                     f"| {optional(values['steady_mfu'], '.1%')} |")
     ratio = result["ratio"]
     lines.append(f"| bertkit/plain | **{ratio['samples_per_second']:.2f}x** "
                  f"| **{ratio['real_tokens_per_second']:.2f}x** | | | | | | "
-                 f"| {_optional(ratio.get('steady_samples_per_second'), '.2f')}x | |")
+                 f"| {optional(ratio.get('steady_samples_per_second'), '.2f')}x | |")
     lines.append(f"\npeak memory: {ways['plain']['peak_memory_kind']}")
     if path is not None:
         lines.append(f"result: {path}")

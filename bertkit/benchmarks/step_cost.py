@@ -1,26 +1,14 @@
-"""The bench_step job: what the host spends on one training step, three ways, on the same small
-BERT (one seeded init, deep-copied per run) and the same pre-built batches, alternating in one
-process: `bare`, a PyTorch loop with nothing but forward, backward, clip_grad_norm_, a fused
-AdamW step, a linear LR step and zero_grad; `plain`, transformers.Trainer with the same settings;
-`bertkit`, bertkit's trainer (PretrainingTrainer, or LengthGroupedTrainer for GLUE) with the
-callbacks every bertkit run carries (throughput meter, PreemptionCallback, ClockCallback). Both
-Trainers read the batches through their own DataLoader from a collator that hands over the
-pre-built batch of each step, so collation costs nothing; the model is small, so the step
-machinery is a visible share of the step. A run is timed from its first step's start to its
-last step's end (Trainer's setup and closing log line, and the bare loop's optimizer building,
-left out), each way after an untimed warm-up run, and reported as the median ms per optimizer
-step over repeats; host syncs per step come from one separate untimed run per way
-(bertkit.benchmarks.host_syncs), never from a timed one.
-Writes bench_step.json in the run directory and prints a markdown table.
-"""
+"""The bench_step job: what the host spends on one training step, three ways (`bare`: a PyTorch
+loop with nothing around the step; `plain`: transformers.Trainer; `bertkit`: bertkit's trainer
+and the callbacks every run carries), on the same small BERT and pre-built batches, in one
+process; host syncs per step from a separate untimed run per way. recipes/guide/speed.md ("How
+bench-step compares") says what is timed. Writes bench_step.json and prints a markdown table."""
 
 from __future__ import annotations
 
 import copy
-import gc
 import logging
 import statistics
-import time
 from pathlib import Path
 
 import numpy as np
@@ -32,14 +20,22 @@ from transformers import (
     BertForSequenceClassification,
     PrinterCallback,
     Trainer,
-    TrainerCallback,
     get_scheduler,
     set_seed,
 )
 
 from bertkit.benchmarks.host_syncs import HostSyncCounter
-from bertkit.benchmarks.measure import device_name, synchronize
-from bertkit.data.atomic_files import write_json_atomic
+from bertkit.benchmarks.measure import StepSpan, device_name, ratio, timed
+from bertkit.benchmarks.report import markdown_head, publish
+from bertkit.benchmarks.side_by_side import (
+    Schedule,
+    check_steps,
+    one_batch_a_step,
+    one_process,
+    release,
+    remove_if_empty,
+    run_ways,
+)
 from bertkit.errors import BertkitError
 from bertkit.pretraining.masking import IGNORE_INDEX
 from bertkit.pretraining.model import MaskedOnlyBertForPreTraining
@@ -217,6 +213,14 @@ class BareLoop:
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
 
+    def run(self, batches: list[dict], steps: int, counter: HostSyncCounter | None = None):
+        """`steps` steps over the batches, cycled (the counter told each step's number)."""
+        self.model.train()
+        for index in range(steps):
+            if counter is not None:
+                counter.step = index + 1
+            self.step(batches[index % len(batches)])
+
 
 # -- one run of each kind ---------------------------------------------------------------------
 def _run(cfg: DictConfig, way: str, workload: str, initial, batches, steps: int,
@@ -227,35 +231,13 @@ def _run(cfg: DictConfig, way: str, workload: str, initial, batches, steps: int,
     set_seed(args.seed)
     if way == "bare":
         loop = BareLoop(model, args, steps)
-        synchronize()
-        started = time.perf_counter()
-        model.train()
-        for index in range(steps):
-            loop.step(batches[index % len(batches)])
-        synchronize()
-        return time.perf_counter() - started
+        return timed(loop.run, batches, steps)[1]
     trainer = _trainer(cfg, way, workload, model, args, batches)
     timer = StepSpan()
     trainer.add_callback(timer)
     output = trainer.train()
-    if output.global_step != steps:
-        raise BertkitError(f"bench: the {way} run made {output.global_step} steps, not {steps}")
+    check_steps(way, output.global_step, steps)
     return timer.seconds
-
-
-class StepSpan(TrainerCallback):
-    """From the first step's start to the last step's end (Trainer's setup and its closing
-    log line left out, as the bare loop's optimizer building is), after a synchronisation."""
-
-    def on_step_begin(self, args, state, control, **kwargs):
-        if state.global_step == 0:
-            synchronize()
-            self.started = time.perf_counter()
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step == state.max_steps:
-            synchronize()
-            self.seconds = time.perf_counter() - self.started
 
 
 def _syncs(cfg: DictConfig, way: str, workload: str, initial, batches, steps: int,
@@ -268,11 +250,8 @@ def _syncs(cfg: DictConfig, way: str, workload: str, initial, batches, steps: in
     counter = HostSyncCounter()
     if way == "bare":
         loop = BareLoop(model, args, steps)
-        model.train()
         with counter:
-            for index in range(steps):
-                counter.step = index + 1
-                loop.step(batches[index % len(batches)])
+            loop.run(batches, steps, counter)
         quiet = list(range(1, steps + 1))
     else:
         trainer = _trainer(cfg, way, workload, model, args, batches)
@@ -287,18 +266,10 @@ def _syncs(cfg: DictConfig, way: str, workload: str, initial, batches, steps: in
                              for (op, caller), count in counter.where(quiet).most_common()}}
 
 
-def _release() -> None:
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-
-
 # -- the job ----------------------------------------------------------------------------------
-def _check(cfg: DictConfig) -> list[str]:
+def _check(cfg: DictConfig) -> tuple[Schedule, list[str]]:
     bench = cfg.bench
-    if int(bench.steps) < 1 or int(bench.repeats) < 1 or int(bench.warmup_steps) < 0:
-        raise BertkitError(f"bench: steps ({bench.steps}) and repeats ({bench.repeats}) must be "
-                           f"at least 1, warmup_steps ({bench.warmup_steps}) at least 0")
+    schedule = Schedule.read(bench)
     if int(bench.sync_steps) < 2:
         raise BertkitError(f"bench.sync_steps={bench.sync_steps}: at least 2 (the last step "
                            f"logs, and is not counted)")
@@ -324,35 +295,28 @@ def _check(cfg: DictConfig) -> list[str]:
                                f"{key}.seq_length to at most {positions}")
         if workload == "pretraining" and int(settings.mlm_used) > int(settings.mlm_slots):
             raise BertkitError("bench.pretraining: mlm_used must be at most mlm_slots")
-    if int(cfg.trainer.gradient_accumulation_steps) != 1:
-        raise BertkitError("bench: trainer.gradient_accumulation_steps must be 1 (one batch a "
-                           "step, as the bare loop runs)")
-    return workloads
+    one_batch_a_step(cfg, "as the bare loop runs")
+    return schedule, workloads
 
 
-def _workload(cfg: DictConfig, workload: str, run_dir: Path) -> dict:
+def _workload(cfg: DictConfig, workload: str, schedule: Schedule, run_dir: Path) -> dict:
     bench = cfg.bench
-    steps, warmup_steps, repeats = int(bench.steps), int(bench.warmup_steps), int(bench.repeats)
     batches = build_batches(cfg, workload)
     initial = initial_model(cfg, workload)
-    for way in WAYS if warmup_steps else ():
-        logger.info("bench %s %s: warm-up, %d steps (not timed)", workload, way, warmup_steps)
-        _run(cfg, way, workload, initial, batches, warmup_steps, run_dir)
-        _release()
-    seconds: dict[str, list[float]] = {way: [] for way in WAYS}
-    for repeat in range(repeats):  # bare, plain, bertkit, bertkit, plain, bare, ...
-        for way in WAYS if repeat % 2 == 0 else WAYS[::-1]:
-            logger.info("bench %s %s: timed run %d of %d, %d steps", workload, way, repeat + 1,
-                        repeats, steps)
-            seconds[way].append(_run(cfg, way, workload, initial, batches, steps, run_dir))
-            _release()
+
+    def run(way: str, steps: int, timed: bool) -> float:
+        seconds = _run(cfg, way, workload, initial, batches, steps, run_dir)
+        release()
+        return seconds
+
+    seconds = run_ways(WAYS, schedule, run, label=f"bench {workload}")
     ways = {}
     for way in WAYS:
         logger.info("bench %s %s: counting host syncs, %d steps (not timed)", workload, way,
                     int(bench.sync_steps))
         syncs = _syncs(cfg, way, workload, initial, batches, int(bench.sync_steps), run_dir)
-        _release()
-        each = [1000 * value / steps for value in seconds[way]]
+        release()
+        each = [1000 * value / schedule.steps for value in seconds[way]]
         ways[way] = {"ms_per_step": statistics.median(each), "ms_per_step_each_repeat": each,
                      **syncs}
     masks = torch.cat([batch["attention_mask"] for batch in batches])
@@ -364,22 +328,18 @@ def _workload(cfg: DictConfig, workload: str, run_dir: Path) -> dict:
         "real_token_share": float(masks.float().mean()),
         "trainer_settings": OmegaConf.to_container(bench[workload].trainer),
         "ways": ways,
-        "ratio": {f"{a}/{b}": ways[a]["ms_per_step"] / ways[b]["ms_per_step"] for a, b in RATIOS},
+        "ratio": {f"{a}/{b}": ratio(ways[a]["ms_per_step"], ways[b]["ms_per_step"])
+                  for a, b in RATIOS},
     }
 
 
 def benchmark_step_cost(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     run_dir = Path(run_dir or hydra_run_dir())
-    workloads = _check(cfg)
-    if cfg.bench.num_threads is not None:
-        torch.set_num_threads(int(cfg.bench.num_threads))
-    probe = _arguments(cfg, workloads[0], int(cfg.bench.steps), run_dir)
-    if probe.world_size > 1:
-        raise BertkitError("bench: run on one process (it times one process's steps)")
-    results = {workload: _workload(cfg, workload, run_dir) for workload in workloads}
-    scratch = run_dir / "checkpoints"
-    if scratch.is_dir() and not any(scratch.iterdir()):
-        scratch.rmdir()
+    schedule, workloads = _check(cfg)
+    probe = _arguments(cfg, workloads[0], schedule.steps, run_dir)
+    one_process(cfg, probe, "it times one process's steps")
+    results = {workload: _workload(cfg, workload, schedule, run_dir) for workload in workloads}
+    remove_if_empty(run_dir / "checkpoints")
     bench = cfg.bench
     result = {
         "recipe": cfg.recipe.name,
@@ -388,9 +348,7 @@ def benchmark_step_cost(cfg: DictConfig, run_dir: Path | None = None) -> dict:
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "torch_threads": torch.get_num_threads(),
-        "steps": int(bench.steps),
-        "warmup_steps": int(bench.warmup_steps),
-        "repeats": int(bench.repeats),
+        **schedule.fields(),
         "sync_steps": int(bench.sync_steps),
         "seed": probe.seed,
         "model": OmegaConf.to_container(bench.model, resolve=True),
@@ -409,8 +367,7 @@ def benchmark_step_cost(cfg: DictConfig, run_dir: Path | None = None) -> dict:
                  "and the Trainers' last (logging) step left out",
         "workloads": results,
     }
-    path = write_json_atomic(run_dir / RESULT_FILE, result)
-    print(table(result, path))
+    publish(result, run_dir / RESULT_FILE, table)
     return result
 
 
@@ -428,9 +385,9 @@ def table(result: dict, path: Path | None = None) -> str:
         f"{model['hidden_size']} BERT (vocab {model['vocab_size']:,}), {result['device_name']}, "
         f"{result['torch_threads']} thread(s), torch {result['torch']}, transformers "
         f"{result['transformers']}\n",
-        "| workload | batch | bare ms/step | plain ms/step | bertkit ms/step | bertkit/bare "
-        "| plain/bare | bertkit/plain | syncs/step bare / plain / bertkit |",
-        "|---|---|---|---|---|---|---|---|---|",
+        *markdown_head("workload", "batch", "bare ms/step", "plain ms/step", "bertkit ms/step",
+                       "bertkit/bare", "plain/bare", "bertkit/plain",
+                       "syncs/step bare / plain / bertkit"),
     ]
     for name, workload in result["workloads"].items():
         ways, ratio = workload["ways"], workload["ratio"]

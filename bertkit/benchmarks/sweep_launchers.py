@@ -1,24 +1,20 @@
 """The bench_sweep job: the wall time of one small grid launched sequentially (Hydra's basic
-launcher, one process) and in parallel (hydra/launcher=local_parallel, joblib), on this machine.
-
-Both ways are the `bertkit -m` command a user types, run as child processes with the task,
-model and data of this job's own command line; a warm-up job fills the tokenisation cache first.
-Parallel jobs on a CPU share its cores (joblib gives each worker cores / n_jobs threads), so
-the ratio says what the launcher gains from overlapping each job's serial parts (start-up,
-loading, evaluation), not from more compute.
-"""
+launcher) and in parallel (hydra/launcher=local_parallel), both as the `bertkit -m` command a
+user types, after a warm-up job fills the tokenisation cache. recipes/guide/speed.md ("How
+bench-sweep compares") says what the ratio means on a CPU. Writes sweep_bench.json and prints
+a table."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from bertkit.data.atomic_files import write_json_atomic
+from bertkit.benchmarks.measure import ratio, timed
+from bertkit.benchmarks.report import markdown_head, publish
 from bertkit.data.metrics_file import METRICS_FILE
 from bertkit.data.readback import read_json
 from bertkit.errors import BertkitError
@@ -37,11 +33,9 @@ def _job_overrides(cfg: DictConfig) -> list[str]:
 
 
 def _launch(overrides: list[str], log: Path) -> float:
-    started = time.perf_counter()
     with open(log, "w") as handle:
-        done = subprocess.run([sys.executable, "-m", "bertkit", *overrides], stdout=handle,
-                              stderr=subprocess.STDOUT)
-    seconds = time.perf_counter() - started
+        done, seconds = timed(subprocess.run, [sys.executable, "-m", "bertkit", *overrides],
+                              stdout=handle, stderr=subprocess.STDOUT, sync=False)
     if done.returncode != 0:
         raise BertkitError(f"bench_sweep: `bertkit {' '.join(overrides)}` failed "
                            f"(exit {done.returncode}); its output is in {log}")
@@ -80,17 +74,22 @@ def benchmark_sweep_launchers(cfg: DictConfig, run_dir: Path | None = None) -> d
     result = {"task": cfg.task.name, "jobs": jobs, "n_jobs": int(cfg.bench_sweep.n_jobs),
               "grid": list(cfg.bench_sweep.grid), "seeds": list(cfg.bench_sweep.seeds),
               "job_settings": list(cfg.bench_sweep.job), **ways,
-              "speedup": round(ways["sequential"]["wall_seconds"]
-                               / ways["parallel"]["wall_seconds"], 2),
+              "speedup": round(ratio(ways["sequential"]["wall_seconds"],
+                                     ways["parallel"]["wall_seconds"]), 2),
               "max_score_difference": difference}
-    path = write_json_atomic(run_dir / "sweep_bench.json", result)
-    print(f"\n{jobs} jobs ({cfg.task.name}), wall time:\n"
-          f"| launcher | wall time | per job |\n|---|---|---|\n"
-          f"| sequential (basic) | {ways['sequential']['wall_seconds']:.1f} s | "
-          f"{ways['sequential']['wall_seconds'] / jobs:.1f} s |\n"
-          f"| parallel (joblib, {result['n_jobs']} at a time) | "
-          f"{ways['parallel']['wall_seconds']:.1f} s | "
-          f"{ways['parallel']['wall_seconds'] / jobs:.1f} s |\n"
-          f"speed-up: {result['speedup']:.2f}x; largest score difference between the ways: "
-          f"{difference:.2g}\n{path}")
+    publish(result, run_dir / "sweep_bench.json", _table)
     return result
+
+
+def _table(result: dict, path: Path) -> str:
+    jobs = result["jobs"]
+    rows = {"sequential": "sequential (basic)",
+            "parallel": f"parallel (joblib, {result['n_jobs']} at a time)"}
+    return "\n".join([
+        f"\n{jobs} jobs ({result['task']}), wall time:",
+        *markdown_head("launcher", "wall time", "per job"),
+        *(f"| {label} | {result[way]['wall_seconds']:.1f} s | "
+          f"{result[way]['wall_seconds'] / jobs:.1f} s |" for way, label in rows.items()),
+        f"speed-up: {result['speedup']:.2f}x; largest score difference between the ways: "
+        f"{result['max_score_difference']:.2g}",
+        str(path)])
