@@ -1,7 +1,7 @@
 """The bench_glue job: training throughput of one GLUE task padded two ways, `plain` (run_glue.py's
 default: padded to a fixed length at tokenisation, random batches, default_data_collator) and
 `bertkit` (per-batch padding, recipe=glue's batch order), from the same weights, examples and
-steps. recipes/guide/speed.md ("How bench-glue compares") says what is held equal and what the
+steps. docs/speed.md ("How bench-glue compares") says what is held equal and what the
 figures mean. Writes bench.json and prints a table."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 (run_glue.py, written out below) scores on the same checkpoint, hyperparameters and seeds, and
 how much faster does it get there? Seeds alternate between the ways, a finished seed is reused
 by a rerun into the same directory, and Welch's test comes from bertkit-report's statistics.
-recipes/guide/speed.md ("How bench-parity compares") says what is held equal. Writes
+docs/speed.md ("How bench-parity compares") says what is held equal. Writes
 parity.json and prints a table."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Host syncs counted on any device, the CPU included: the operations that make the host wait
 for an accelerator to drain its queue (`.item()`, `nonzero`, boolean-mask indexing, ...), seen by
 a TorchDispatchMode and recorded per optimizer step of a Trainer run, the collator's own work
-left out. recipes/guide/speed.md ("How host syncs are counted") lists the ops and where a step
+left out. docs/speed.md ("How host syncs are counted") lists the ops and where a step
 begins and ends."""
 
 from __future__ import annotations

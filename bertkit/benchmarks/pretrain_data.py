@@ -2,7 +2,7 @@
 (read, tokenize, instances, static masks), in MB of raw corpus text per second from a fresh
 cache each repeat; bertkit's dynamic-masking collator against DataCollatorForLanguageModeling
 on the same batches; and the real-token share of length-grouped against random batches.
-recipes/guide/speed.md ("How bench-pretrain-data measures") says what each stage covers.
+docs/speed.md ("How bench-pretrain-data measures") says what each stage covers.
 Writes bench.json and prints a table."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The bench_pretrain_quality job: time to quality, bertkit's budget pretraining
 (experiment=pretrain_budget) against the plain Hugging Face way (run_mlm.py, written out below,
 at a small sweep of learning rates), for the same wall-clock budget in one process, scored on
-the same held-out masked positions. recipes/guide/speed.md ("How bench-pretrain-quality
+the same held-out masked positions. docs/speed.md ("How bench-pretrain-quality
 compares") says what is held equal and what is reported. Writes bench_pretrain_quality.json and
 pretrain_quality.png, and prints a markdown table."""
 

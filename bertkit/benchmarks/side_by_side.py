@@ -1,7 +1,7 @@
 """How the benchmarks that train two or three ways side by side in one process run them, written
 once: the schedule they read from bench.* (warm-up, timed steps, repeats in alternating order),
 the one-process settings they need, a timed trainer.train(), and the clean-up between runs
-(recipes/guide/speed.md, "How the side-by-side benchmarks time")."""
+(docs/speed.md, "How the side-by-side benchmarks time")."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The bench_step job: what the host spends on one training step, three ways (`bare`: a PyTorch
 loop with nothing around the step; `plain`: transformers.Trainer; `bertkit`: bertkit's trainer
 and the callbacks every run carries), on the same small BERT and pre-built batches, in one
-process; host syncs per step from a separate untimed run per way. recipes/guide/speed.md ("How
+process; host syncs per step from a separate untimed run per way. docs/speed.md ("How
 bench-step compares") says what is timed. Writes bench_step.json and prints a markdown table."""
 
 from __future__ import annotations

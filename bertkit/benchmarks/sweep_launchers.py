@@ -1,6 +1,6 @@
 """The bench_sweep job: the wall time of one small grid launched sequentially (Hydra's basic
 launcher) and in parallel (hydra/launcher=local_parallel), both as the `bertkit -m` command a
-user types, after a warm-up job fills the tokenisation cache. recipes/guide/speed.md ("How
+user types, after a warm-up job fills the tokenisation cache. docs/speed.md ("How
 bench-sweep compares") says what the ratio means on a CPU. Writes sweep_bench.json and prints
 a table."""
 
