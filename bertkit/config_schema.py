@@ -120,7 +120,7 @@ class RunSchema:
     train_fraction: float | None = _setting(
         None, "a number in (0, 1], or null for the whole schedule", above=0, max=1)
     mixed_precision: str = _setting("auto", choices="bertkit.training.arguments:PRECISIONS")
-    data_source: str = _setting("auto", choices=("auto", "hub", "local"))
+    data_source: str = _setting("auto", choices="bertkit.data.sources:DATA_SOURCES")
 
 
 @dataclass
