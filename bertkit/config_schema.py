@@ -120,7 +120,7 @@ class RunSchema:
     train_fraction: float | None = _setting(
         None, "a number in (0, 1], or null for the whole schedule", above=0, max=1)
     mixed_precision: str = _setting("auto", choices="bertkit.training.arguments:PRECISIONS")
-    data_source: str = _setting("auto", choices=("auto", "hub", "local"))
+    data_source: str = _setting("auto", choices="bertkit.data.sources:DATA_SOURCES")
 
 
 @dataclass
@@ -185,21 +185,36 @@ class BertConfigSchema:
     hidden_dropout_prob: float = _setting(0.1, **PROBABILITY)
     attention_probs_dropout_prob: float = _setting(0.1, **PROBABILITY)
     attn_implementation: str = _setting("auto", choices="bertkit.training.attention:CHOICES")
+    hidden_act: str = _setting("gelu", choices="transformers.activations:ACT2FN")
 
 
 @dataclass
 class ModelSchema:
-    """conf/model/: a checkpoint's dropout and attention kernel (its sizes are in config)."""
+    """conf/model/: a checkpoint (or null: trained from scratch, sizes in config), its
+    tokenizer, dropout and attention kernel."""
 
+    # A Hub id or a directory; bertkit.training.models says which is missing.
+    name_or_path: str | None = None
+    tokenizer: str | None = None
+    do_lower_case: bool = True
     hidden_dropout_prob: float = _setting(0.1, **PROBABILITY)
     attention_probs_dropout_prob: float = _setting(0.1, **PROBABILITY)
     attn_implementation: str = _setting("auto", choices="bertkit.training.attention:CHOICES")
 
 
 @dataclass
+class ModelFetchSchema:
+    """model.fetch: where a preset's local files go and the command that gets them."""
+
+    directory: str = ""
+    command: str = ""
+
+
+@dataclass
 class FeatureBasedSchema:
     """model.feature_based (NER's feature-based tagger)."""
 
+    enabled: bool = False
     dropout: float = _setting(0.1, **PROBABILITY)
     lstm_hidden_size: int = _setting(768, **COUNT)
     lstm_layers: int = _setting(2, **COUNT)
@@ -218,7 +233,9 @@ class FinetuningSchema:
     head_lr_multiplier: float = _setting(1.0, above=0, max=UNBOUNDED)
     # Each layer down: x this; 1: all alike; above 1 (lower layers faster) is allowed.
     layer_lr_decay: float = _setting(1.0, above=0, max=UNBOUNDED)
-    unfreeze_every: int | None = _setting(None, **COUNT)
+    # epoch, or a number of optimizer steps (gradual_unfreezing checks it is an integer).
+    unfreeze_every: Any = _setting(None, "epoch, a number of optimizer steps >= 1, or null "
+                                   "(off)", choices=("epoch",), **COUNT)
     pooling: str = _setting("cls", choices="bertkit.finetuning.methods.mean_pooling:POOLING")
 
 
@@ -253,6 +270,7 @@ class MaskingSchema:
 
 @dataclass
 class ObjectiveSchema:
+    name: str = "mlm_nsp"
     packing: str = _setting("pairs", choices="bertkit.pretraining.run:PACKINGS")
     sentence_task: str | None = _setting("nsp", choices="bertkit.pretraining.sentence_pairs:"
                                                         "SENTENCE_TASKS")
@@ -289,12 +307,25 @@ class HeldoutSchema:
 
 @dataclass
 class CorpusSchema:
+    name: str = "demo"
     source: str = _setting("local", choices=("local", "hub"))
+    # Local files only (null for a Hub corpus); corpus.parts' own formats are checked where
+    # they are read (bertkit.pretraining.corpora), a list's items being out of a schema's reach.
+    format: str | None = _setting("google", choices="bertkit.pretraining.corpus_formats:FORMATS")
+    # A list of files or glob patterns (or one), and parts: [{format, files}]; whether the files
+    # exist is checked when they are read.
+    files: Any = None
+    parts: Any = None
     max_documents: int | None = _setting(None, "null (all) or a positive integer", **COUNT)
 
 
 @dataclass
 class CorpusHubSchema:
+    path: str | None = None
+    name: str | None = None
+    split: str = "train"
+    text_column: str = "text"
+    streaming: bool = False
     rows_per_document: int = _setting(1, **COUNT)
 
 
@@ -418,6 +449,7 @@ SETTINGS = {"": RunSchema, "task": TaskSchema, "budget": BudgetSchema,
             "task.columns": ConllColumnsSchema, "task.headerless_columns": HeaderlessColumnsSchema,
             "task.synthetic": SyntheticSchema,
             "model": ModelSchema, "model.config": BertConfigSchema,
+            "model.fetch": ModelFetchSchema,
             "model.feature_based": FeatureBasedSchema,
             "finetuning": FinetuningSchema, "finetuning.lora": LoraSchema,
             "finetuning.r3f": R3FSchema,

@@ -119,3 +119,13 @@ def test_a_task_family_may_keep_keys_of_its_own():
         cfg = compose_config([recipe])
         check_ranges(cfg)
         assert key in cfg.task
+
+
+def test_gradual_unfreezing_by_epoch_passes_the_schema():
+    """finetuning.unfreeze_every=epoch is documented (docs: gradual unfreezing); the schema
+    refused it as 'expected a number' while a count of 0 is still refused naming the key."""
+    check_ranges(compose_config(["finetuning=gradual_unfreezing",
+                                 "finetuning.unfreeze_every=epoch"]))
+    with pytest.raises(BertkitError, match=r"^finetuning\.unfreeze_every=0: expected epoch, "):
+        check_ranges(compose_config(["finetuning=gradual_unfreezing",
+                                     "finetuning.unfreeze_every=0"]))

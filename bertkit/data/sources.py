@@ -14,9 +14,8 @@ SINGLE_FILE_KEYS = {"train": "train_file", "validation": "validation_file", "tes
 
 def uses_local_files(task: DictConfig, data_source: str) -> bool:
     """data_source=auto: local when task.data_dir or a task.*_file is set, or the task has no
-    Hub dataset (task.hub is null)."""
-    if data_source not in DATA_SOURCES:
-        raise BertkitError(f"data_source={data_source!r}: expected auto, hub or local")
+    Hub dataset (task.hub is null). data_source is one of DATA_SOURCES (the schema's
+    choices are these: bertkit.config_schema.RunSchema)."""
     # A task family without a test file (SQuAD) has no test_file key: select, not index.
     local = bool(task.data_dir) or any(OmegaConf.select(task, key)
                                        for key in SINGLE_FILE_KEYS.values())

@@ -33,16 +33,12 @@ Documents = datasets.Dataset | datasets.IterableDataset
 
 def corpus_documents(corpus: DictConfig, cache_dir: str,
                      num_proc: int | None = None) -> datasets.Dataset | datasets.IterableDataset:
-    """The documents of corpus.source (local | hub), the first corpus.max_documents if set."""
+    """The documents of corpus.source (local | hub), the first corpus.max_documents if set
+    (the values' types and choices are the schema's: bertkit.config_schema.CorpusSchema)."""
     max_documents = corpus.get("max_documents")
-    if max_documents is not None and (not isinstance(max_documents, int) or max_documents < 1):
-        raise BertkitError(
-            f"corpus.max_documents={max_documents!r}: expected null (all) or a positive integer")
-    if corpus.source == "local":
-        return local_documents(corpus, cache_dir, num_proc, max_documents)
     if corpus.source == "hub":
         return hub_documents(corpus, num_proc, max_documents)
-    raise BertkitError(f"corpus.source={corpus.source!r}: expected local or hub")
+    return local_documents(corpus, cache_dir, num_proc, max_documents)
 
 
 # Local files
@@ -110,6 +106,7 @@ def local_documents(corpus: DictConfig, cache_dir: str, num_proc: int | None = N
                     max_documents: int | None = None) -> datasets.Dataset:
     sources = []
     for part in corpus_parts(corpus):
+        # corpus.format is the schema's too; corpus.parts' formats (list items) are not.
         if part.format not in pretrain_corpus.FORMATS:
             raise BertkitError(f"corpus.format={part.format!r}: expected one of "
                                f"{', '.join(pretrain_corpus.FORMATS)}")
@@ -200,8 +197,6 @@ def hub_documents(corpus: DictConfig, num_proc: int | None = None,
         raise BertkitError("corpus.source=hub needs corpus.hub.path (a Hub dataset id, "
                            "e.g. wikimedia/wikipedia)")
     rows = hub.get("rows_per_document", 1)
-    if not isinstance(rows, int) or rows < 1:
-        raise BertkitError(f"corpus.hub.rows_per_document={rows!r}: expected a positive integer")
     streaming = bool(hub.get("streaming", False))
     raw = _load_hub(hub, streaming)
     text_column = hub.text_column

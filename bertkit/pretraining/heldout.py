@@ -59,41 +59,19 @@ def heldout_settings(cfg: DictConfig) -> DictConfig:
     return settings
 
 
-def heldout_enabled(cfg: DictConfig) -> bool:
-    return heldout_settings(cfg).fraction > 0
+def heldout_enabled(heldout: DictConfig) -> bool:
+    return heldout.fraction > 0
 
 
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def check_heldout_config(cfg: DictConfig) -> None:
-    """Every heldout.* setting, before any data is read."""
-    heldout = heldout_settings(cfg)
-    fraction = heldout.get("fraction")
-    if not _is_number(fraction) or not 0 <= fraction < 1:
-        raise BertkitError(f"heldout.fraction={fraction!r}: expected a share of the documents "
-                           f"in [0, 1) (0: no held-out set)")
-    if fraction == 0:
+def check_heldout_config(heldout: DictConfig) -> None:
+    """The rules between heldout.* settings, before any data is read (each value's type and
+    range is the schema's: bertkit.config_schema.HeldoutSchema)."""
+    if not heldout_enabled(heldout):
         return
-    for key in ("max_sequences", "batch_size", "min_documents"):
-        value = heldout.get(key)
-        if not _is_int(value) or value < 1:
-            raise BertkitError(f"heldout.{key}={value!r}: expected a positive integer")
-    if not _is_int(heldout.get("seed")):
-        raise BertkitError(f"heldout.seed={heldout.get('seed')!r}: expected an integer")
     seconds, steps = heldout.get("every_seconds"), heldout.get("every_steps")
     if (seconds is None) == (steps is None):
         raise BertkitError(f"heldout.every_seconds={seconds!r} and heldout.every_steps="
                            f"{steps!r}: give exactly one of them (the other null)")
-    if seconds is not None and (not _is_number(seconds) or seconds <= 0):
-        raise BertkitError(f"heldout.every_seconds={seconds!r}: expected a positive number")
-    if steps is not None and (not _is_int(steps) or steps < 1):
-        raise BertkitError(f"heldout.every_steps={steps!r}: expected a positive integer")
     heldout_rule(heldout)
 
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from bertkit.errors import BertkitError
 
-UNITS = ("token", "whole_word", "span")
+UNITS = ("token", "whole_word", "span")  # masking.unit's choices (config_schema)
 IGNORE_INDEX = -100  # the label torch's cross-entropy skips
 
 
@@ -31,19 +31,13 @@ class MaskingRule:
     span_max_words: int
 
     def __post_init__(self) -> None:
-        if self.unit not in UNITS:
-            raise BertkitError(f"masking.unit={self.unit!r}: expected one of {', '.join(UNITS)}")
-        if not 0 < self.mlm_probability < 1:
-            raise BertkitError(
-                f"masking.mlm_probability={self.mlm_probability}: expected 0 < p < 1")
-        if self.mask_token_fraction < 0 or self.random_token_fraction < 0 \
-                or self.mask_token_fraction + self.random_token_fraction > 1:
+        """The rule between two settings; each one's type and range is the schema's
+        (bertkit.config_schema.MaskingSchema: masking.* and heldout.masking.*)."""
+        if self.mask_token_fraction + self.random_token_fraction > 1:
             raise BertkitError(
                 f"masking.mask_token_fraction={self.mask_token_fraction} and "
                 f"masking.random_token_fraction={self.random_token_fraction}: expected two shares "
                 f">= 0 whose sum is at most 1 (the rest stays unchanged)")
-        if self.max_predictions_per_seq < 1:
-            raise BertkitError("masking.max_predictions_per_seq: expected at least 1")
 
 
 @dataclass(frozen=True)

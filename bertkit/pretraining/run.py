@@ -20,6 +20,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 from transformers import TrainingArguments
 
+from bertkit.config_schema import check_ranges
 from bertkit.data.atomic_files import write_json_atomic
 from bertkit.data.metrics_file import METRICS_FILE
 from bertkit.errors import BertkitError
@@ -46,32 +47,24 @@ from bertkit.training.wandb_logging import paper_hyperparameters
 
 logger = logging.getLogger(__name__)
 
+# The choices of objective.packing and masking.kind (bertkit.config_schema reads them).
 PACKINGS = ("pairs", "full_sentences")
-SENTENCE_TASKS = ("nsp", "sop", None)
 MASKING_KINDS = ("static", "dynamic")
 
 
 def check_pretraining_config(cfg: DictConfig) -> None:
-    """Contradictory settings fail here, before any data is read."""
+    """Contradictory settings fail here, before any data is read: each value's type and range
+    first (the schema, bertkit.config_schema), then the rules between settings."""
+    check_ranges(cfg)
     objective, masking = cfg.objective, cfg.masking
-    if objective.packing not in PACKINGS:
-        raise BertkitError(f"objective.packing={objective.packing!r}: expected one of "
-                           f"{', '.join(PACKINGS)}")
-    if objective.sentence_task not in SENTENCE_TASKS:
-        raise BertkitError(f"objective.sentence_task={objective.sentence_task!r}: expected "
-                           f"nsp, sop or null")
     if (objective.packing == "pairs") != (objective.sentence_task is not None):
         raise BertkitError(f"objective={objective.name}: sentence pairs go with a sentence task "
                            f"(nsp or sop), full-sentence packing with none")
-    if masking.kind not in MASKING_KINDS:
-        raise BertkitError(f"masking.kind={masking.kind!r}: expected static or dynamic")
+    # -1 (train by epochs) is a valid trainer.max_steps elsewhere, not for pretraining.
     if cfg.trainer.max_steps is None or cfg.trainer.max_steps <= 0:
         raise BertkitError("trainer.max_steps: pretraining is measured in optimizer steps "
                            "(the paper: 1,000,000); give a positive number")
     long_phase = cfg.pretraining.long_phase
-    if not 0 <= long_phase.fraction < 1:
-        raise BertkitError(f"pretraining.long_phase.fraction={long_phase.fraction}: expected "
-                           f"a fraction of the steps in [0, 1)")
     positions = OmegaConf.select(cfg.model, "config.max_position_embeddings", default=512)
     lengths = {"pretraining.max_seq_length": cfg.pretraining.max_seq_length}
     if long_phase.fraction > 0:
@@ -88,7 +81,7 @@ def check_pretraining_config(cfg: DictConfig) -> None:
                            f"pretraining.long_phase.fraction={long_phase.fraction} of the steps): "
                            f"lower it, raise the long phase's, or set "
                            f"pretraining.long_phase.fraction=0")
-    check_heldout_config(cfg)
+    check_heldout_config(heldout_settings(cfg))
     if is_streaming(cfg.corpus):
         if masking.kind == "static":
             raise BertkitError("masking=static with corpus.hub.streaming=true: static masks are "
@@ -98,7 +91,7 @@ def check_pretraining_config(cfg: DictConfig) -> None:
             raise BertkitError("pretraining.long_phase.fraction>0 with corpus.hub.streaming=true: "
                                "the 512-token phase needs its own stored instances; set "
                                "pretraining.long_phase.fraction=0 or corpus.hub.streaming=false")
-        if heldout_enabled(cfg):
+        if heldout_enabled(heldout_settings(cfg)):
             raise BertkitError("heldout.fraction>0 with corpus.hub.streaming=true: the held-out "
                                "documents are chosen from the stored corpus before training, "
                                "which a stream cannot do; set heldout.fraction=0 or "

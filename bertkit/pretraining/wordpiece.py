@@ -71,8 +71,6 @@ def train_wordpiece(texts: Iterable[str], output_dir: Path, *, vocab_size: int,
     if vocab_size <= len(SPECIAL_TOKENS):
         raise BertkitError(f"tokenizer_training.vocab_size={vocab_size}: must exceed the "
                            f"{len(SPECIAL_TOKENS)} special tokens {' '.join(SPECIAL_TOKENS)}")
-    if min_frequency < 1:
-        raise BertkitError(f"tokenizer_training.min_frequency={min_frequency}: must be at least 1")
     backend = _untrained_tokenizer(lowercase)
     trainer = trainers.WordPieceTrainer(
         vocab_size=vocab_size,

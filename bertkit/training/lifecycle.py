@@ -35,10 +35,11 @@ from bertkit.training.wandb_logging import resolve_wandb_mode, start_wandb_run
 logger = logging.getLogger(__name__)
 
 
-def report_to(cfg: DictConfig) -> list[str]:
-    """Trainer's trackers: W&B unless logger=none or its mode is disabled."""
-    mode = resolve_wandb_mode(cfg.logger.mode)
-    return ["wandb"] if cfg.logger.backend == "wandb" and mode != "disabled" else []
+def report_to(logger_node: DictConfig) -> list[str]:
+    """Trainer's trackers, from the `logger` node (not this module's `logger`): W&B unless
+    logger=none or its mode is disabled."""
+    mode = resolve_wandb_mode(logger_node.mode)
+    return ["wandb"] if logger_node.backend == "wandb" and mode != "disabled" else []
 
 
 @dataclass

@@ -123,22 +123,22 @@ def heldout_scores(final: dict) -> dict[str, float]:
             if key.endswith(("_loss", "_accuracy")) and _is_score(value)}
 
 
-def _model_name(cfg: DictConfig, default: str) -> str:
-    hub_model_id = OmegaConf.select(cfg, "trainer.hub_model_id")
+def _model_name(trainer: DictConfig, default: str) -> str:
+    hub_model_id = trainer.get("hub_model_id")
     return hub_model_id.split("/")[-1] if hub_model_id else default
 
 
-def _pushed_id(cfg: DictConfig) -> str | None:
+def _pushed_id(trainer: DictConfig) -> str | None:
     """The model's Hub id when the run pushes it (trainer.push_to_hub)."""
-    if OmegaConf.select(cfg, "trainer.push_to_hub", default=False):
-        return OmegaConf.select(cfg, "trainer.hub_model_id")
+    if trainer.get("push_to_hub", False):
+        return trainer.get("hub_model_id")
     return None
 
 
 def _usage(cfg: DictConfig, family: str) -> str | None:
     task = OmegaConf.select(cfg, "task")
     return usage_section(
-        family, _pushed_id(cfg),
+        family, _pushed_id(cfg.trainer),
         pair=bool(OmegaConf.select(task, "columns.text_b", default=None)) if task else False,
         regression=family == "glue" and OmegaConf.select(task, "labels") is None,
         feature_based=bool(OmegaConf.select(cfg, "model.feature_based.enabled", default=False)))
@@ -151,7 +151,7 @@ def finetuning_facts(cfg: DictConfig, record: dict) -> CardFacts:
     origin = f"from {model_reference(started)}" if started else "from random initialisation"
     train = record.get("train", {})
     return CardFacts(
-        model_name=_model_name(cfg, f"bertkit-{task.name}"), family=family,
+        model_name=_model_name(cfg.trainer, f"bertkit-{task.name}"), family=family,
         summary=(f"BERT finetuned on {task.name} ({family} family, "
                  f"{TASK_TYPES[family][0]}) with bertkit, {origin}."),
         started_from=started, dataset=CardDataset.of(task),
@@ -192,7 +192,7 @@ def pretraining_facts(cfg: DictConfig, record: dict) -> CardFacts:
                         + _table(("task", "metric", "dev value"), rows))
     started = cfg.model.name_or_path
     return CardFacts(
-        model_name=_model_name(cfg, f"bertkit-pretraining-{corpus.name}"),
+        model_name=_model_name(cfg.trainer, f"bertkit-pretraining-{corpus.name}"),
         family="pretraining",
         summary=(f"BERT pretrained with bertkit ({record['objective']}, {record['masking']} "
                  f"masking) on {corpus.name}, "

@@ -73,7 +73,7 @@ def start_run(cfg: DictConfig, run_dir: Path | None = None) -> RunSetup:
     check_ranges(cfg)  # again: a job called from Python has not passed through run_job
     budget_settings(cfg)
     check_hub_settings(cfg)
-    args = build_training_arguments(cfg, run_dir, report_to(cfg))
+    args = build_training_arguments(cfg, run_dir, report_to(cfg.logger))
     checkpoint = resume_checkpoint(cfg.resume, args)
     set_seed(args.seed)
     pad_to = padding_multiple(cfg, args.bf16 or args.fp16)

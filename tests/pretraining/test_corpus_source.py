@@ -9,6 +9,7 @@ import datasets
 import pytest
 from omegaconf import DictConfig, OmegaConf
 
+from bertkit.config_schema import check_ranges
 from bertkit.config_tree import config_dir
 from bertkit.errors import BertkitError
 from bertkit.pretraining import corpora as corpus_source
@@ -35,6 +36,12 @@ def corpus_config(preset: str, **overrides) -> DictConfig:
     corpus = OmegaConf.load(os.path.join(config_dir(), "corpus", f"{preset}.yaml"))
     for key, value in overrides.items():
         OmegaConf.update(corpus, key.replace("__", "."), value)
+    return corpus
+
+
+def checked(corpus: DictConfig) -> DictConfig:
+    """The corpus node held to the schema, as every job's config is before it starts."""
+    check_ranges(OmegaConf.create({"corpus": corpus}))
     return corpus
 
 
@@ -131,8 +138,8 @@ def test_missing_files_and_empty_corpus_name_the_config_key(tmp_path):
     with pytest.raises(BertkitError, match=r"corpus\.format='pdf'"):
         corpus_documents(corpus_config("files", files=[str(tmp_path / "blank.txt")],
                                        format="pdf"), str(tmp_path))
-    with pytest.raises(BertkitError, match=r"corpus\.source='s3'"):
-        corpus_documents(corpus_config("files", source="s3"), str(tmp_path))
+    with pytest.raises(BertkitError, match=r"^corpus\.source='s3': expected one of local"):
+        corpus_documents(checked(corpus_config("files", source="s3")), str(tmp_path))
 
 
 def test_max_documents_takes_the_first(tmp_path):
@@ -140,8 +147,8 @@ def test_max_documents_takes_the_first(tmp_path):
     path.write_text("One.\n\nTwo.\n\nThree.\n")
     corpus = corpus_config("files", files=[str(path)], max_documents=2)
     assert documents(corpus_documents(corpus, str(tmp_path))) == [["One."], ["Two."]]
-    with pytest.raises(BertkitError, match=r"corpus\.max_documents=0"):
-        corpus_documents(corpus_config("files", files=[str(path)], max_documents=0),
+    with pytest.raises(BertkitError, match=r"^corpus\.max_documents=0: expected null"):
+        corpus_documents(checked(corpus_config("files", files=[str(path)], max_documents=0)),
                          str(tmp_path))
 
 

@@ -397,21 +397,30 @@ def test_evaluations_follow_training_time_and_do_not_consume_it(tmp_path, monkey
 # Settings
 
 
-@pytest.mark.parametrize(("override", "message"), [
-    ({"heldout.fraction": 1.0}, "heldout.fraction=1.0"),
-    ({"heldout.every_steps": 10}, "give exactly one"),
-    ({"heldout.every_seconds": "null"}, "give exactly one"),
-    ({"heldout.every_seconds": -1}, "heldout.every_seconds=-1"),
-    ({"heldout.max_sequences": 0}, "heldout.max_sequences=0"),
-    ({"heldout.min_documents": 0}, "heldout.min_documents=0"),
-    ({"heldout.masking.mlm_probability": 1.5}, "heldout.masking.mlm_probability=1.5"),
+# A value out of its range (the schema's, also_when_off) is refused whether the held-out set
+# is on or not; a rule between settings only with the held-out set on.
+@pytest.mark.parametrize(("override", "message", "also_when_off"), [
+    ({"heldout.fraction": 1.0}, "heldout.fraction=1.0", False),
+    ({"heldout.every_steps": 10}, "give exactly one", False),
+    ({"heldout.every_seconds": "null"}, "give exactly one", False),
+    ({"heldout.every_seconds": -1}, "heldout.every_seconds=-1", True),
+    ({"heldout.max_sequences": 0}, "heldout.max_sequences=0", True),
+    ({"heldout.min_documents": 0}, "heldout.min_documents=0", True),
+    ({"heldout.masking.mlm_probability": 1.5}, "heldout.masking.mlm_probability=1.5", True),
     ({"corpus": "wikipedia", "corpus.hub.streaming": True, "masking": "dynamic"},
-     "heldout.fraction>0 with corpus.hub.streaming=true"),
+     "heldout.fraction>0 with corpus.hub.streaming=true", False),
 ])
-def test_heldout_settings_are_checked_before_any_data_is_read(override, message):
-    with pytest.raises(BertkitError, match=message.replace(".", r"\.").replace("(", r"\(")):
+def test_heldout_settings_are_checked_before_any_data_is_read(override, message,
+                                                              also_when_off):
+    pattern = message.replace(".", r"\.").replace("(", r"\(")
+    with pytest.raises(BertkitError, match=pattern):
         check_pretraining_config(config(**override))
-    check_pretraining_config(config(**{**override, "heldout.fraction": 0}))
+    off = config(**{**override, "heldout.fraction": 0})
+    if also_when_off:
+        with pytest.raises(BertkitError, match=pattern):
+            check_pretraining_config(off)
+    else:
+        check_pretraining_config(off)
 
 
 def test_a_plain_trainer_and_masked_lm_get_the_same_curve_callback(tokenizer, tmp_path):

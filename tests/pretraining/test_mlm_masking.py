@@ -9,11 +9,13 @@ import pytest
 import torch
 from transformers import BertTokenizerFast
 
+from bertkit.config_schema import check_ranges
 from bertkit.errors import BertkitError
 from bertkit.pretraining.batches import per_position_labels
 from bertkit.pretraining.dynamic_masking import DynamicMaskingCollator, padding_collator
 from bertkit.pretraining.masking import IGNORE_INDEX, MaskingRule, Vocabulary, mask_sequence
 from bertkit.pretraining.static_masking import static_masked_copies
+from tests.conftest import compose_config
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 WORDS = [f"w{i}" for i in range(100)]
@@ -195,8 +197,14 @@ def test_dynamic_masks_change_every_time_and_follow_torch_seed(tokenizer):
 
 @pytest.mark.parametrize("bad", [{"unit": "sentence"}, {"mlm_probability": 1.5},
                                  {"mask_token_fraction": 0.95}, {"max_predictions_per_seq": 0}])
-def test_bad_masking_settings_name_the_key(bad):
-    with pytest.raises(BertkitError, match="masking."):
+@pytest.mark.parametrize("node", ["masking", "heldout.masking"])
+def test_bad_masking_settings_name_the_key(bad, node):
+    """A value out of its range is refused by the schema before a job starts (check_ranges),
+    the shares' sum by the rule itself; either way one line naming the key."""
+    (key, value), = bad.items()
+    cfg = compose_config(["recipe=pretrain", f"{node}.{key}={value}"])
+    with pytest.raises(BertkitError, match=rf"^(heldout\.)?masking\.{key}="):
+        check_ranges(cfg)
         rule(**bad)
 
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from bertkit.config_schema import check_ranges
 from bertkit.errors import BertkitError
 from bertkit.pretraining.model import load_pretraining_model
 from bertkit.tasks.glue.models import load_sequence_classifier
@@ -34,8 +35,9 @@ def test_auto_falls_back_to_sdpa_without_a_gpu_or_flash_attn(monkeypatch):
 
 
 def test_unknown_choice_names_the_key():
-    with pytest.raises(BertkitError, match=r"model.attn_implementation='flash'.*sdpa"):
-        attention_implementation("flash")
+    """Refused by the schema before a job starts (check_ranges), naming the choices."""
+    with pytest.raises(BertkitError, match=r"^model.attn_implementation='flash'.*sdpa"):
+        check_ranges(compose_config(["model.attn_implementation=flash"]))
 
 
 def tiny_model_config(vocab_dir, implementation: str):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from bertkit.config_schema import check_ranges
 from bertkit.errors import BertkitError
 from bertkit.training import arguments
 from bertkit.training.arguments import resolve_mixed_precision
@@ -23,8 +24,8 @@ def test_explicit_choices(monkeypatch):
     assert resolve_mixed_precision("no") == "no"
     with pytest.raises(BertkitError, match="mixed_precision=bf16: needs a GPU"):
         resolve_mixed_precision("bf16")
-    with pytest.raises(BertkitError, match=r"mixed_precision='fp8': expected one of auto"):
-        resolve_mixed_precision("fp8")
+    with pytest.raises(BertkitError, match=r"^mixed_precision='fp8': expected one of auto"):
+        check_ranges(compose_config(["mixed_precision=fp8"]))  # the schema, before a job
     monkeypatch.setattr(arguments.torch.cuda, "is_available", lambda: True)
     assert resolve_mixed_precision("fp16") == "fp16"
 
