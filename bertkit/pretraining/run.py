@@ -31,6 +31,7 @@ from bertkit.pretraining.heldout import (
 )
 from bertkit.pretraining.heldout_evaluation import HeldoutEvaluation, heldout_record
 from bertkit.pretraining.model import load_pretraining_model
+from bertkit.pretraining.objective import objective_of
 from bertkit.pretraining.trainer import PretrainingTrainer
 from bertkit.pretraining.training_data import (
     PretrainingData,
@@ -46,23 +47,13 @@ from bertkit.training.wandb_logging import paper_hyperparameters
 
 logger = logging.getLogger(__name__)
 
-PACKINGS = ("pairs", "full_sentences")
-SENTENCE_TASKS = ("nsp", "sop", None)
 MASKING_KINDS = ("static", "dynamic")
 
 
 def check_pretraining_config(cfg: DictConfig) -> None:
     """Contradictory settings fail here, before any data is read."""
-    objective, masking = cfg.objective, cfg.masking
-    if objective.packing not in PACKINGS:
-        raise BertkitError(f"objective.packing={objective.packing!r}: expected one of "
-                           f"{', '.join(PACKINGS)}")
-    if objective.sentence_task not in SENTENCE_TASKS:
-        raise BertkitError(f"objective.sentence_task={objective.sentence_task!r}: expected "
-                           f"nsp, sop or null")
-    if (objective.packing == "pairs") != (objective.sentence_task is not None):
-        raise BertkitError(f"objective={objective.name}: sentence pairs go with a sentence task "
-                           f"(nsp or sop), full-sentence packing with none")
+    objective_of(cfg.objective)  # a registered objective, its keys its own
+    masking = cfg.masking
     if masking.kind not in MASKING_KINDS:
         raise BertkitError(f"masking.kind={masking.kind!r}: expected static or dynamic")
     if cfg.trainer.max_steps is None or cfg.trainer.max_steps <= 0:
@@ -168,7 +159,7 @@ def build_pretraining_trainer(cfg: DictConfig, args: TrainingArguments,
     trainer = PretrainingTrainer(
         model=model, args=args, train_dataset=data.train_dataset,
         data_collator=data.collator, processing_class=data.tokenizer,
-        phases=data.phases, sentence_task=cfg.objective.sentence_task)
+        phases=data.phases, sentence_task=objective_of(cfg.objective).sentence_task)
     return trainer, pretraining_hyperparameters(cfg, args, model)
 
 
@@ -215,7 +206,7 @@ def _outcome(cfg: DictConfig, trainer, data: PretrainingData, run: TrainingRun,
     heldout_final = (record["heldout"] or {}).get("final") or {}
 
     def printout(where: str) -> str:
-        sentence = cfg.objective.sentence_task
+        sentence = objective_of(cfg.objective).sentence_task
         scores = f"MLM loss {last.get('mlm_loss', float('nan')):.4f}, MLM accuracy " \
                  f"{last.get('mlm_accuracy', float('nan')):.4f}"
         if sentence:
