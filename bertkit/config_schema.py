@@ -270,9 +270,11 @@ class MaskingSchema:
 
 @dataclass
 class ObjectiveSchema:
-    name: str = "mlm_nsp"
-    packing: str = _setting("pairs", choices="bertkit.pretraining.run:PACKINGS")
-    sentence_task: str | None = _setting("nsp", choices="bertkit.pretraining.sentence_pairs:"
+    """objective.*: the registered objectives' values (bertkit.pretraining.objective)."""
+
+    name: str = _setting("mlm_nsp", choices="bertkit.pretraining.objective:NAMES")
+    packing: str = _setting("pairs", choices="bertkit.pretraining.objective:PACKINGS")
+    sentence_task: str | None = _setting("nsp", choices="bertkit.pretraining.objective:"
                                                         "SENTENCE_TASKS")
 
 
@@ -471,8 +473,9 @@ def register_schemas() -> None:
 
 
 def choices_of(bounds: dict) -> tuple | None:
-    """A field's choices: a tuple, or "module:NAME" of a tuple, dict or Enum kept by the code
-    that reads the key (imported when a value is checked, so the lists are never copied)."""
+    """A field's choices: a tuple, or "module:NAME" of a tuple, dict, Enum or other iterable
+    (a registry's names) kept by the code that reads the key (imported when a value is
+    checked, so the lists are never copied)."""
     choices = bounds.get("choices")
     if isinstance(choices, str):
         module, name = choices.split(":")

@@ -26,12 +26,9 @@ from bertkit.pretraining.batches import ArrowRows
 from bertkit.pretraining.corpora import corpus_documents, corpus_files
 from bertkit.pretraining.demo_corpus import ensure_demo_corpus
 from bertkit.pretraining.dynamic_masking import DynamicMaskingCollator
-from bertkit.pretraining.instances import (
-    packed_sequences_dataset,
-    pair_instances_dataset,
-    tokenize_documents,
-)
+from bertkit.pretraining.instances import tokenize_documents
 from bertkit.pretraining.masking import Vocabulary, masking_rule_from_config
+from bertkit.pretraining.objective import objective_of
 from bertkit.pretraining.phases import Phase, PhasedLengthGroupedSampler
 from bertkit.pretraining.static_masking import static_masked_copies
 from bertkit.training.models import load_tokenizer
@@ -83,12 +80,9 @@ def _instances(cfg: DictConfig, tokenized: datasets.Dataset, tokenizer: PreTrain
                num_proc: int | None) -> datasets.Dataset:
     """One copy of the training instances, as recipe=pretrain builds them for its first phase."""
     length = int(cfg.pretraining.max_seq_length)
-    if cfg.objective.packing == "full_sentences":
-        return packed_sequences_dataset(tokenized, tokenizer, max_seq_length=length,
-                                        num_proc=num_proc)
-    return pair_instances_dataset(
+    return objective_of(cfg.objective).instances(
         tokenized, tokenizer, max_seq_length=length, short_seq_prob=cfg.pretraining.short_seq_prob,
-        seed=cfg.seed, copies=1, num_proc=num_proc, sentence_task=cfg.objective.sentence_task)
+        seed=cfg.seed, copies=1, num_proc=num_proc)
 
 
 def time_collators(instances: datasets.Dataset,

@@ -32,6 +32,7 @@ from bertkit.data.atomic_files import write_json_atomic
 from bertkit.errors import BertkitError
 from bertkit.pretraining.heldout import build_heldout, heldout_fingerprint
 from bertkit.pretraining.heldout_evaluation import HeldoutEvaluation, heldout_curve
+from bertkit.pretraining.objective import objective_of
 from bertkit.pretraining.run import pretrain
 from bertkit.pretraining.training_data import pretraining_tokenizer, split_corpus
 from bertkit.reporting.plots import save_figure_atomic
@@ -180,7 +181,7 @@ def check_bench(cfg: DictConfig) -> None:
     if OmegaConf.select(cfg, "budget.minutes") is None:
         raise BertkitError("bench_pretrain_quality compares two ways at one time budget: set "
                            "budget.minutes")
-    if cfg.objective.name != "mlm":
+    if objective_of(cfg.objective).sentence_task is not None:
         raise BertkitError("bench_pretrain_quality compares masked LM alone (run_mlm.py has "
                            "no NSP): use objective=mlm")
     if not cfg.bench.plain.learning_rates:

@@ -31,12 +31,9 @@ from transformers import PreTrainedTokenizerBase
 
 from bertkit.errors import BertkitError
 from bertkit.pretraining.dynamic_masking import padding_collator
-from bertkit.pretraining.instances import (
-    packed_sequences_dataset,
-    pair_instances_dataset,
-    tokenize_documents,
-)
+from bertkit.pretraining.instances import packed_sequences_dataset, tokenize_documents
 from bertkit.pretraining.masking import IGNORE_INDEX, Vocabulary, masking_rule_from_config
+from bertkit.pretraining.objective import objective_of, registered
 from bertkit.pretraining.static_masking import static_masked_copies
 
 KEY_COLUMN = "heldout_key"
@@ -136,29 +133,26 @@ def split_documents(documents: datasets.Dataset, fraction: float, min_documents:
     return (documents.select(np.flatnonzero(~held)), documents.select(np.flatnonzero(held)))
 
 
-def documents_needed(sentence_task: str | None) -> int:
-    """Documents each side of the split needs: NSP draws a NotNext segment from another
-    document, so 2; MLM and SOP build their sequences within one document, so 1."""
-    return 2 if sentence_task == "nsp" else 1
-
-
 def check_corpus_size(documents: int, objective: DictConfig, fraction: float) -> None:
     """Before the split: one line naming the setting that works when a corpus of `documents`
     cannot give the objective's training, and the held-out set, what they need. The split
     itself does not depend on the objective (every arm holds out the same documents), so a
     corpus too small for both is refused here rather than split per objective."""
-    needed = documents_needed(objective.sentence_task)
+    chosen = objective_of(objective)
+    needed = chosen.documents_needed
     plural = "s" if documents != 1 else ""
     if documents < needed:
         also = " heldout.fraction=0" if fraction > 0 else ""
+        instead = chosen.fewer_documents
+        advice = (f"objective={instead}{also} trains on it ({registered()[instead].summary})"
+                  if instead else "use a larger corpus")
         raise BertkitError(
-            f"objective={objective.name}: next sentence prediction needs at least {needed} "
-            f"documents (a NotNext segment comes from another one), the corpus has "
-            f"{documents}: objective=sop{also} trains on it (sentence order within a document)")
+            f"objective={chosen.name}: {chosen.title} needs at least {needed} documents "
+            f"({chosen.documents_reason}), the corpus has {documents}: {advice}")
     if fraction > 0 and documents < 2 * needed:
         raise BertkitError(
             f"heldout.fraction={fraction}: the corpus has {documents} document{plural}, and "
-            f"objective={objective.name} needs {needed} to train on and {needed} held out: "
+            f"objective={chosen.name} needs {needed} to train on and {needed} held out: "
             f"heldout.fraction=0 trains on {'it' if documents == 1 else f'all {documents}'} "
             f"(no held-out scores)")
 
@@ -166,12 +160,12 @@ def check_corpus_size(documents: int, objective: DictConfig, fraction: float) ->
 def check_training_share(train: int, held: int, objective: DictConfig,
                          fraction: float) -> None:
     """After the split: a large heldout.fraction may leave training fewer than it needs."""
-    needed = documents_needed(objective.sentence_task)
-    if train < needed:
+    chosen = objective_of(objective)
+    if train < chosen.documents_needed:
         raise BertkitError(
             f"heldout.fraction={fraction} holds out {held} of the corpus's {train + held} "
-            f"documents, leaving training {train}; objective={objective.name} needs {needed}: "
-            f"lower heldout.fraction")
+            f"documents, leaving training {train}; objective={chosen.name} needs "
+            f"{chosen.documents_needed}: lower heldout.fraction")
 
 
 # The held-out sets
@@ -207,7 +201,8 @@ def build_heldout(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase,
     """The held-out sets from split_documents' held-out documents. They depend on the
     documents, the tokenizer, pretraining.max_seq_length (and short_seq_prob for pairs),
     objective.sentence_task and heldout.* only: not on the arm's masking, seed or process
-    count (packing and masking run in one process, each row seeded by heldout.seed)."""
+    count (packing and masking run in one process, each row seeded by heldout.seed). A
+    sentence task is scored on the objective's own instances of the held-out documents."""
     heldout = heldout_settings(cfg)
     rule, vocab = heldout_rule(heldout), Vocabulary.from_tokenizer(tokenizer)
     length = cfg.pretraining.max_seq_length
@@ -217,18 +212,19 @@ def build_heldout(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase,
         raise BertkitError(f"heldout: the {len(heldout_docs)} held-out documents hold no "
                            f"sentence to score; raise heldout.fraction or set it to 0")
     mlm = _masked(packed, heldout.max_sequences, vocab, rule, heldout.seed)
-    sentence_task = cfg.objective.sentence_task
+    objective = objective_of(cfg.objective)
+    sentence_task = objective.sentence_task
     pairs = None
-    if sentence_task == "nsp" and len(heldout_docs) < 2:
-        raise BertkitError(f"heldout: NSP's held-out pairs need 2 held-out documents (a NotNext "
-                           f"segment comes from another document), the corpus spared "
+    if sentence_task is not None and len(heldout_docs) < objective.documents_needed:
+        raise BertkitError(f"heldout: {sentence_task.upper()}'s held-out pairs need "
+                           f"{objective.documents_needed} held-out documents "
+                           f"({objective.documents_reason}), the corpus spared "
                            f"{len(heldout_docs)}; raise heldout.fraction or heldout.min_documents, "
                            f"or set heldout.fraction=0")
-    if sentence_task is not None:
-        instances = pair_instances_dataset(
+    if sentence_task is not None:  # scored on the objective's own instances, held out
+        instances = objective.instances(
             tokenized, tokenizer, max_seq_length=length,
-            short_seq_prob=cfg.pretraining.short_seq_prob, seed=heldout.seed, copies=1,
-            sentence_task=sentence_task)
+            short_seq_prob=cfg.pretraining.short_seq_prob, seed=heldout.seed, copies=1)
         if len(instances) == 0:
             raise BertkitError(f"heldout: the {len(heldout_docs)} held-out documents give no "
                                f"{sentence_task.upper()} pair; raise heldout.fraction")

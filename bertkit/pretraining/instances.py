@@ -19,8 +19,8 @@ import datasets
 import pyarrow as pa
 from transformers import PreTrainedTokenizerBase
 
-from bertkit.errors import BertkitError
 from bertkit.pretraining.full_sentences import pack_full_sentences
+from bertkit.pretraining.objective import objective_named
 from bertkit.pretraining.sentence_pairs import (
     check_sentence_task,
     model_inputs,
@@ -29,7 +29,6 @@ from bertkit.pretraining.sentence_pairs import (
 
 PAIR_COLUMNS = ("input_ids", "token_type_ids", "next_sentence_label", "length")
 PACKED_COLUMNS = ("input_ids", "token_type_ids", "length")
-STREAMING_OBJECTIVES = {"mlm_nsp": "nsp", "sop": "sop", "mlm": None}  # -> sentence task
 
 
 def documents_dataset(documents: Iterable[list[str]]) -> datasets.Dataset:
@@ -100,7 +99,7 @@ class _DocumentView(Sequence):
         return _ArrowDocument(self.tokenized[index].column("sentence_ids")[0].values)
 
 
-def _add_pair_rows(out: dict, documents, index: int, rng: random.Random, *, sentence_task: str,
+def add_pair_rows(out: dict, documents, index: int, rng: random.Random, *, sentence_task: str,
                    max_seq_length: int, short_seq_prob: float, cls_id: int, sep_id: int) -> None:
     for instance in pair_instances_from_document(
             documents, index, max_seq_length=max_seq_length, short_seq_prob=short_seq_prob,
@@ -111,7 +110,7 @@ def _add_pair_rows(out: dict, documents, index: int, rng: random.Random, *, sent
         out["length"].append(len(row["input_ids"]))
 
 
-def _packed_columns(documents, *, max_seq_length: int, cls_id: int, sep_id: int) -> dict:
+def packed_columns(documents, *, max_seq_length: int, cls_id: int, sep_id: int) -> dict:
     rows = pack_full_sentences(documents, max_seq_length=max_seq_length, cls_id=cls_id,
                                sep_id=sep_id)
     return {key: [row[key] for row in rows] for key in PACKED_COLUMNS}
@@ -131,7 +130,7 @@ def pair_instances_dataset(tokenized: datasets.Dataset, tokenizer: PreTrainedTok
     def build(batch: dict, indices: list[int], copy: int) -> dict:
         out = {key: [] for key in PAIR_COLUMNS}
         for index in indices:
-            _add_pair_rows(out, view, index, random.Random(f"{seed}-{copy}-{index}"),
+            add_pair_rows(out, view, index, random.Random(f"{seed}-{copy}-{index}"),
                            sentence_task=sentence_task, max_seq_length=max_seq_length,
                            short_seq_prob=short_seq_prob, cls_id=cls_id, sep_id=sep_id)
         return out
@@ -155,7 +154,7 @@ def packed_sequences_dataset(tokenized: datasets.Dataset, tokenizer: PreTrainedT
     cls_id, sep_id = tokenizer.cls_token_id, tokenizer.sep_token_id
 
     def build(batch: dict) -> dict:
-        return _packed_columns(batch["sentence_ids"], max_seq_length=max_seq_length,
+        return packed_columns(batch["sentence_ids"], max_seq_length=max_seq_length,
                                cls_id=cls_id, sep_id=sep_id)
 
     return tokenized.map(build, batched=True, batch_size=batch_size, num_proc=num_proc,
@@ -167,36 +166,22 @@ def streaming_instances(tokenized: datasets.IterableDataset, tokenizer: PreTrain
                         buffer_documents: int = 1000) -> datasets.IterableDataset:
     """Training inputs built lazily, buffer_documents tokenised documents at a time.
 
-    "mlm_nsp" and "sop" give pair instances (next_sentence_label column); NotNext segments come
-    from the other documents of the same buffer, so a buffer of a single document (the last
-    one of a stream, say) gives no NSP instances. "mlm" gives full-sentence packed sequences
-    that cross documents within a buffer. Each buffer's generator is seeded by (seed, index of
-    its first document in the stream this process reads), so iteration is reproducible; with
-    several DataLoader workers each worker counts from 0 over its own shards."""
-    if objective not in STREAMING_OBJECTIVES:
-        raise BertkitError(f"objective.name must be one of {', '.join(STREAMING_OBJECTIVES)}, "
-                           f"not {objective!r}")
-    if objective == "mlm_nsp" and buffer_documents < 2:
-        raise BertkitError("pretraining.streaming_buffer_documents must be at least 2 for next "
-                           "sentence prediction: NotNext segments come from other documents of "
-                           "the buffer")
-    sentence_task = STREAMING_OBJECTIVES[objective]
+    The objective (its name) builds each buffer's rows (Objective.buffer_rows): for NSP,
+    NotNext segments come from the other documents of the same buffer, so a buffer of a single
+    document (the last one of a stream, say) gives no NSP instances; MLM alone packs full
+    sentences across the documents of a buffer. Each buffer's generator is seeded by (seed,
+    index of its first document in the stream this process reads), so iteration is
+    reproducible; with several DataLoader workers each worker counts from 0 over its own
+    shards."""
+    chosen = objective_named(objective)
+    chosen.check_stream(buffer_documents)
     cls_id, sep_id = tokenizer.cls_token_id, tokenizer.sep_token_id
 
     def build(batch: dict, indices: list[int]) -> dict:
-        documents = batch["sentence_ids"]
-        if sentence_task is None:
-            return _packed_columns(documents, max_seq_length=max_seq_length, cls_id=cls_id,
-                                   sep_id=sep_id)
-        out = {key: [] for key in PAIR_COLUMNS}
-        if sentence_task == "nsp" and len(documents) < 2:
-            return out
-        rng = random.Random(f"{seed}-stream-{indices[0]}")
-        for index in range(len(documents)):
-            _add_pair_rows(out, documents, index, rng, sentence_task=sentence_task,
-                           max_seq_length=max_seq_length, short_seq_prob=short_seq_prob,
-                           cls_id=cls_id, sep_id=sep_id)
-        return out
+        return chosen.buffer_rows(batch["sentence_ids"],
+                                  random.Random(f"{seed}-stream-{indices[0]}"),
+                                  max_seq_length=max_seq_length, short_seq_prob=short_seq_prob,
+                                  cls_id=cls_id, sep_id=sep_id)
 
     return tokenized.select_columns(["sentence_ids"]).map(
         build, batched=True, batch_size=buffer_documents, with_indices=True,

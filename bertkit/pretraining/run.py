@@ -32,6 +32,7 @@ from bertkit.pretraining.heldout import (
 )
 from bertkit.pretraining.heldout_evaluation import HeldoutEvaluation, heldout_record
 from bertkit.pretraining.model import load_pretraining_model
+from bertkit.pretraining.objective import objective_of
 from bertkit.pretraining.trainer import PretrainingTrainer
 from bertkit.pretraining.training_data import (
     PretrainingData,
@@ -47,8 +48,7 @@ from bertkit.training.wandb_logging import paper_hyperparameters
 
 logger = logging.getLogger(__name__)
 
-# The choices of objective.packing and masking.kind (bertkit.config_schema reads them).
-PACKINGS = ("pairs", "full_sentences")
+# The choices of masking.kind (bertkit.config_schema reads them).
 MASKING_KINDS = ("static", "dynamic")
 
 
@@ -56,10 +56,7 @@ def check_pretraining_config(cfg: DictConfig) -> None:
     """Contradictory settings fail here, before any data is read: each value's type and range
     first (the schema, bertkit.config_schema), then the rules between settings."""
     check_ranges(cfg)
-    objective, masking = cfg.objective, cfg.masking
-    if (objective.packing == "pairs") != (objective.sentence_task is not None):
-        raise BertkitError(f"objective={objective.name}: sentence pairs go with a sentence task "
-                           f"(nsp or sop), full-sentence packing with none")
+    objective_of(cfg.objective)  # a registered objective, its keys its own
     # -1 (train by epochs) is a valid trainer.max_steps elsewhere, not for pretraining.
     if cfg.trainer.max_steps is None or cfg.trainer.max_steps <= 0:
         raise BertkitError("trainer.max_steps: pretraining is measured in optimizer steps "
@@ -83,7 +80,7 @@ def check_pretraining_config(cfg: DictConfig) -> None:
                            f"pretraining.long_phase.fraction=0")
     check_heldout_config(heldout_settings(cfg))
     if is_streaming(cfg.corpus):
-        if masking.kind == "static":
+        if cfg.masking.kind == "static":
             raise BertkitError("masking=static with corpus.hub.streaming=true: static masks are "
                                "computed once and stored, which a stream cannot do; use "
                                "masking=dynamic, or corpus.hub.streaming=false")
@@ -161,7 +158,7 @@ def build_pretraining_trainer(cfg: DictConfig, args: TrainingArguments,
     trainer = PretrainingTrainer(
         model=model, args=args, train_dataset=data.train_dataset,
         data_collator=data.collator, processing_class=data.tokenizer,
-        phases=data.phases, sentence_task=cfg.objective.sentence_task)
+        phases=data.phases, sentence_task=objective_of(cfg.objective).sentence_task)
     return trainer, pretraining_hyperparameters(cfg, args, model)
 
 
@@ -208,7 +205,7 @@ def _outcome(cfg: DictConfig, trainer, data: PretrainingData, run: TrainingRun,
     heldout_final = (record["heldout"] or {}).get("final") or {}
 
     def printout(where: str) -> str:
-        sentence = cfg.objective.sentence_task
+        sentence = objective_of(cfg.objective).sentence_task
         scores = f"MLM loss {last.get('mlm_loss', float('nan')):.4f}, MLM accuracy " \
                  f"{last.get('mlm_accuracy', float('nan')):.4f}"
         if sentence:

@@ -30,13 +30,9 @@ from bertkit.pretraining.heldout import (
     heldout_settings,
     split_documents,
 )
-from bertkit.pretraining.instances import (
-    packed_sequences_dataset,
-    pair_instances_dataset,
-    streaming_instances,
-    tokenize_documents,
-)
+from bertkit.pretraining.instances import streaming_instances, tokenize_documents
 from bertkit.pretraining.masking import Vocabulary, masking_rule_from_config
+from bertkit.pretraining.objective import objective_of
 from bertkit.pretraining.phases import Phase, phase_steps
 from bertkit.pretraining.static_masking import static_masked_copies
 from bertkit.pretraining.wordpiece import ensure_trained_tokenizer, trained_tokenizer_dir
@@ -132,16 +128,6 @@ def pretraining_tokenizer(cfg: DictConfig, documents) -> PreTrainedTokenizerBase
     return ensure_trained_tokenizer(sentences, directory, **settings)
 
 
-def _instances(cfg: DictConfig, tokenized, tokenizer, max_seq_length: int, copies: int):
-    if cfg.objective.packing == "full_sentences":
-        return packed_sequences_dataset(tokenized, tokenizer, max_seq_length=max_seq_length,
-                                        num_proc=cfg.preprocessing_num_workers)
-    return pair_instances_dataset(
-        tokenized, tokenizer, max_seq_length=max_seq_length,
-        short_seq_prob=cfg.pretraining.short_seq_prob, seed=cfg.seed, copies=copies,
-        num_proc=cfg.preprocessing_num_workers, sentence_task=cfg.objective.sentence_task)
-
-
 def phase_settings(cfg: DictConfig) -> list[tuple[int, int, float]]:
     """(max_seq_length, max_predictions_per_seq, share of steps) per phase."""
     long_phase = cfg.pretraining.long_phase
@@ -186,21 +172,24 @@ def build_training_data(cfg: DictConfig, documents, tokenizer: PreTrainedTokeniz
 
     tokenized = tokenize_documents(documents, tokenizer, num_proc=num_proc)
     vocab = Vocabulary.from_tokenizer(tokenizer)
-    pairs = cfg.objective.packing == "pairs"
+    objective = objective_of(cfg.objective)
+    # Pairs: each duplicate cuts the documents anew (as Google's dupe_factor does); packed
+    # sequences are cut one way, and the duplicates differ by their masks only.
+    cut_anew = objective.cuts_each_copy
     dupe_factor = cfg.masking.dupe_factor if static else 1
     samples_per_step = (args.per_device_train_batch_size * args.gradient_accumulation_steps
                         * args.world_size)
     steps = phase_steps(args.max_steps, cfg.pretraining.long_phase.fraction)
     parts, phases, offset = [], [], 0
     for (length, predictions, _), phase_step_count in zip(settings, steps, strict=False):
-        # Pairs: each duplicate cuts the documents anew (as Google's dupe_factor does);
-        # packed sequences are cut one way, and the duplicates differ by their masks only.
-        instances = _instances(cfg, tokenized, tokenizer, length,
-                               copies=dupe_factor if pairs else 1)
+        instances = objective.instances(
+            tokenized, tokenizer, max_seq_length=length,
+            short_seq_prob=cfg.pretraining.short_seq_prob, seed=cfg.seed,
+            copies=dupe_factor if cut_anew else 1, num_proc=num_proc)
         if static:
             instances = static_masked_copies(
                 instances, vocab, _rule(cfg, predictions), seed=cfg.seed, num_proc=num_proc,
-                dupe_factor=1 if pairs else dupe_factor)
+                dupe_factor=1 if cut_anew else dupe_factor)
         if len(instances) == 0:
             raise BertkitError(f"corpus {cfg.corpus.name}: no training instance of up to "
                                f"{length} tokens could be built (is the corpus empty?)")
