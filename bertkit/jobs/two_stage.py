@@ -26,7 +26,7 @@ from transformers import AutoModel
 from bertkit.config_tree import compose_config
 from bertkit.data.atomic_files import follow_umask
 from bertkit.errors import BertkitError
-from bertkit.tasks import finetuning_family
+from bertkit.tasks import task_family
 from bertkit.training.finetune import finetune
 
 INTERMEDIATE = "intermediate"
@@ -89,10 +89,10 @@ def finetune_two_stage(cfg: DictConfig, run_dir: Path) -> dict:
     metrics.json record (its details name the first)."""
     first, second = stage_configs(cfg, run_dir)
     stage_dir = run_dir / INTERMEDIATE
-    record = finetune(first, finetuning_family(first.task.family), stage_dir)
+    record = finetune(first, task_family(first.task.family), stage_dir)
     export_encoder(stage_dir / "model", stage_dir / "encoder")
     summary = {"task": record["task"], "main_metric": record["main_metric"],
                "main_value": record["main_value"], "run_dir": str(stage_dir),
                "train": record["train"]}
-    return finetune(second, finetuning_family(second.task.family), run_dir,
+    return finetune(second, task_family(second.task.family), run_dir,
                     details={"intermediate": summary})

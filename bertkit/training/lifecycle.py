@@ -1,4 +1,4 @@
-"""What every recipe family does around Trainer.train, in one place: the tracker Trainer
+"""What every job does around Trainer.train, in one place: the tracker Trainer
 reports to, early stopping, stopping at a share of the schedule (successive halving), the W&B
 run and the resolved config.yaml on the main process, resuming from the newest complete
 checkpoint when asked (bertkit.training.checkpoints), each checkpoint fsynced once saved
