@@ -250,7 +250,7 @@ class LoraSchema:
 class R3FSchema:
     eps: float = _setting(1e-5, above=0, max=UNBOUNDED)
     weight: float = _setting(0.0, min=0, max=UNBOUNDED)
-    noise: str = _setting("normal", choices="bertkit.finetuning.r3f:NOISE")
+    noise: str = _setting("normal", choices="bertkit.finetuning.r3f_loss:NOISE")
 
 
 @dataclass

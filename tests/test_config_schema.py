@@ -17,7 +17,7 @@ from bertkit.config_paths import recipes_dir
 from bertkit.config_schema import TrainerSchema, check_ranges
 from bertkit.errors import BertkitError
 from bertkit.jobs import run_job
-from bertkit.tasks import finetuning_family
+from bertkit.tasks import task_family
 from bertkit.training.finetune import finetune
 from tests.conftest import PROTOCOLS, compose_config
 
@@ -63,7 +63,7 @@ def test_a_job_called_from_python_is_checked_too(tmp_path):
     before any data is read."""
     cfg = compose_config(["task.max_seq_length=0", f"cache_dir={tmp_path / 'cache'}"])
     with pytest.raises(BertkitError, match=r"^task\.max_seq_length=0: expected an integer"):
-        finetune(cfg, finetuning_family(cfg.task.family), tmp_path / "run")
+        finetune(cfg, task_family(cfg.task.family), tmp_path / "run")
     assert not (tmp_path / "cache").exists() and not (tmp_path / "run").exists()
 
 

@@ -21,10 +21,9 @@ RULES: dict[str, set[str]] = {
     "wandb_credentials": set(),
     "trainer_internals": set(),
     "data": {"errors"},
-    # Written once for every family: it is handed the template and the registry, never imports
-    # them (two-stage runs). data.atomic_files: the weights it saves (LoRA adapters, the STILTs
-    # encoder) follow the umask like every other result file.
-    "finetuning": {"errors", "config_tree", "trainer_internals", "data.atomic_files"},
+    # Written once for every family, below the template and the families. data.atomic_files:
+    # the LoRA adapters it saves follow the umask like every other result file.
+    "finetuning": {"errors", "trainer_internals", "data.atomic_files"},
     "sweeps": {"data", "errors"},
     "training": {"data", "finetuning", *LEAVES},
     "tasks": {"errors"},
@@ -104,8 +103,8 @@ def test_a_broken_rule_is_found_with_its_file_and_line(tmp_path):
     files = {
         "tasks/glue/family.py": "from bertkit.training.run import x\n",
         "tasks/ner/family.py": "import os\n\ndef f():\n    from bertkit.tasks.glue import y\n",
-        "finetuning/lora.py": "from bertkit.data.atomic_files import follow_umask\n"
-                              "from bertkit.data.cache import cached\n",
+        "finetuning/lora_adapters.py": "from bertkit.data.atomic_files import follow_umask\n"
+                                       "from bertkit.data.cache import cached\n",
         "training/run.py": "from bertkit.data import cache\n",
     }
     for name, text in files.items():
@@ -113,6 +112,6 @@ def test_a_broken_rule_is_found_with_its_file_and_line(tmp_path):
         (package / name).write_text(text)
 
     assert violations(package, RULES) == [
-        "bertkit/finetuning/lora.py:2: finetuning imports bertkit.data.cache",
+        "bertkit/finetuning/lora_adapters.py:2: finetuning imports bertkit.data.cache",
         "bertkit/tasks/ner/family.py:4: tasks.ner imports bertkit.tasks.glue",
     ]

@@ -1,4 +1,4 @@
-"""datasets.load_dataset for the finetuning families, with any failure (no network, an unknown
+"""datasets.load_dataset for the task families, with any failure (no network, an unknown
 name) turned into one message that names the dataset and the local files to give instead."""
 
 from __future__ import annotations

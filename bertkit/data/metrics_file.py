@@ -1,4 +1,4 @@
-"""metrics.json: one schema for every finetuning family, written by the finetuning template and
+"""metrics.json: one schema for every task family, written by the finetune template and
 read by bertkit-report without family-specific patches.
 
     schema_version  2

@@ -1,5 +1,5 @@
 """The finetuning toolbox of BERTology (Rogers et al. 2020; Sun et al. 2019), written once for
-every finetuning family and configured under `finetuning.*` (conf/finetuning/): freezing,
+every task family and configured under `finetuning.*` (conf/finetuning/): freezing,
 layer-wise learning-rate decay, gradual unfreezing, re-initialising the top layers, a scalar
 mix of all layers and the pooling choice, two-stage finetuning (STILTs), LoRA and the R3F
 smoothness regulariser. bertkit.finetuning.toolbox applies them to a family's model and Trainer.

@@ -26,6 +26,6 @@ def describe(settings: DictConfig) -> dict:
     plain = OmegaConf.to_container(settings, resolve=True)
     for method in registered():
         method.describe(plain)
-    if plain["intermediate"]["task"] is None:  # two-stage finetuning (finetuning.two_stage)
+    if plain["intermediate"]["task"] is None:  # two-stage finetuning (bertkit.jobs.two_stage)
         plain["intermediate"] = {"task": None}
     return plain

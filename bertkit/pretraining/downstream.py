@@ -14,7 +14,7 @@ from omegaconf import DictConfig
 
 from bertkit.config_tree import compose_config
 from bertkit.errors import BertkitError
-from bertkit.tasks import finetuning_family
+from bertkit.tasks import task_family
 from bertkit.training.finetune import finetune
 
 
@@ -36,10 +36,10 @@ def downstream_configs(cfg: DictConfig, model_dir: Path) -> dict[str, DictConfig
 
 def finetune_downstream(cfg: DictConfig, model_dir: Path, run_dir: Path) -> dict[str, dict]:
     """{task: {main_metric, main_value, validation}} for every downstream task, each run
-    through the finetuning template like any `bertkit recipe=glue` run."""
+    through the finetune template like any `bertkit recipe=glue` run."""
     results = {}
     for task, task_cfg in downstream_configs(cfg, model_dir).items():
-        summary = finetune(task_cfg, finetuning_family(task_cfg.task.family),
+        summary = finetune(task_cfg, task_family(task_cfg.task.family),
                            run_dir / "downstream" / task)
         results[task] = {key: summary[key] for key in ("main_metric", "main_value",
                                                        "validation")}

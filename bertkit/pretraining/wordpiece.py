@@ -1,6 +1,6 @@
 """Train a BERT WordPiece vocabulary on a corpus, so pretraining from scratch needs no Hub vocab.
 
-The pipeline is BertWordPieceTokenizer's (the tokenizers library's recipe for BERT): BERT's
+The pipeline is BertWordPieceTokenizer's (the tokenizers library's setup for BERT): BERT's
 normaliser and pre-tokeniser, WordPiece with "##" continuations, [CLS] A [SEP] B [SEP] pairs.
 Training streams the texts (train_from_iterator), so a large corpus is never held in memory.
 """

@@ -8,7 +8,7 @@ import math
 import re
 
 from bertkit.data.metrics_file import METRICS_FILE
-from bertkit.reporting.halving import render_halving
+from bertkit.reporting.halving_section import render_halving
 from bertkit.reporting.tables import markdown_cell as cell
 from bertkit.reporting.tables import one_line
 

@@ -34,7 +34,7 @@ import numpy as np
 from bertkit.data.atomic_files import write_json_atomic, write_text_atomic
 from bertkit.errors import BertkitError
 from bertkit.reporting.collect import collect_runs
-from bertkit.reporting.halving import collect_halving
+from bertkit.reporting.halving_section import collect_halving
 from bertkit.reporting.identity import RowSplit
 from bertkit.reporting.plots import plot_expected_max, plot_seeds
 from bertkit.reporting.references import (

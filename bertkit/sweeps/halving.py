@@ -97,8 +97,8 @@ def _read_outcome(run_dir: Path, returned: float | None) -> JobOutcome:
         train = data.get("train", {})
         if returned is None or "planned_steps" not in train:
             raise BertkitError(f"{metrics_path}: not a finetuning result (no main_value or "
-                               f"train.planned_steps): successive halving ranks finetuning "
-                               f"recipes by their main dev metric")
+                               f"train.planned_steps): successive halving ranks finetune "
+                               f"runs by their main dev metric")
         return JobOutcome(run_dir, float(returned), int(train["steps"]),
                           int(train["planned_steps"]),
                           int(data["hyperparameters"]["train_batch_size"]),

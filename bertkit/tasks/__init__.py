@@ -1,5 +1,5 @@
-"""The finetuning families, one folder each (glue, squad, swag, ner): their readers, features,
-metrics, output files and the small family spec the finetuning template runs
+"""The task families, one folder each (glue, squad, swag, ner): their readers, features,
+metrics, output files and the small family spec the finetune template runs
 (bertkit.training.finetune).
 
 A family imports `bertkit.data` and `bertkit.training`, never another family. The registry
@@ -22,8 +22,8 @@ FAMILIES = {
 }
 
 
-def finetuning_family(name: str):
-    """The FinetuningFamily of task.family=name, imported on first use."""
+def task_family(name: str):
+    """The TaskFamily of task.family=name, imported on first use."""
     if name not in FAMILIES:
         raise BertkitError(f"task.family={name!r}: no such task family (expected one of "
                            f"{', '.join(FAMILIES)})")

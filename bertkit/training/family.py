@@ -1,9 +1,9 @@
-"""What a finetuning family supplies to the one finetuning run (bertkit.training.finetune): a
+"""What a task family supplies to the one finetune job (bertkit.training.finetune): a
 small spec of the steps that differ between families. Everything else (arguments, seed, data
 under main_process_first, trainer, train, evaluate, metrics.json, W&B, the printout) is
 written once, in finetune.py.
 
-A family subclasses FinetuningFamily in its own folder (bertkit/tasks/<family>/family.py) and
+A family subclasses TaskFamily in its own folder (bertkit/tasks/<family>/family.py) and
 is named in bertkit.tasks.FAMILIES.
 """
 
@@ -28,7 +28,7 @@ class Evaluation:
     details: dict = field(default_factory=dict)  # the family's own facts for metrics.json
 
 
-class FinetuningFamily:
+class TaskFamily:
     """One task family's steps. `name` is task.family; `preparing` says what reading and
     featurizing do (the log line of main_process_first)."""
 

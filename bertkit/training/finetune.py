@@ -19,14 +19,14 @@ from transformers import Trainer
 from bertkit.data.metrics_file import METRICS_FILE, metrics_record
 from bertkit.errors import BertkitError
 from bertkit.finetuning.toolbox import Toolbox
-from bertkit.training.family import Evaluation, FinetuningFamily
+from bertkit.training.family import Evaluation, TaskFamily
 from bertkit.training.lifecycle import result_header
 from bertkit.training.models import check_sequence_length, load_tokenizer
 from bertkit.training.run import Outcome, publish, push_if_asked, start_run, train_run
 from bertkit.training.wandb_logging import paper_hyperparameters
 
 
-def finetune(cfg: DictConfig, family: FinetuningFamily, run_dir: Path | None = None,
+def finetune(cfg: DictConfig, family: TaskFamily, run_dir: Path | None = None,
              details: dict | None = None) -> dict:
     """Finetunes cfg.task with `family`; returns the metrics.json record (`details`: facts of
     the run's context added to its details, e.g. two-stage finetuning's first stage)."""
@@ -83,7 +83,7 @@ def main_value(evaluation: Evaluation, main_metric: str) -> float:
     return scores[main_metric]
 
 
-def _printout(cfg: DictConfig, family: FinetuningFamily, record: dict, evaluation: Evaluation,
+def _printout(cfg: DictConfig, family: TaskFamily, record: dict, evaluation: Evaluation,
               trainer: Trainer, run_dir: Path, where: str) -> str:
     width = max(len(name) + 1 for name in ["checkpoint", *evaluation.files])
     files = "".join(f"\n  {name + ':':<{width}} {path}" for name, path in evaluation.files.items())

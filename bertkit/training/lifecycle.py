@@ -1,4 +1,4 @@
-"""What every recipe family does around Trainer.train, in one place: the tracker Trainer
+"""What every job does around Trainer.train, in one place: the tracker Trainer
 reports to, early stopping, stopping at a share of the schedule (successive halving), the W&B
 run and the resolved config.yaml on the main process, resuming from the newest complete
 checkpoint when asked (bertkit.training.checkpoints), each checkpoint fsynced once saved
@@ -24,11 +24,11 @@ from bertkit.data.atomic_files import write_yaml_atomic
 from bertkit.errors import BertkitError
 from bertkit.training.budget import add_budget
 from bertkit.training.budget_progress import show_budget_progress
-from bertkit.training.callbacks import add_early_stopping, add_train_fraction
 from bertkit.training.checkpoints import scan_checkpoints
 from bertkit.training.clock import TrainingClock
 from bertkit.training.durable_checkpoints import DurableCheckpoints
 from bertkit.training.preemption import Preempted, PreemptionCallback
+from bertkit.training.stopping import add_early_stopping, add_train_fraction
 from bertkit.training.throughput import add_throughput
 from bertkit.training.wandb_logging import resolve_wandb_mode, start_wandb_run
 

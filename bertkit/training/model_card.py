@@ -144,7 +144,7 @@ def _usage(cfg: DictConfig, family: str) -> str | None:
         feature_based=bool(OmegaConf.select(cfg, "model.feature_based.enabled", default=False)))
 
 
-def finetuning_facts(cfg: DictConfig, record: dict) -> CardFacts:
+def finetune_facts(cfg: DictConfig, record: dict) -> CardFacts:
     """A finetune's card from its metrics.json record (bertkit.data.metrics_file)."""
     family, task = record["family"], cfg.task
     started = None if record["model"] == "from_scratch" else record["model"]
@@ -319,7 +319,7 @@ def run_card(cfg: DictConfig, record: dict) -> ModelCard | None:
     if not cfg.model_card.enabled:
         return None
     facts = (pretraining_facts(cfg, record) if record["family"] == "pretraining"
-             else finetuning_facts(cfg, record))
+             else finetune_facts(cfg, record))
     return build_card(facts, cfg.model_card, command_line())
 
 

@@ -1,4 +1,4 @@
-"""The scalar mix of all layers and mean pooling (bertkit.finetuning.layer_mix) on tiny BERT task
+"""The scalar mix of all layers and mean pooling (bertkit.finetuning.head_inputs) on tiny BERT task
 models: a one-hot mix reads exactly one layer, the mix is saved and trained, mean pooling is the
 masked mean and ignores padding, and the two compose."""
 
@@ -16,7 +16,7 @@ from transformers import (
 )
 
 from bertkit.errors import BertkitError
-from bertkit.finetuning.layer_mix import ScalarMix, add_layer_mix, scalar_mix_of, use_mean_pooling
+from bertkit.finetuning.head_inputs import ScalarMix, add_layer_mix, scalar_mix_of, use_mean_pooling
 
 TINY = dict(vocab_size=60, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
             intermediate_size=37, max_position_embeddings=64)

@@ -1,6 +1,6 @@
-"""LoRA through peft (bertkit.finetuning.lora) on tiny BERT task models: only the adapters and the
-task head train, the saved adapter carries the head, the merged model predicts the same, and the
-Trainer finds the labels of every wrapped task model."""
+"""LoRA through peft (bertkit.finetuning.lora_adapters) on tiny BERT task models: only the
+adapters and the task head train, the saved adapter carries the head, the merged model predicts
+the same, and the Trainer finds the labels of every wrapped task model."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from transformers import (
 )
 
 from bertkit.errors import BertkitError
-from bertkit.finetuning.lora import (
+from bertkit.finetuning.lora_adapters import (
     add_lora,
     label_names,
     merge_lora,

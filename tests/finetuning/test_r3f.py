@@ -1,4 +1,4 @@
-"""The R3F regulariser (bertkit.finetuning.r3f) on tiny BERT task models: zero with zero noise,
+"""The R3F regulariser (bertkit.finetuning.r3f_loss) on tiny BERT task models: zero with zero noise,
 positive otherwise, off in eval mode, differentiable, linear in its weight, and defined for every
 task model's outputs."""
 
@@ -16,7 +16,7 @@ from transformers import (
 )
 
 from bertkit.errors import BertkitError
-from bertkit.finetuning.r3f import add_r3f, symmetric_kl
+from bertkit.finetuning.r3f_loss import add_r3f, symmetric_kl
 
 TINY = dict(vocab_size=60, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
             intermediate_size=37, max_position_embeddings=64)

@@ -9,8 +9,8 @@ import torch
 from huggingface_hub import ModelCard
 from safetensors.torch import load_file
 
-from bertkit.finetuning.two_stage import stage_configs
 from bertkit.jobs import run_job
+from bertkit.jobs.two_stage import stage_configs
 from tests.conftest import compose_config, tiny_run_overrides
 
 

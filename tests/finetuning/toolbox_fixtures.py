@@ -1,5 +1,5 @@
 """A tiny BERT classifier, random data and a Trainer run through the toolbox, for the tests of
-bertkit.finetuning: each method applied as the finetuning template applies it."""
+bertkit.finetuning: each method applied as the finetune template applies it."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ class LayerMix(Method):
         return bool(settings.layer_mix)
 
     def apply(self, model):
-        from bertkit.finetuning.layer_mix import add_layer_mix
+        from bertkit.finetuning.head_inputs import add_layer_mix
 
         self.mix = add_layer_mix(model)
         return model
@@ -24,7 +24,7 @@ class LayerMix(Method):
         return True  # the mix's weights and scale are not decayed towards uniform and zero
 
     def finish(self, trainer, run_dir, main) -> None:
-        from bertkit.finetuning.layer_mix import scalar_mix_of
+        from bertkit.finetuning.head_inputs import scalar_mix_of
 
         self.mix = scalar_mix_of(trainer.model)  # under LoRA, peft trains a copy
 

@@ -30,12 +30,12 @@ class Lora(Method):
             plain["lora"] = {"enabled": False}
 
     def apply(self, model):
-        from bertkit.finetuning.lora import add_lora
+        from bertkit.finetuning.lora_adapters import add_lora
 
         return add_lora(model, self.settings.lora)
 
     def finish(self, trainer, run_dir, main) -> None:
-        from bertkit.finetuning.lora import merge_lora, save_adapter, trainable_summary
+        from bertkit.finetuning.lora_adapters import merge_lora, save_adapter, trainable_summary
 
         self.summary = trainable_summary(trainer.model)
         if main:

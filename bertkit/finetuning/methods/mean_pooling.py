@@ -23,7 +23,7 @@ class MeanPooling(Method):
                                f"{', '.join(POOLING)}")
 
     def apply(self, model):
-        from bertkit.finetuning.layer_mix import use_mean_pooling
+        from bertkit.finetuning.head_inputs import use_mean_pooling
 
         use_mean_pooling(model)
         return model

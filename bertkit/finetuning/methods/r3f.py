@@ -6,7 +6,7 @@ from __future__ import annotations
 from bertkit.errors import BertkitError
 from bertkit.finetuning.callbacks import LogR3F
 from bertkit.finetuning.method import Method, register
-from bertkit.finetuning.r3f import check_r3f
+from bertkit.finetuning.r3f_loss import check_r3f
 
 
 @register
@@ -28,7 +28,7 @@ class R3F(Method):
             check_r3f(r3f.weight, r3f.noise, r3f.eps)
 
     def apply(self, model):
-        from bertkit.finetuning.r3f import add_r3f
+        from bertkit.finetuning.r3f_loss import add_r3f
 
         r3f = self.settings.r3f
         self.state = add_r3f(model, float(r3f.weight), r3f.noise, float(r3f.eps))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from bertkit.finetuning.checks import flag, whole_number, within_layers
 from bertkit.finetuning.method import Method, register
-from bertkit.finetuning.reinit import reinit_top_layers
+from bertkit.finetuning.reinitialise import reinit_top_layers
 
 
 @register

@@ -21,7 +21,7 @@ from bertkit.tasks.glue.features import tokenize_splits
 from bertkit.tasks.glue.metrics import predictions_from_logits, task_metrics
 from bertkit.tasks.glue.models import load_sequence_classifier
 from bertkit.tasks.glue.predictions import write_dev_predictions, write_leaderboard_file
-from bertkit.training.family import Evaluation, FinetuningFamily
+from bertkit.training.family import Evaluation, TaskFamily
 from bertkit.training.length_grouped_trainer import LengthGroupedTrainer
 
 
@@ -31,7 +31,7 @@ def logits_of(output) -> np.ndarray:
     return predictions[0] if isinstance(predictions, tuple) else predictions
 
 
-class GlueFamily(FinetuningFamily):
+class GlueFamily(TaskFamily):
     name = "glue"
 
     def check(self, cfg: DictConfig) -> None:

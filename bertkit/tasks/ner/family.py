@@ -25,7 +25,7 @@ from bertkit.tasks.ner.files import check_tag_scheme
 from bertkit.tasks.ner.metrics import entity_scores, write_conll_predictions
 from bertkit.tasks.ner.models import load_tagger
 from bertkit.tasks.ner.trainer import TokenClassificationTrainer
-from bertkit.training.family import Evaluation, FinetuningFamily
+from bertkit.training.family import Evaluation, TaskFamily
 
 _LABEL = re.compile(r"O|[BI]-\S+")
 
@@ -51,7 +51,7 @@ def _check_task(task: DictConfig, model: DictConfig) -> None:
         check_settings(feature_based.layers, feature_based.classifier, depth)
 
 
-class NerFamily(FinetuningFamily):
+class NerFamily(TaskFamily):
     name = "ner"
     preparing = "reading the data and building features"
 

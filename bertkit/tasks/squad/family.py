@@ -23,7 +23,7 @@ from bertkit.tasks.squad.features import DECODING_COLUMNS, check_window_settings
 from bertkit.tasks.squad.files import VERSIONS
 from bertkit.tasks.squad.models import load_question_answerer
 from bertkit.tasks.squad.trainer import QuestionAnsweringTrainer
-from bertkit.training.family import Evaluation, FinetuningFamily
+from bertkit.training.family import Evaluation, TaskFamily
 
 # Scores shown in the printout, as many as the version has.
 HEADLINE = ("exact_match", "exact", "f1", "best_f1", "best_f1_thresh")
@@ -45,7 +45,7 @@ def _scores(metrics: dict[str, float]) -> dict[str, float]:
             if not name.endswith(("_runtime", "_per_second", "_seconds")) and name != "epoch"}
 
 
-class SquadFamily(FinetuningFamily):
+class SquadFamily(TaskFamily):
     name = "squad"
     preparing = "reading the data and cutting windows"
 

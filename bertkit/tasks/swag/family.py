@@ -22,7 +22,7 @@ from bertkit.tasks.swag.data import load_swag_splits
 from bertkit.tasks.swag.features import check_max_seq_length, encode_splits
 from bertkit.tasks.swag.files import NUM_CHOICES
 from bertkit.tasks.swag.metrics import accuracy, choice_logits, write_predictions
-from bertkit.training.family import Evaluation, FinetuningFamily
+from bertkit.training.family import Evaluation, TaskFamily
 from bertkit.training.length_grouped_trainer import LengthGroupedTrainer
 from bertkit.training.models import load_with_head
 
@@ -33,7 +33,7 @@ def _metrics_of(prediction: EvalPrediction) -> dict:
     return accuracy(choice_logits(prediction.predictions), prediction.label_ids)
 
 
-class SwagFamily(FinetuningFamily):
+class SwagFamily(TaskFamily):
     name = "swag"
     preparing = "reading the data and encoding the choices"
 

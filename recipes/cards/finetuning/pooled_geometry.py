@@ -21,7 +21,7 @@ import torch
 from scipy import stats
 from transformers import AutoModel, AutoTokenizer
 
-from bertkit.finetuning.layer_mix import use_mean_pooling
+from bertkit.finetuning.head_inputs import use_mean_pooling
 
 # GLUE's column names of the two sentences, per task file (MRPC keeps Microsoft's).
 SENTENCES = [("sentence1", "sentence2"), ("#1 String", "#2 String")]

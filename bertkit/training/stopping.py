@@ -1,5 +1,6 @@
-"""Behaviour added to Trainer through its callbacks, from the config: early stopping on the
-dev metric, and stopping at a share of the schedule (successive halving's early rungs)."""
+"""When a run stops before its schedule ends, through Trainer's callbacks, from the config:
+early stopping on the dev metric, and stopping at a share of the schedule (successive halving's
+early rungs). (The finetuning methods' callbacks are bertkit.finetuning.callbacks.)"""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """R3F (Aghajanyan et al. 2020, "Better Fine-Tuning by Reducing Representational Collapse"), the
-simplest member of the SMART family (Jiang et al. 2020): in training, the loss gets
+simplest of the SMART regularisers (Jiang et al. 2020): in training, the loss gets
 weight * symmetric KL between the predictions on the word embeddings and on the word embeddings
 plus small noise, which keeps the finetuned function smooth around the inputs.
 

@@ -1,5 +1,7 @@
 """Two-stage finetuning (STILTs, Phang et al. 2018) in one command: the intermediate task of
-finetuning.intermediate first, then the run's own task from that encoder with a new head.
+finetuning.intermediate first, then the run's own task from that encoder with a new head. A job
+made of two finetune jobs (bertkit.training.finetune), so it sits with the job dispatch, which
+runs it for recipe.job=finetune when finetuning.intermediate.task is set.
 
     <run dir>/intermediate/   the first stage: a whole finetuning run (metrics.json, model/)
     <run dir>/intermediate/encoder/   its encoder alone (BertModel), where the second starts
@@ -24,6 +26,8 @@ from transformers import AutoModel
 from bertkit.config_tree import compose_config
 from bertkit.data.atomic_files import follow_umask
 from bertkit.errors import BertkitError
+from bertkit.tasks import task_family
+from bertkit.training.finetune import finetune
 
 INTERMEDIATE = "intermediate"
 
@@ -80,16 +84,15 @@ def export_encoder(model_dir: Path, encoder_dir: Path) -> None:
         torch.distributed.barrier()
 
 
-def finetune_two_stage(cfg: DictConfig, run_dir: Path, finetune, family_of) -> dict:
-    """Both stages through `finetune` (bertkit.training.finetune.finetune) with the family
-    `family_of(task.family)`; returns the target's metrics.json record (its details name the
-    first). Both are passed in: this module sits below the template and the families."""
+def finetune_two_stage(cfg: DictConfig, run_dir: Path) -> dict:
+    """Both stages through the finetune job, each with its task's family; returns the target's
+    metrics.json record (its details name the first)."""
     first, second = stage_configs(cfg, run_dir)
     stage_dir = run_dir / INTERMEDIATE
-    record = finetune(first, family_of(first.task.family), stage_dir)
+    record = finetune(first, task_family(first.task.family), stage_dir)
     export_encoder(stage_dir / "model", stage_dir / "encoder")
     summary = {"task": record["task"], "main_metric": record["main_metric"],
                "main_value": record["main_value"], "run_dir": str(stage_dir),
                "train": record["train"]}
-    return finetune(second, family_of(second.task.family), run_dir,
+    return finetune(second, task_family(second.task.family), run_dir,
                     details={"intermediate": summary})

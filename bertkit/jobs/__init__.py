@@ -3,8 +3,8 @@ what tests and notebooks call with a config of their own (the lightning-hydra-te
 `train(cfg)`).
 
 recipe.job picks the job: finetune (the task family of task.family, through the one
-finetuning template), pretrain, or a benchmark. Sits above the families: nothing below
-imports it.
+finetune template; two_stage.py when finetuning.intermediate.task is set), pretrain, or a
+benchmark. Sits above the families: nothing below imports it.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from bertkit.config_schema import check_ranges
 from bertkit.errors import BertkitError
-from bertkit.finetuning.two_stage import finetune_two_stage, is_two_stage
-from bertkit.tasks import finetuning_family
+from bertkit.jobs.two_stage import finetune_two_stage, is_two_stage
+from bertkit.tasks import task_family
 from bertkit.training.finetune import finetune
 from bertkit.training.models import check_local_files
 from bertkit.training.run import hydra_run_dir
@@ -55,8 +55,8 @@ def run_job(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     check_ranges(cfg)  # the schema'd groups (bertkit.config_schema): types were checked already
     check_local_files(cfg.model, fetched_only=True)  # model=minilm_l6: make minilm
     if job == "finetune" and is_two_stage(cfg):
-        return finetune_two_stage(cfg, run_dir or hydra_run_dir(), finetune, finetuning_family)
+        return finetune_two_stage(cfg, run_dir or hydra_run_dir())
     if job == "finetune":
-        return finetune(cfg, finetuning_family(cfg.task.family), run_dir)
+        return finetune(cfg, task_family(cfg.task.family), run_dir)
     module, function = JOBS[job].split(":")
     return getattr(importlib.import_module(module), function)(cfg, run_dir)

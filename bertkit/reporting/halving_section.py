@@ -1,5 +1,6 @@
-"""The successive-halving part of bertkit-report: every halving.json under the outputs
-directory (one per sweep=paper_grid_halving launch), its rungs and the compute it saved."""
+"""The successive-halving section of bertkit-report: every halving.json under the outputs
+directory (one per sweep=paper_grid_halving launch), its rungs and the compute it saved. (The
+halving itself, which writes halving.json, is bertkit.sweeps.halving.)"""
 
 from __future__ import annotations
 
