@@ -7,7 +7,8 @@ given. Nodes that recipes and task families extend with keys of their own (the r
 budget) cannot be closed that way: their schemas (SETTINGS) name the keys every run shares,
 and check_ranges holds the composed values to them, type by OmegaConf, before a job starts.
 What a type cannot say (a batch of 0, a share above 1, a word not in a list) is in each
-field's metadata: min, above, max, below, choices, and `expect`, the message's wording.
+field's metadata: min, above, max, below, choices, integer (a field of type Any that must
+be a whole number when it is a number), and `expect`, the message's wording.
 Every number a user can type has both ends declared: a lower one (min or above) and an upper
 one (max or below); None as a bound says that side is genuinely unbounded (a batch size), so
 that a key whose range nobody thought about cannot pass for one that has none
@@ -230,12 +231,14 @@ class FinetuningSchema:
 
     freeze_layers: int = _setting(0, min=0, max=UNBOUNDED)  # above: the model's layers
     reinit_layers: int = _setting(0, min=0, max=UNBOUNDED)  # above: the model's layers
+    reinit_pooler: bool = False
+    bitfit: bool = False  # only in conf/finetuning/bitfit.yaml
     head_lr_multiplier: float = _setting(1.0, above=0, max=UNBOUNDED)
-    # Each layer down: x this; 1: all alike; above 1 (lower layers faster) is allowed.
-    layer_lr_decay: float = _setting(1.0, above=0, max=UNBOUNDED)
-    # epoch, or a number of optimizer steps (gradual_unfreezing checks it is an integer).
+    # Each layer down: x this; 1: all alike; never above 1 (lower layers faster).
+    layer_lr_decay: float = _setting(1.0, above=0, max=1)
+    # epoch, or a whole number of optimizer steps.
     unfreeze_every: Any = _setting(None, "epoch, a number of optimizer steps >= 1, or null "
-                                   "(off)", choices=("epoch",), **COUNT)
+                                   "(off)", choices=("epoch",), integer=True, **COUNT)
     pooling: str = _setting("cls", choices="bertkit.finetuning.methods.mean_pooling:POOLING")
 
 
@@ -505,6 +508,8 @@ def _out_of_range(value, bounds: dict) -> str | None:
         return None
     if not is_number:
         return "expected a number"
+    if bounds.get("integer") and not isinstance(value, int):  # a field of type Any
+        return "expected an integer"
     if isinstance(value, int) and not -INT64 <= value < INT64:  # torch's and numpy's sizes
         return "expected a 64-bit integer (at most 2**63 - 1)"
     broken = {"min": lambda b: value < b, "above": lambda b: not value > b,
@@ -541,6 +546,12 @@ def _plainly_of_type(spec: dataclasses.Field, value) -> bool:
     if isinstance(value, bool):
         return "bool" in names
     return any(isinstance(value, _PLAIN_TYPES[name]) for name in names)
+
+
+def _switch(spec: dataclasses.Field) -> bool:
+    """A bool field: OmegaConf would convert 'yes', 'no' or 1, but the code reads the value as
+    it stands, where any word is true ('no' too), so only true and false pass."""
+    return {name.strip() for name in str(spec.type).split("|")} <= {"bool", "None"}
 
 
 def _type_problem(typed: DictConfig, name: str, value) -> bool:
@@ -587,7 +598,7 @@ def _check_node(path: str, node: DictConfig, schema: type, typed: bool) -> None:
             continue
         problem = _out_of_range(value, dict(spec.metadata))
         if problem is None and not typed and not _plainly_of_type(spec, value) \
-                and _type_problem(_structured(schema), spec.name, value):
+                and (_switch(spec) or _type_problem(_structured(schema), spec.name, value)):
             problem = expected_type(spec)
         if problem:
             key = f"{path}.{spec.name}" if path else spec.name

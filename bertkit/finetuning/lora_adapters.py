@@ -14,7 +14,6 @@ and keeps the frozen original beside it (<name>.original_module).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from numbers import Real
 from pathlib import Path
 
 import peft
@@ -58,20 +57,6 @@ def _names(value, key: str) -> list[str]:
 def _task_type(model: nn.Module) -> peft.TaskType | None:
     name = type(model).__name__
     return next((task for suffix, task in _TASK_TYPES.items() if name.endswith(suffix)), None)
-
-
-def _check_settings(settings) -> tuple[int, float, float]:
-    r = getattr(settings, "r", None)
-    if isinstance(r, bool) or not isinstance(r, int) or r <= 0:
-        raise BertkitError(f"{KEY}.r={r!r}: the adapters' rank must be a positive integer")
-    alpha = getattr(settings, "alpha", None)
-    if isinstance(alpha, bool) or not isinstance(alpha, Real) or alpha <= 0:
-        raise BertkitError(f"{KEY}.alpha={alpha!r}: the LoRA scale's numerator must be a "
-                           f"positive number (the update is scaled by alpha / r)")
-    dropout = getattr(settings, "dropout", None)
-    if isinstance(dropout, bool) or not isinstance(dropout, Real) or not 0 <= dropout < 1:
-        raise BertkitError(f"{KEY}.dropout={dropout!r}: must be a number in [0, 1)")
-    return r, float(alpha), float(dropout)
 
 
 def _check_targets(model: nn.Module, targets: list[str], heads: list[str]) -> None:
@@ -124,16 +109,17 @@ def add_lora(model: PreTrainedModel, settings) -> peft.PeftModel:
     settings.alpha / r, dropout settings.dropout) on every module whose name ends in one of
     settings.target_modules, and the task head (plus BERT's pooler if settings.train_pooler,
     plus settings.modules_to_save) trained and saved in full. Exactly the adapters' and those
-    modules' parameters require grad."""
+    modules' parameters require grad. r, alpha and dropout are held to LoraSchema (the
+    schema's check_ranges) before a finetune starts."""
     if isinstance(model, peft.PeftModel):
         raise BertkitError(f"{KEY}: the model is already wrapped by peft; apply LoRA once")
-    r, alpha, dropout = _check_settings(settings)
     targets = _names(getattr(settings, "target_modules", None), "target_modules")
     heads = head_module_names(model)
     _check_targets(model, targets, heads)
     to_save = _modules_to_save(model, getattr(settings, "modules_to_save", None), heads)
     to_save = list(dict.fromkeys([*to_save, *_pooler(model, settings)]))
-    config = peft.LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout,
+    config = peft.LoraConfig(r=settings.r, lora_alpha=float(settings.alpha),
+                             lora_dropout=float(settings.dropout),
                              target_modules=targets, modules_to_save=to_save, bias="none",
                              task_type=_task_type(model))
     wrapped = peft.get_peft_model(model, config)

@@ -35,8 +35,9 @@ class Method:
 
     @classmethod
     def check(cls, settings: DictConfig, num_layers: int | None = None) -> None:
-        """Its keys, on or off, so that a bad value is refused before any data is read;
-        num_layers (the model's, once known) bounds layer counts."""
+        """The rules between its keys and others, on or off, refused before any data is read
+        (each key's own type and range is the schema's, bertkit.config_schema); num_layers
+        (the model's, once known) bounds layer counts."""
 
     @classmethod
     def describe(cls, plain: dict) -> None:

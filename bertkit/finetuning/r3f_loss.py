@@ -24,7 +24,7 @@ from bertkit.errors import BertkitError
 from bertkit.finetuning.layers import encoder
 
 KEY = "finetuning.r3f"
-NOISE = ("normal", "uniform")
+NOISE = ("normal", "uniform")  # finetuning.r3f.noise's choices (config_schema)
 
 
 def symmetric_kl(clean_logits: torch.Tensor, noisy_logits: torch.Tensor,
@@ -99,21 +99,12 @@ class R3F:
             self.handle = None
 
 
-def check_r3f(weight, noise, eps) -> None:
-    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight >= 0:
-        raise BertkitError(f"{KEY}.weight={weight!r}: expected a number >= 0 (0: off)")
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0:
-        raise BertkitError(f"{KEY}.eps={eps!r}: expected a number > 0")
-    if noise not in NOISE:
-        raise BertkitError(f"{KEY}.noise={noise!r}: expected one of {', '.join(NOISE)}")
-
-
 def add_r3f(model: nn.Module, weight: float, noise: str, eps: float, *,
             noise_fn: Callable[[torch.Tensor], torch.Tensor] | None = None) -> R3F:
     """Registers the regulariser on the task model (or the task model inside a peft model);
     returns its state, with remove() and last_value. noise_fn(embeddings) -> noise replaces the
-    sampler (tests)."""
-    check_r3f(weight, noise, eps)
+    sampler (tests). weight, noise and eps are finetuning.r3f's, held to R3FSchema before a
+    finetune starts."""
     inner = getattr(model, "get_base_model", None)
     task_model = inner() if callable(inner) else model
     encoder(task_model)  # fails early, naming the toolbox, for a model without a BERT encoder

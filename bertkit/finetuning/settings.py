@@ -1,6 +1,7 @@
-"""The `finetuning` config node, checked at the edge (one message naming the key) before any
-data is read, and described by plain names for metrics.json and the W&B config. Each key
-belongs to one registered method (bertkit.finetuning.method), which checks and trims it."""
+"""The `finetuning` config node, checked before any data is read (each key's type and range
+by the schema, bertkit.config_schema; the rules between keys by the methods), and described
+by plain names for metrics.json and the W&B config. Each key belongs to one registered method
+(bertkit.finetuning.method), which checks its rules and trims it."""
 
 from __future__ import annotations
 

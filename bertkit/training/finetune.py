@@ -16,6 +16,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 from transformers import Trainer
 
+from bertkit.config_schema import check_ranges
 from bertkit.data.metrics_file import METRICS_FILE, metrics_record
 from bertkit.errors import BertkitError
 from bertkit.finetuning.toolbox import Toolbox
@@ -30,7 +31,8 @@ def finetune(cfg: DictConfig, family: TaskFamily, run_dir: Path | None = None,
              details: dict | None = None) -> dict:
     """Finetunes cfg.task with `family`; returns the metrics.json record (`details`: facts of
     the run's context added to its details, e.g. two-stage finetuning's first stage)."""
-    toolbox = Toolbox(cfg.finetuning)  # checks the finetuning.* keys
+    check_ranges(cfg)  # each value's type and range first, for callers other than run_job too
+    toolbox = Toolbox(cfg.finetuning)  # the rules between finetuning.* keys
     family.check(cfg)
     setup = start_run(cfg, run_dir)
     with setup.args.main_process_first(desc=family.preparing):

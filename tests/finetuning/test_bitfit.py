@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from bertkit.config_schema import check_ranges
 from bertkit.errors import BertkitError
 from bertkit.finetuning.method import registered
 from bertkit.finetuning.settings import describe, is_plain
@@ -54,8 +55,9 @@ def test_bitfit_with_another_choice_of_what_trains_is_refused(override):
 
 
 def test_a_bitfit_that_is_no_switch_is_refused():
-    with pytest.raises(BertkitError, match="finetuning.bitfit='yes': expected true or false"):
-        Toolbox(settings("finetuning=bitfit", "finetuning.bitfit=yes"))
+    """'yes' would read as on (so would 'no'): the schema takes true or false only."""
+    with pytest.raises(BertkitError, match="^finetuning.bitfit='yes': expected true or false$"):
+        check_ranges(compose_config(["finetuning=bitfit", "finetuning.bitfit=yes"]))
 
 
 def test_a_glue_run_with_the_preset_records_bitfit(glue_dir, vocab_dir, tmp_path):

@@ -21,6 +21,7 @@ from transformers import (
     TrainingArguments,
 )
 
+from bertkit.config_schema import check_ranges
 from bertkit.errors import BertkitError
 from bertkit.finetuning.lora_adapters import (
     add_lora,
@@ -29,6 +30,7 @@ from bertkit.finetuning.lora_adapters import (
     save_adapter,
     trainable_summary,
 )
+from tests.conftest import compose_config
 
 TINY = dict(vocab_size=60, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
             intermediate_size=37, max_position_embeddings=64)
@@ -242,9 +244,6 @@ def test_trainable_summary_counts_adapters_and_head():
     ({"target_modules": ["qurey", "value"]}, "finetuning.lora.target_modules"),
     ({"target_modules": ["attention"]}, "finetuning.lora.target_modules"),  # not a Linear
     ({"target_modules": []}, "finetuning.lora.target_modules"),
-    ({"r": 0}, "finetuning.lora.r"),
-    ({"r": 2.5}, "finetuning.lora.r"),
-    ({"dropout": 1.0}, "finetuning.lora.dropout"),
     ({"modules_to_save": ["clasifier"]}, "finetuning.lora.modules_to_save"),
 ])
 def test_bad_settings_name_the_config_key(overrides, key):
@@ -252,6 +251,17 @@ def test_bad_settings_name_the_config_key(overrides, key):
         add_lora(tiny(BertForSequenceClassification), lora_settings(**overrides))
     if key.endswith("target_modules") and overrides["target_modules"]:
         assert "attention.self.query" in str(error.value)  # what layer 0 offers
+
+
+@pytest.mark.parametrize("override", ["finetuning.lora.r=0", "finetuning.lora.r=2.5",
+                                      "finetuning.lora.alpha=0", "finetuning.lora.dropout=1.0"])
+def test_bad_numbers_are_refused_by_the_schema(override):
+    """r, alpha and dropout are held to LoraSchema before a finetune starts, in one line
+    naming the key (add_lora takes them as given)."""
+    key, value = override.split("=")
+    with pytest.raises(BertkitError, match=rf"^{key.replace('.', r'[.]')}={value}: ") as error:
+        check_ranges(compose_config(["finetuning=lora", override]))
+    assert "\n" not in str(error.value)
 
 
 def test_label_names_of_the_wrapped_models():

@@ -15,8 +15,10 @@ from transformers import (
     BertForTokenClassification,
 )
 
+from bertkit.config_schema import check_ranges
 from bertkit.errors import BertkitError
 from bertkit.finetuning.r3f_loss import add_r3f, symmetric_kl
+from tests.conftest import compose_config
 
 TINY = dict(vocab_size=60, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
             intermediate_size=37, max_position_embeddings=64)
@@ -193,12 +195,13 @@ def test_positional_inputs_and_peft_wrapping():
     assert state.last_value > 0 and torch.isfinite(out.loss)
 
 
-@pytest.mark.parametrize("arguments, key", [
-    ((-1.0, "normal", 1e-5), "finetuning.r3f.weight"),
-    ((1.0, "normal", 0.0), "finetuning.r3f.eps"),
-    ((1.0, "gaussian", 1e-5), "finetuning.r3f.noise"),
+@pytest.mark.parametrize("overrides, key", [
+    (["finetuning.r3f.weight=-1.0"], "finetuning.r3f.weight"),
+    (["finetuning.r3f.weight=1.0", "finetuning.r3f.eps=0.0"], "finetuning.r3f.eps"),
+    (["finetuning.r3f.weight=1.0", "finetuning.r3f.noise=gaussian"], "finetuning.r3f.noise"),
 ])
-def test_bad_settings_name_the_key(arguments, key):
-    model = tiny(BertForSequenceClassification, num_labels=3)
-    with pytest.raises(BertkitError, match=key):
-        add_r3f(model, *arguments)
+def test_bad_settings_name_the_key(overrides, key):
+    """The schema refuses them before a finetune starts (add_r3f takes them as given)."""
+    with pytest.raises(BertkitError, match=rf"^{key.replace('.', r'[.]')}=") as error:
+        check_ranges(compose_config(["finetuning=r3f", *overrides]))
+    assert "\n" not in str(error.value)

@@ -4,7 +4,6 @@ Added as the registry's example: this module and conf/finetuning/bitfit.yaml, no
 from __future__ import annotations
 
 from bertkit.errors import BertkitError
-from bertkit.finetuning.checks import flag
 from bertkit.finetuning.layers import HEAD, depth_of
 from bertkit.finetuning.method import Method, register
 
@@ -15,7 +14,7 @@ class BitFit(Method):
 
     @classmethod
     def active(cls, settings) -> bool:
-        return flag(settings, "bitfit")
+        return bool(settings.get("bitfit", False))  # a key of bitfit.yaml alone
 
     @classmethod
     def check(cls, settings, num_layers=None) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bertkit.finetuning.checks import whole_number, within_layers
+from bertkit.finetuning.checks import within_layers
 from bertkit.finetuning.freezing import freeze
 from bertkit.finetuning.method import Method, register
 
@@ -17,7 +17,7 @@ class Freeze(Method):
 
     @classmethod
     def check(cls, settings, num_layers=None) -> None:
-        within_layers("freeze_layers", whole_number(settings, "freeze_layers"), num_layers)
+        within_layers("freeze_layers", settings.freeze_layers, num_layers)
 
     def apply(self, model):
         frozen = set(freeze(model, self.settings.freeze_embeddings, self.settings.freeze_layers))

@@ -9,16 +9,6 @@ from bertkit.finetuning.layers import HEAD, depth_of, num_layers
 from bertkit.finetuning.method import Method, register
 
 
-def unfreeze_every(settings) -> int | str | None:
-    value = settings.unfreeze_every
-    if value is None or value == "epoch":
-        return value
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise BertkitError(f"finetuning.unfreeze_every={value!r}: expected epoch, a number of "
-                           f"optimizer steps >= 1, or null (off)")
-    return value
-
-
 @register
 class GradualUnfreezing(Method):
     order = 80
@@ -29,7 +19,6 @@ class GradualUnfreezing(Method):
 
     @classmethod
     def check(cls, settings, num_layers=None) -> None:
-        unfreeze_every(settings)
         if cls.active(settings) and (settings.freeze_layers or settings.freeze_embeddings):
             raise BertkitError("finetuning.unfreeze_every unfreezes every layer in turn: it "
                                "does not combine with finetuning.freeze_embeddings or "
@@ -48,7 +37,7 @@ class GradualUnfreezing(Method):
                                "wraps the model, so layers unfrozen later would never be "
                                "synchronised")
         self.schedule = Schedule(trainer.model, num_layers(trainer.model),
-                                 unfreeze_every(self.settings))
+                                 self.settings.unfreeze_every)
         return [self.schedule]
 
     def record(self) -> dict:

@@ -3,7 +3,6 @@ head's own rate: one optimizer group per depth."""
 
 from __future__ import annotations
 
-from bertkit.finetuning.checks import positive
 from bertkit.finetuning.method import Method, register
 
 
@@ -14,11 +13,6 @@ class LayerwiseRates(Method):
     @classmethod
     def active(cls, settings) -> bool:
         return settings.layer_lr_decay != 1.0 or settings.head_lr_multiplier != 1.0
-
-    @classmethod
-    def check(cls, settings, num_layers=None) -> None:
-        positive(settings.layer_lr_decay, "layer_lr_decay", upper=1.0)
-        positive(settings.head_lr_multiplier, "head_lr_multiplier")
 
     def needs_layer_groups(self) -> bool:
         return True

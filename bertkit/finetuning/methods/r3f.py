@@ -3,10 +3,8 @@
 
 from __future__ import annotations
 
-from bertkit.errors import BertkitError
 from bertkit.finetuning.callbacks import LogR3F
 from bertkit.finetuning.method import Method, register
-from bertkit.finetuning.r3f_loss import check_r3f
 
 
 @register
@@ -16,16 +14,6 @@ class R3F(Method):
     @classmethod
     def active(cls, settings) -> bool:
         return settings.r3f.weight > 0
-
-    @classmethod
-    def check(cls, settings, num_layers=None) -> None:
-        r3f = settings.r3f
-        if isinstance(r3f.weight, bool) or not isinstance(r3f.weight, (int, float)) \
-                or r3f.weight < 0:
-            raise BertkitError(f"finetuning.r3f.weight={r3f.weight!r}: expected a number >= 0 "
-                               f"(0: off)")
-        if r3f.weight > 0:  # the regulariser's own check, as add_r3f runs it
-            check_r3f(r3f.weight, r3f.noise, r3f.eps)
 
     def apply(self, model):
         from bertkit.finetuning.r3f_loss import add_r3f

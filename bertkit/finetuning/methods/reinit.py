@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bertkit.finetuning.checks import flag, whole_number, within_layers
+from bertkit.finetuning.checks import within_layers
 from bertkit.finetuning.method import Method, register
 from bertkit.finetuning.reinitialise import reinit_top_layers
 
@@ -13,15 +13,16 @@ class Reinit(Method):
 
     @classmethod
     def active(cls, settings) -> bool:
-        return settings.reinit_layers != 0 or flag(settings, "reinit_pooler")
+        return settings.reinit_layers != 0 or bool(settings.get("reinit_pooler", False))
 
     @classmethod
     def check(cls, settings, num_layers=None) -> None:
-        within_layers("reinit_layers", whole_number(settings, "reinit_layers"), num_layers)
+        within_layers("reinit_layers", settings.reinit_layers, num_layers)
 
     def apply(self, model):
-        self.layers, self.pooler = reinit_top_layers(
-            model, self.settings.reinit_layers, pooler=flag(self.settings, "reinit_pooler"))
+        pooler = bool(self.settings.get("reinit_pooler", False))
+        self.layers, self.pooler = reinit_top_layers(model, self.settings.reinit_layers,
+                                                     pooler=pooler)
         return model
 
     def record(self) -> dict:

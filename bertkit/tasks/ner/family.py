@@ -21,7 +21,6 @@ from bertkit.errors import BertkitError
 from bertkit.tasks.ner.data import load_ner_splits
 from bertkit.tasks.ner.feature_based_tagger import FeatureBasedTagger, check_settings
 from bertkit.tasks.ner.features import DECODING_COLUMNS, feature_splits
-from bertkit.tasks.ner.files import check_tag_scheme
 from bertkit.tasks.ner.metrics import entity_scores, write_conll_predictions
 from bertkit.tasks.ner.models import load_tagger
 from bertkit.tasks.ner.trainer import TokenClassificationTrainer
@@ -42,7 +41,6 @@ def _check_task(task: DictConfig, model: DictConfig) -> None:
     if missing:
         raise BertkitError(f"task.labels has no {', '.join(sorted(set(missing)))}: IOB2 needs "
                            f"B-X and I-X for every entity type X")
-    check_tag_scheme(task.tag_scheme)
     feature_based = OmegaConf.select(model, "feature_based")
     if feature_based is not None and feature_based.enabled:
         # A model from scratch says its depth here; a checkpoint's is checked once loaded.

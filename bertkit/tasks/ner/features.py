@@ -211,9 +211,6 @@ def build_features(
 
     Built by datasets.map over whole units (documents or sentences), so that num_proc
     processes give exactly the features of one: a unit never straddles two processes."""
-    if max_seq_length < 3:
-        raise BertkitError(f"task.max_seq_length={max_seq_length}: expected at least 3 "
-                           f"([CLS], one word piece, [SEP])")
     if label_all_subtokens and continuation is None:
         raise BertkitError("label_all_subtokens needs the continuation label of every label")
     if document_context and NO_DOCUMENT in sentences["document"][:]:

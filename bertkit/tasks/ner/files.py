@@ -23,7 +23,7 @@ from bertkit.errors import BertkitError
 
 logger = logging.getLogger(__name__)
 
-TAG_SCHEMES = ("auto", "iob1", "iob2")
+TAG_SCHEMES = ("auto", "iob1", "iob2")  # task.tag_scheme's choices (config_schema)
 DOCSTART = "-DOCSTART-"
 # Document id of sentences whose document is unknown (Hub data without document boundaries).
 NO_DOCUMENT = -1
@@ -57,16 +57,10 @@ def iob1_to_iob2(tags: Sequence[str]) -> list[str]:
             for i, tag in enumerate(tags)]
 
 
-def check_tag_scheme(scheme: str) -> None:
-    if scheme not in TAG_SCHEMES:
-        raise BertkitError(f"task.tag_scheme={scheme!r}: expected one of {', '.join(TAG_SCHEMES)}")
-
-
 def _to_iob2(sentences: ConllSentences, scheme: str, where: str, positions: str) -> None:
     """Convert sentences.tags to IOB2 in place and record the scheme they were in.
 
     auto: IOB1 when any I- starts an entity. iob2: such an I- is an error, naming the line."""
-    check_tag_scheme(scheme)
     first = next(((s, i) for s, tags in enumerate(sentences.tags) for i in range(len(tags))
                   if inside_starts_entity(tags, i)), None)
     if first is None:
@@ -100,7 +94,6 @@ def read_conll_file(
     exactly num_columns fields), a blank line between sentences, `-DOCSTART-` lines starting
     documents. Tags must be task labels; they are returned in IOB2."""
     path = Path(path)
-    check_tag_scheme(tag_scheme)
     if not path.is_file():
         raise BertkitError(f"{path}: file not found")
     for key, column in (("token", token_column), ("tag", tag_column)):
@@ -170,7 +163,6 @@ def conll_from_hub(
     CoNLL-2003 drop the -DOCSTART- lines: without document_column, documents are unknown
     (NO_DOCUMENT)."""
 
-    check_tag_scheme(tag_scheme)
     where = f"the Hub dataset {path}" + (f"/{name}" if name else "")
     raw = load_hub_dataset(
         where,

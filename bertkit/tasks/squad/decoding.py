@@ -125,10 +125,8 @@ def decode_predictions(
     question as Google's nbest_predictions.json: text, start_logit, end_logit, probability).
 
     features: evaluation_features of these examples, one logits row per window (padding to
-    the right, e.g. the Trainer's -100, is ignored)."""
-    if n_best_size < 1 or max_answer_length < 1:
-        raise BertkitError(f"n_best_size={n_best_size}, max_answer_length={max_answer_length}: "
-                           f"expected positive integers")
+    the right, e.g. the Trainer's -100, is ignored). n_best_size and max_answer_length are
+    task.*'s, held to TaskSchema (>= 1) before a finetune starts."""
     start_logits, end_logits = _check_logits(start_logits, end_logits, len(features))
     table = examples.select_columns(["id", "context"]).with_format("arrow")[:]
     example_ids = table.column("id").to_pylist()

@@ -34,9 +34,6 @@ def _check_task(task: DictConfig) -> None:
         raise BertkitError(f"task.version={task.version!r}: expected one of "
                            f"{', '.join(VERSIONS)}")
     check_window_settings(task.max_seq_length, task.doc_stride, task.max_query_length)
-    for key in ("n_best_size", "max_answer_length"):
-        if int(task[key]) < 1:
-            raise BertkitError(f"task.{key}={task[key]}: expected a positive integer")
 
 
 def _scores(metrics: dict[str, float]) -> dict[str, float]:

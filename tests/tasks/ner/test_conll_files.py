@@ -6,6 +6,7 @@ from __future__ import annotations
 import datasets
 import pytest
 
+from bertkit.config_schema import check_ranges
 from bertkit.data.split_files import split_files
 from bertkit.errors import BertkitError
 from bertkit.tasks.ner.data import OPTIONAL, REQUIRED, load_ner_splits
@@ -152,8 +153,10 @@ def test_other_file_errors(tmp_path):
     bad.write_bytes(b"a x y O\n\n\xe9t\xe9 x y O\n")
     with pytest.raises(BertkitError, match=rf"{bad}, line 3: not valid UTF-8"):
         read_conll_file(bad, labels=LABELS)
-    with pytest.raises(BertkitError, match="task.tag_scheme='bio'"):
-        read_conll_file(write(tmp_path, DOCUMENTS), labels=LABELS, tag_scheme="bio")
+    # Not a file error: task.tag_scheme's choices are the schema's, refused before any file
+    # is read (read_conll_file takes the scheme as given).
+    with pytest.raises(BertkitError, match=r"^task\.tag_scheme='bio': expected one of auto, "):
+        check_ranges(compose_config(["recipe=ner", "task.tag_scheme=bio"]))
 
 
 def test_two_column_files_with_columns_settings(tmp_path):

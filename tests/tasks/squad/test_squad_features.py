@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from transformers import BertTokenizerFast
 
+from bertkit.config_schema import check_ranges
 from bertkit.errors import BertkitError
 from bertkit.tasks.squad.features import (
     check_window_settings,
@@ -24,6 +25,7 @@ from bertkit.tasks.squad.features import (
     truncate_questions,
 )
 from bertkit.tasks.squad.files import FEATURES
+from tests.conftest import compose_config
 
 SYLLABLES = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"]
 # Whole words of two syllables; "##ing" and "##s" make suffixed words split into two tokens.
@@ -276,8 +278,6 @@ def test_offsets_are_none_outside_the_passage(windows):
     ({"max_seq_length": 64, "max_query_length": 64}, ["task.max_seq_length",
                                                        "task.max_query_length"]),
     ({"max_seq_length": 64, "max_query_length": 12, "doc_stride": 49}, ["task.doc_stride"]),
-    ({"doc_stride": 0}, ["task.doc_stride"]),
-    ({"max_query_length": -1}, ["task.max_query_length"]),
 ])
 def test_bad_window_settings(settings, keys, examples, tokenizer):
     merged = {**SETTINGS, **settings}
@@ -285,6 +285,17 @@ def test_bad_window_settings(settings, keys, examples, tokenizer):
         with pytest.raises(BertkitError) as error:
             build(examples, tokenizer, **merged)
         assert all(key in str(error.value) for key in keys)
+
+
+@pytest.mark.parametrize("override", ["task.doc_stride=0", "task.max_query_length=-1",
+                                      "task.n_best_size=0", "task.max_answer_length=0"])
+def test_a_window_or_answer_setting_out_of_range_is_refused_by_the_schema(override):
+    """Each one's own range is the schema's, refused in one line naming the key before a
+    finetune starts (the window functions check only the rule between them)."""
+    key, value = override.split("=")
+    with pytest.raises(BertkitError, match=rf"^{key.replace('.', r'[.]')}={value}: ") as error:
+        check_ranges(compose_config(["recipe=squad", override]))
+    assert "\n" not in str(error.value)
 
 
 def test_doc_stride_just_below_the_room_is_accepted():
