@@ -27,16 +27,19 @@ def assert_clean_failure(result, *fragments):
         assert fragment in output, output
 
 
+@pytest.mark.slow
 def test_typo_in_override(tmp_path):
     result = run_cli("recipe=glue", "task=rte", "trainer.learnin_rate=1", cwd=tmp_path)
     assert_clean_failure(result, "trainer.learnin_rate")
 
 
+@pytest.mark.slow
 def test_unknown_task(tmp_path):
     result = run_cli("recipe=glue", "task=rtee", cwd=tmp_path)
     assert_clean_failure(result, "task/rtee", "rte")
 
 
+@pytest.mark.slow
 def test_missing_data_dir(tmp_path):
     result = run_cli("recipe=glue", "task=rte", f"task.data_dir={tmp_path}/nowhere",
                      "logger=none", cwd=tmp_path)
@@ -44,6 +47,7 @@ def test_missing_data_dir(tmp_path):
     assert result.returncode == 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("problem", ["label", "column", "unknown_trainer_option"])
 def test_bad_input_is_one_message(problem, glue_dir, vocab_dir, tmp_path):
     data = glue_dir("rte")
@@ -68,6 +72,7 @@ def test_bad_input_is_one_message(problem, glue_dir, vocab_dir, tmp_path):
     assert not list(tmp_path.rglob("metrics.json"))
 
 
+@pytest.mark.slow
 def test_failed_sweep_job_does_not_stop_the_others(glue_dir, vocab_dir, tmp_path):
     good = glue_dir("wnli")
     result = run_cli("-m", "recipe=glue", "task=wnli", f"task.data_dir={tmp_path}/missing,{good}",
@@ -83,6 +88,7 @@ def test_failed_sweep_job_does_not_stop_the_others(glue_dir, vocab_dir, tmp_path
     assert (tmp_path / "sweep" / "1" / "metrics.json").is_file()
 
 
+@pytest.mark.slow
 def test_paper_grid_sweep_names_each_job_by_its_grid_point(glue_dir, vocab_dir, tmp_path):
     """sweep=paper_grid supplies the grid; a grid key given on the command line narrows it."""
     data = glue_dir("wnli")

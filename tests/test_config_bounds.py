@@ -198,6 +198,7 @@ def test_an_enumerated_key_refuses_a_word_not_in_its_list_in_one_line(key):
     assert str(choices_of(dict(schema_field(key).metadata))[0]) in message  # lists the choices
 
 
+@pytest.mark.slow
 def test_the_command_prints_a_composition_error_in_one_line_naming_the_key(tmp_path):
     """Through `python -m bertkit`: a value OmegaConf refuses while Hydra composes (the typed
     trainer group) is bertkit's one line, exit status 2, as a value check_ranges refuses

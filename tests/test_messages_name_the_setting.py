@@ -82,6 +82,7 @@ def _fetched_presets() -> list[str]:
     return found
 
 
+@pytest.mark.slow
 def test_every_preset_with_local_files_says_where_they_come_from():
     assert "minilm_l6" in _fetched_presets()
     for name in _fetched_presets():

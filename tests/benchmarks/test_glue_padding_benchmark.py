@@ -46,6 +46,7 @@ def example_lengths(cfg) -> list[int]:
     return [len(ids) for ids in encoded["input_ids"]]
 
 
+@pytest.mark.slow
 def test_benchmark_compares_plain_and_bertkit_padding(glue_dir, vocab_dir, tmp_path):
     cfg = compose_config(bench_overrides(glue_dir("mrpc", n_train=N_TRAIN), vocab_dir,
                                          **{"bench.steady_skip": 1}))
@@ -96,6 +97,7 @@ def test_benchmark_compares_plain_and_bertkit_padding(glue_dir, vocab_dir, tmp_p
     assert result["device"] == "cpu"
 
 
+@pytest.mark.slow
 def test_only_the_batches_of_the_timed_steps_are_counted(glue_dir, vocab_dir, tmp_path):
     # More examples than the steps take: the batch the loader builds ahead is not counted.
     cfg = compose_config(bench_overrides(glue_dir("mrpc", n_train=40), vocab_dir,
@@ -134,6 +136,7 @@ def test_unknown_job_names_bench_glue():
         run_job(cfg)
 
 
+@pytest.mark.slow
 def test_mfu_of_each_way_on_a_device_with_a_known_peak(glue_dir, vocab_dir, tmp_path,
                                                       monkeypatch):
     """The GPU path's arithmetic on this CPU: a device name the peak table knows (a made-up

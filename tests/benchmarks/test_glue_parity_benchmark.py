@@ -55,6 +55,7 @@ def parity_overrides(data_dir, checkpoint, **extra) -> list[str]:
     return [f"{key}={value}" for key, value in overrides.items()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("padding", ["max_length", "longest"])
 def test_both_ways_train_the_same_model_when_only_padding_differs(glue_dir, checkpoint, tmp_path,
                                                                   padding):
@@ -82,6 +83,7 @@ def test_both_ways_train_the_same_model_when_only_padding_differs(glue_dir, chec
     assert result["baseline_padding"] == padding
 
 
+@pytest.mark.slow
 def test_result_holds_each_way_statistics_and_bertkit_runs_report_like_any_run(
         glue_dir, checkpoint, tmp_path):
     cfg = compose_config(parity_overrides(glue_dir("mrpc", n_train=24, n_dev=12), checkpoint))
@@ -132,6 +134,7 @@ def test_settings_the_comparison_cannot_use_are_refused(glue_dir, checkpoint, tm
         benchmark_glue_parity(cfg, run_dir=tmp_path / "run")
 
 
+@pytest.mark.slow
 def test_a_rerun_reuses_finished_seeds_and_refuses_runs_made_under_other_settings(
         glue_dir, checkpoint, tmp_path):
     """Seeds run in separate launches (or side by side) make one table; a seed trained at
@@ -164,6 +167,7 @@ def test_a_rerun_reuses_finished_seeds_and_refuses_runs_made_under_other_setting
             data_dir, checkpoint, **{"trainer.learning_rate": 5e-4})), run_dir=run_dir)
 
 
+@pytest.mark.slow
 def test_the_two_ways_can_train_in_separate_launches_and_a_last_launch_compares_them(
         glue_dir, checkpoint, tmp_path):
     """parity.ways splits one comparison between processes: each trains its way's seeds (one

@@ -82,6 +82,7 @@ def share_of(lengths: list[int], order: list[int]) -> tuple[int, int]:
     return real, positions
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("objective", "num_proc"),
                          [("mlm_nsp", 1), ("mlm_nsp", 2), ("mlm", "null")])
 def test_benchmark_times_every_stage_and_counts_exactly(objective, num_proc, vocab_dir, tmp_path,
@@ -199,6 +200,7 @@ def test_hub_corpus_is_refused_before_any_download(vocab_dir, tmp_path):
         benchmark_pretrain_data(cfg, run_dir=tmp_path / "run")
 
 
+@pytest.mark.slow
 @pytest.mark.real_data
 def test_wikitext2_throughput_is_plausible(tmp_path, monkeypatch):
     monkeypatch.setenv("BERTKIT_DATA", str(real_data_dir()))

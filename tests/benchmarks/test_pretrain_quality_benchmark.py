@@ -105,6 +105,7 @@ def bench_config(tmp_path, **extra):
     return compose_config([f"{key}={value}" for key, value in overrides.items()])
 
 
+@pytest.mark.slow
 def test_both_ways_train_the_budget_and_are_scored_on_the_same_heldout_set(tmp_path,
                                                                           fake_time):
     run_dir = tmp_path / "bench"
@@ -147,6 +148,7 @@ def test_both_ways_train_the_budget_and_are_scored_on_the_same_heldout_set(tmp_p
     assert (run_dir / FIGURE_FILE).stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_a_rerun_keeps_the_arms_already_done(tmp_path, fake_time, monkeypatch):
     run_dir = tmp_path / "bench"
     first = benchmark_pretrain_quality(bench_config(tmp_path), run_dir)

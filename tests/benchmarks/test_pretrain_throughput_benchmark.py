@@ -61,6 +61,7 @@ def instance_lengths(cfg, cache_dir) -> list[int]:
 
 # With dataloader workers (what a GPU needs, the collator then runs in other processes) the
 # batches are counted as without them.
+@pytest.mark.slow
 @pytest.mark.parametrize("objective, workers", [("mlm_nsp", 0), ("mlm", 0), ("mlm_nsp", 2)])
 def test_both_ways_train_the_same_steps_on_the_same_instances(objective, workers, tmp_path):
     cfg = compose_config(bench_overrides(tmp_path, objective=objective,
@@ -107,6 +108,7 @@ def test_both_ways_train_the_same_steps_on_the_same_instances(objective, workers
     assert not (run_dir / "checkpoints").exists()
 
 
+@pytest.mark.slow
 def test_mfu_is_useful_flops_over_seconds_times_the_peak(tmp_path, monkeypatch):
     asked = []
 

@@ -47,6 +47,7 @@ def bench_overrides(**extra) -> list[str]:
     return [f"{key}={value}" for key, value in overrides.items()]
 
 
+@pytest.mark.slow
 def test_three_ways_on_both_workloads(tmp_path):
     cfg = compose_config(bench_overrides())
     run_dir = tmp_path / "run"

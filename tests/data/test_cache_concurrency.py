@@ -102,6 +102,7 @@ def _kinds(messages: list[str], name: str, entry: Path) -> str:
     return messages[0].split()[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("num_proc", [1, 2])
 def test_cached_map_in_two_racing_jobs_tokenises_once(tmp_path, num_proc):
     entry, results, ran = _run_two_jobs(tmp_path, "map", num_proc)
@@ -117,6 +118,7 @@ def test_cached_map_in_two_racing_jobs_tokenises_once(tmp_path, num_proc):
         == ["read", "tokenised"]
 
 
+@pytest.mark.slow
 def test_cached_build_in_two_racing_jobs_builds_once(tmp_path):
     entry, results, ran = _run_two_jobs(tmp_path, "build")
 

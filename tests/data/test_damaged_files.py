@@ -322,6 +322,7 @@ def real_runs(tmp_path_factory):
     return get
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", KINDS, ids=[kind.name for kind in KINDS])
 def test_a_cut_file_is_rebuilt_or_refused_by_name(kind, real_runs):
     run = real_runs(kind.run)

@@ -18,6 +18,7 @@ class Interrupted(Exception):
     pass
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("methods", [
     {"finetuning": "llrd", "finetuning.unfreeze_every": 3, "finetuning.layer_mix": True},
     {"finetuning": "lora"},

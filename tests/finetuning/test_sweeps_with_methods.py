@@ -7,12 +7,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from bertkit.jobs import run_job
 from bertkit.reporting.cli import main as report_main
 from tests.conftest import compose_config, tiny_run_overrides
 from tests.sweeps.test_successive_halving import run_bertkit_in_process, tiny_sweep_overrides
 
 
+@pytest.mark.slow
 def test_layer_decay_swept_through_successive_halving(glue_dir, vocab_dir, tmp_path,
                                                        monkeypatch):
     data = glue_dir("wnli", n_train=64)

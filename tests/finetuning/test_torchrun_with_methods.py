@@ -25,6 +25,7 @@ def torchrun(data, vocab, run_dir, *settings: str) -> subprocess.CompletedProces
                           timeout=600)
 
 
+@pytest.mark.slow
 @pytest.mark.distributed
 @pytest.mark.parametrize("settings", [
     ("finetuning=llrd", "finetuning.layer_mix=true", "finetuning.r3f.weight=1.0",
@@ -41,6 +42,7 @@ def test_methods_train_data_parallel(settings, glue_dir, vocab_dir, tmp_path):
     assert metrics["hyperparameters"]["finetuning"]["name"] in ("llrd", "lora")
 
 
+@pytest.mark.slow
 @pytest.mark.distributed
 def test_gradual_unfreezing_is_refused_under_torchrun(glue_dir, vocab_dir, tmp_path):
     result = torchrun(glue_dir("mrpc"), vocab_dir, tmp_path / "run",

@@ -92,6 +92,7 @@ def prepared(tmp_path: Path, corpus: Path, vocab: Path):
     return prepare_pretraining_data(cfg, build_training_arguments(cfg, tmp_path, []))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("suffix", READABLE)
 def test_the_same_text_compressed_gives_the_same_pretraining_instances(tmp_path, demo_corpus,
                                                                        suffix):

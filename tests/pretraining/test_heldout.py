@@ -311,6 +311,7 @@ def read_metrics(run_dir) -> dict:
     return json.loads((run_dir / "metrics.json").read_text())
 
 
+@pytest.mark.slow
 def test_every_arm_is_scored_on_the_same_heldout_positions(tmp_path):
     arms = {"static_nsp": {}, "dynamic_nsp": {"masking": "dynamic"},
             "static_mlm": {"objective": "mlm"}, "other_seed": {"seed": 7}}
@@ -339,6 +340,7 @@ def test_every_arm_is_scored_on_the_same_heldout_positions(tmp_path):
         max(labels.count(0), labels.count(1)) / len(labels))
 
 
+@pytest.mark.slow
 def test_the_curve_has_step_zero_the_intervals_and_the_end_and_survives_a_resume(tmp_path):
     run_dir = tmp_path / "run"
     overrides = {"trainer.max_steps": 10, "heldout.every_steps": 4,

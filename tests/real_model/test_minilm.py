@@ -62,6 +62,7 @@ def test_the_model_group_finds_the_extracted_checkpoint(tmp_path, monkeypatch):
     assert scratch.model.name_or_path is None and scratch.model.tokenizer == cfg.model.tokenizer
 
 
+@pytest.mark.slow
 def test_the_checkpoint_loads_with_a_new_head_for_every_family(minilm_dir, encoder):
     cfg = model_config(minilm_dir)
     tokenizer = load_tokenizer(cfg.model)
@@ -93,6 +94,7 @@ def test_the_checkpoint_starts_pretraining_with_new_mlm_and_nsp_heads(minilm_dir
     assert model.cls.seq_relationship.out_features == 2
 
 
+@pytest.mark.slow
 @pytest.mark.real_data
 def test_continued_pretraining_from_the_checkpoint_runs_on_wikitext(minilm_dir, tmp_path):
     data = real_data_dir()
@@ -131,6 +133,7 @@ def dev_probabilities(model_dir, dev_file) -> tuple[list[int], list[float]]:
     return [int(row[0]) for row in rows], probabilities
 
 
+@pytest.mark.slow
 @pytest.mark.real_data
 def test_a_short_finetune_on_real_mrpc_beats_the_majority_class(minilm_dir, tmp_path):
     """150 steps (a CPU's two minutes). At this budget accuracy is still pulled towards the

@@ -114,6 +114,7 @@ def test_report_files_and_numbers(sweep, capsys):
     assert not [p for p in out.iterdir() if p.name.startswith(".")]
 
 
+@pytest.mark.slow
 def test_compare_is_welch_on_the_two_groups(sweep, capsys):
     out = run_report(sweep, "--compare", "glue/*/lr2e-05/*", "glue/*/lr3e-05/*",
                      "--decimals", "2", "--out", str(sweep / "rep"))
@@ -136,6 +137,7 @@ def test_compare_is_welch_on_the_two_groups(sweep, capsys):
     assert "| MRPC (F1) | 3 | 3 | 88.00 | 85.00 | -3.00 |" in md
 
 
+@pytest.mark.slow
 def test_repeated_compare_corrects_over_every_row(sweep, capsys):
     """Two arms against baselines: three rows (two tasks, then one), Holm and ASO's
     Bonferroni counted over all three, as a methods table needs."""
@@ -176,6 +178,7 @@ def test_repeated_compare_corrects_over_every_row(sweep, capsys):
     assert md.count("| `glue/*/lr3e-05/*` vs `glue/*/lr2e-05/*` |") == 2
 
 
+@pytest.mark.slow
 def test_compare_paired_by_seed_with_a_chosen_confidence(sweep, capsys):
     out = run_report(sweep, "--compare", "glue/*/lr2e-05/*", "glue/*/lr3e-05/*", "--paired",
                      "--confidence", "0.9", "--decimals", "2")
@@ -231,6 +234,7 @@ def test_no_runs_exits_2_with_one_line(tmp_path, capsys, where):
         assert lines[0].endswith("1 failed job(s), the first job: data error: boom ValueError: x")
 
 
+@pytest.mark.slow
 def test_console_script_on_an_empty_directory(tmp_path):
     script = Path(sys.executable).parent / "bertkit-report"
     if not script.exists():

@@ -249,6 +249,7 @@ def test_bootstrap_interval_paired_resamples_pairs():
     assert low < -5 and high > 5
 
 
+@pytest.mark.slow
 def test_aso_is_deepsigs_and_orders_the_groups():
     from deepsig import aso
 

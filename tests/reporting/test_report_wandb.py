@@ -188,6 +188,7 @@ def test_a_resumed_job_is_one_run_and_pretraining_is_skipped(tmp_path):
         build_report(root / "pretrain")
 
 
+@pytest.mark.slow
 def test_report_from_wandb_logs_equals_report_from_metrics_json(glue_dir, vocab_dir, tmp_path):
     """A real 2 x 2 sweep through the CLI, W&B offline; then only the W&B directories kept."""
     data = glue_dir("rte", n_dev=24)

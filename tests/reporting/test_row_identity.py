@@ -178,6 +178,7 @@ def test_runs_that_do_not_record_a_setting_are_named_and_kept_apart(tmp_path):
     assert "**Cannot tell** whether 2 run(s) differ in" in render_markdown(report)
 
 
+@pytest.mark.slow
 def test_compare_groups_never_pool_two_rows(tmp_path):
     """--compare 'a/*' 'b/*' where a/ holds two configurations: A's values are the seeds of
     its best one, not of both."""

@@ -72,6 +72,7 @@ def config_value(config: dict, accessor_name: str):
     return value
 
 
+@pytest.mark.slow
 def test_a_real_sweeps_workspace_groups_by_grid_point_and_plots_what_it_logged(sweep, tmp_path):
     spec = spec_of(sweep, tmp_path / "out")
     runs = logged_runs(sweep)

@@ -9,6 +9,7 @@ import json
 import math
 from pathlib import Path
 
+import pytest
 import torch
 import yaml
 from hydra.core.hydra_config import HydraConfig
@@ -105,6 +106,7 @@ def test_preset_search_space_and_settings():
     assert cfg.logger.sweep_tag == "optuna"
 
 
+@pytest.mark.slow
 def test_optuna_study_and_its_report(glue_dir, vocab_dir, tmp_path, monkeypatch):
     data = glue_dir("stsb", n_train=64, n_dev=32)
     sweep_dir = tmp_path / "sweep"
@@ -161,6 +163,7 @@ def test_optuna_study_and_its_report(glue_dir, vocab_dir, tmp_path, monkeypatch)
         "tasks"]["stsb"]["run_dirs"] == [f"stsb/{best}"]
 
 
+@pytest.mark.slow
 def test_optuna_study_goes_on_after_a_failed_trial(glue_dir, vocab_dir, tmp_path, monkeypatch):
     """Trial 1 runs out of memory: failed.json in its directory, Optuna is told FAIL (None is
     no value), the study runs its remaining trials and names the best of the finished ones."""

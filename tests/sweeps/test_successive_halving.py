@@ -113,6 +113,7 @@ def test_a_cut_between_equal_scores_is_recorded_as_made_by_grid_order(tmp_path):
     assert [r["cut_by_grid_order"] for r in ledger.rungs] == [True, False, False, False, False]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("fraction", "eval_strategy", "stop_step"), [
     (0.3, "no", 4),  # mid-epoch
     (0.5, "epoch", 6),  # at the end of epoch 1, where the uninterrupted run evaluates
@@ -174,6 +175,7 @@ def tiny_sweep_overrides(data: Path, vocab: Path, sweep_dir: Path) -> list[str]:
             f"hydra.sweep.dir={sweep_dir}"]
 
 
+@pytest.mark.slow
 def test_halving_sweep_end_to_end(glue_dir, vocab_dir, tmp_path, monkeypatch):
     """2 x 2 grid x 2 seeds, min_fraction 0.25, eta 2: 4 -> 2 -> 1 configurations; the
     survivors' scores are those of their own jobs; stopped jobs lose their checkpoints; the

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import statistics
 
+import pytest
 import torch
 
 from bertkit import cli
@@ -15,6 +16,7 @@ from tests.sweeps.test_successive_halving import run_bertkit_in_process, tiny_sw
 FAILING_JOB = "wnli/bs16-lr0.0003-ep2/seed2"
 
 
+@pytest.mark.slow
 def test_paper_grid_sweep_with_a_failed_job_and_its_report(glue_dir, vocab_dir, tmp_path,
                                                            monkeypatch, capsys):
     data = glue_dir("wnli", n_train=64)

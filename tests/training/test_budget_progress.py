@@ -44,6 +44,7 @@ def kinds(trainer) -> list[type]:
     return [type(callback) for callback in callbacks_of(trainer)]
 
 
+@pytest.mark.slow
 def test_the_demo_on_a_budget_shows_progress_against_the_budget(seen, tmp_path, capsys):
     cfg = compose_config(["logger=none", "budget.minutes=0.02", "trainer.save_strategy=no",
                           "trainer.eval_strategy=no", "model.config.hidden_size=32",
@@ -69,6 +70,7 @@ def test_the_demo_on_a_budget_shows_progress_against_the_budget(seen, tmp_path, 
     assert order.index(BudgetCallback) < order.index(BudgetProgressCallback)
 
 
+@pytest.mark.slow
 def test_a_resumed_run_starts_its_bar_at_the_time_already_spent(fake_clock, seen,  # noqa: F811
                                                                  glue_dir, vocab_dir, tmp_path):
     data = glue_dir("mrpc", n_train=48)

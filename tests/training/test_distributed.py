@@ -15,6 +15,7 @@ import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 
+@pytest.mark.slow
 @pytest.mark.distributed
 def test_two_process_finetune_writes_one_set_of_results(glue_dir, vocab_dir, tmp_path):
     data = glue_dir("stsb", n_train=40, n_dev=13, n_test=7)  # odd sizes: uneven shards

@@ -49,6 +49,7 @@ def assert_no_syncs_between_logging_steps(seen) -> None:
     assert all(per_step[step] > 0 for step in logged)  # the counter sees the logging's reads
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arm", [{}, {"masking": "dynamic"},
                                  {"masking": "dynamic", "objective": "mlm"}],
                          ids=["static-nsp", "dynamic-nsp", "dynamic-mlm"])
@@ -75,6 +76,7 @@ FAMILY_QUIET = {**QUIET, "trainer.eval_strategy": "no", "trainer.save_strategy":
                 "trainer.load_best_model_at_end": False}
 
 
+@pytest.mark.slow
 def test_squad_swag_and_ner_steps_make_no_host_sync(counted, squad_files,  # noqa: F811
                                                     conll_files, tmp_path):  # noqa: F811
     from tests.ner_fixtures import write_vocab as ner_vocab

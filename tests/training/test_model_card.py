@@ -188,6 +188,7 @@ def test_ner_card_holds_the_labelled_test_split_too(tmp_path):
     assert run_usage(card, run_dir / "model").startswith("[")
 
 
+@pytest.mark.slow
 def test_pretraining_card_and_its_downstream_finetune_cards(tmp_path, glue_dir):
     run_dir = tmp_path / "pretrain"
     sst2 = glue_dir("sst2")
@@ -223,6 +224,7 @@ def test_pretraining_card_and_its_downstream_finetune_cards(tmp_path, glue_dir):
     assert "'token_str':" in run_usage(card, run_dir / "model")
 
 
+@pytest.mark.slow
 def test_pretraining_card_without_a_heldout_set_has_no_model_index(tmp_path):
     run_dir = tmp_path / "run"
     pretrain(compose_config(tiny_pretraining_run(**{"heldout.fraction": 0.0})), run_dir)

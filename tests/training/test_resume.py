@@ -68,6 +68,7 @@ def checkpointed_run(glue_dir, vocab_dir, tmp_path, save_total_limit: int):
     return overrides, reference_dir
 
 
+@pytest.mark.slow
 def test_resume_continues_an_interrupted_run(glue_dir, vocab_dir, tmp_path, monkeypatch):
     overrides, reference_dir = checkpointed_run(glue_dir, vocab_dir, tmp_path, 2)
     run_dir = tmp_path / "run"
@@ -107,6 +108,7 @@ def torn_run(glue_dir, vocab_dir, tmp_path, monkeypatch):
     return overrides, reference_dir, run_dir, calls
 
 
+@pytest.mark.slow
 def test_a_cut_in_any_file_of_the_newest_checkpoint_makes_it_skipped_naming_the_file(
         torn_run):
     _, _, run_dir, _ = torn_run
@@ -140,6 +142,7 @@ def test_a_cut_in_any_file_of_the_newest_checkpoint_makes_it_skipped_naming_the_
     assert set(checked) == {path.name for path in files}
 
 
+@pytest.mark.slow
 def test_resume_auto_skips_a_checkpoint_with_any_file_the_resume_reads_cut(
         torn_run, tmp_path, caplog):
     """For each file of the newest checkpoint that Trainer's resume reads, cut in a copy of

@@ -44,6 +44,7 @@ def test_under_a_launcher_fsdp_is_passed_to_trainer_and_deepspeed_asks_for_its_e
     arguments.check_sharding_launch({"fsdp": False, "deepspeed": None})  # off: nothing asked
 
 
+@pytest.mark.slow
 def test_fsdp_from_the_command_line_in_one_process_is_one_line(tmp_path):
     result = run_cli("+trainer.fsdp=true", "logger=none", cwd=tmp_path)
     assert_clean_failure(result, "trainer.fsdp=True", "torchrun --nproc_per_node=N -m bertkit")
@@ -63,7 +64,7 @@ def test_the_deepspeed_config_leaves_batch_precision_clipping_and_optimizer_to_b
 
 
 def test_the_scale_guide_names_the_shipped_deepspeed_config():
-    guide = Path(__file__).resolve().parents[2] / "recipes" / "guide" / "scale.md"
+    guide = Path(__file__).resolve().parents[2] / "docs" / "scale.md"
     assert "+trainer.deepspeed=conf/deepspeed/zero2.json" in guide.read_text()
 
 

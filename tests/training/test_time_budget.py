@@ -143,6 +143,7 @@ def test_pretraining_follows_the_time_schedule_and_stops_at_the_budget(fake_cloc
         "ended_by_budget"] is True
 
 
+@pytest.mark.slow
 def test_a_resumed_run_counts_the_time_already_spent(fake_clock, glue_dir, vocab_dir,
                                                       tmp_path):
     data = glue_dir("mrpc", n_train=48)
@@ -192,6 +193,7 @@ def test_a_finetune_stops_by_time_and_keeps_its_layerwise_rates(fake_clock, glue
         assert line["lr/embeddings"] == pytest.approx(top * 0.25, rel=1e-9)
 
 
+@pytest.mark.slow
 @pytest.mark.distributed
 def test_every_process_stops_at_the_same_step(glue_dir, vocab_dir, tmp_path):
     """Process 0's clock decides for all (a process stopping alone would leave the others

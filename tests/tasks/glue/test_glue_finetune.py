@@ -87,6 +87,7 @@ def test_tiny_finetune_writes_every_result(task, glue_dir, vocab_dir, tmp_path):
     assert not list(run_dir.rglob("*.tmp"))
 
 
+@pytest.mark.slow
 def test_demo_recipe_learns_its_task(tmp_path):
     """The embedded default end to end: a from-scratch BERT must actually learn the cue-word
     rule (a broken vocabulary or label path leaves it at the 0.5 of a constant guess)."""

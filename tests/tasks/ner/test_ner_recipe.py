@@ -311,6 +311,7 @@ def test_ner_recipe_composes_with_the_paper_settings():
     assert preset.trainer.learning_rate == 1e-3
 
 
+@pytest.mark.slow
 @pytest.mark.real_data
 def test_real_conll2003_run(tmp_path):
     """A few steps of a tiny BERT on the real files with the bert-base-cased vocabulary."""

@@ -216,6 +216,7 @@ def test_mismatched_inputs_raise(tokenizer):
                            version_2=False)
 
 
+@pytest.mark.slow
 @pytest.mark.real_data
 def test_real_dev_v1_oracle_round_trip_and_decoding_time():
     data = real_data_dir()
@@ -259,6 +260,7 @@ def test_real_dev_v1_oracle_round_trip_and_decoding_time():
     assert len(examples) - aligned < 50 and exact > 99.5
 
 
+@pytest.mark.slow
 @pytest.mark.real_data
 def test_real_dev_v2_oracle_round_trip():
     data = real_data_dir()
