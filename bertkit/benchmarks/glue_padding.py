@@ -58,9 +58,9 @@ DESCRIPTIONS = {
 }
 
 
-def sampling(cfg, way: str) -> str:
+def sampling(trainer: DictConfig, way: str) -> str:
     """The way's batch order: run_glue.py's random one, or bertkit's configured one."""
-    return "random" if way == "plain" else str(cfg.trainer.train_sampling_strategy)
+    return "random" if way == "plain" else str(trainer.train_sampling_strategy)
 
 
 class PaddingCounter:
@@ -104,8 +104,9 @@ def pad_to_max_length(
 def _train(cfg: DictConfig, way: str, steps: int, run_dir: Path, build_model,
            train: datasets.Dataset, collate, tokenizer: PreTrainedTokenizerBase) -> dict:
     """One training run of `steps` optimizer steps from the seeded initial weights."""
+    order = sampling(cfg.trainer, way)
     way_cfg = OmegaConf.merge(cfg, {"trainer": {"max_steps": steps,
-                                                "train_sampling_strategy": sampling(cfg, way)}})
+                                                "train_sampling_strategy": order}})
     args = build_training_arguments(way_cfg, run_dir, [])
     set_seed(args.seed)
     model = build_model()
@@ -140,7 +141,7 @@ def _check(cfg: DictConfig) -> Schedule:
             f"bench.baseline_max_length={bench.baseline_max_length} is below "
             f"task.max_seq_length={task.max_seq_length}: both ways truncate at "
             f"task.max_seq_length, and the plain way pads every example to baseline_max_length")
-    one_batch_a_step(cfg, "so that samples/s is steps x batch / seconds")
+    one_batch_a_step(cfg.trainer, "so that samples/s is steps x batch / seconds")
     return schedule
 
 
@@ -165,8 +166,8 @@ def _way_summary(cfg, way: str, runs: list[dict]) -> dict:
     flops = meter.get("flops")
     gpu = torch.cuda.is_available()
     return {
-        "description": DESCRIPTIONS[way].format(sampling=sampling(cfg, way)),
-        "train_sampling_strategy": sampling(cfg, way),
+        "description": DESCRIPTIONS[way].format(sampling=sampling(cfg.trainer, way)),
+        "train_sampling_strategy": sampling(cfg.trainer, way),
         "samples_per_second": first["examples"] / seconds,
         # Samples/s only: the widths of bertkit's batches vary, so FLOPs are not in proportion.
         "steady_samples_per_second": steady_figures(runs, first["examples"], None,
@@ -238,7 +239,7 @@ def benchmark_glue_padding(cfg: DictConfig, run_dir: Path | None = None) -> dict
     # The precision every run below resolves (it decides pad_to_multiple_of).
     probe = build_training_arguments(cfg, run_dir, [])
     precision = "bf16" if probe.bf16 else "fp16" if probe.fp16 else "fp32"
-    one_process(cfg, probe, "it compares single-process throughput")
+    one_process(cfg.bench, probe, "it compares single-process throughput")
 
     train_way = functools.partial(_train, cfg, run_dir=run_dir, build_model=build_model,
                                   tokenizer=tokenizer)

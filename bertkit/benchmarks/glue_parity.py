@@ -112,9 +112,9 @@ def _plain_features(split: datasets.Dataset, tokenizer: PreTrainedTokenizerBase,
                      keep_in_memory=True, desc="Tokenizing (run_glue.py)")
 
 
-def _plain_collator(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase):
+def _plain_collator(parity: DictConfig, tokenizer: PreTrainedTokenizerBase):
     """run_glue.py's choice: examples padded already, or padded per batch by the collator."""
-    if cfg.parity.baseline_padding == "max_length":
+    if parity.baseline_padding == "max_length":
         return default_data_collator
     return DataCollatorWithPadding(tokenizer)
 
@@ -158,7 +158,8 @@ def _plain_finetune(cfg: DictConfig, seed: int, run_dir: Path, splits,
                        prediction.label_ids)
 
     trainer = Trainer(model=model, args=args, train_dataset=train, eval_dataset=validation,
-                      processing_class=tokenizer, data_collator=_plain_collator(cfg, tokenizer),
+                      processing_class=tokenizer,
+                      data_collator=_plain_collator(cfg.parity, tokenizer),
                       compute_metrics=compute_metrics)
     return trainer.train(), trainer.evaluate()
 
@@ -212,11 +213,11 @@ def _finished_run(where: Path, settings: dict) -> dict | None:
     return record
 
 
-def _significance(cfg: DictConfig, plain: list[float], bertkit: list[float]) -> dict:
+def _significance(parity: DictConfig, plain: list[float], bertkit: list[float]) -> dict:
     """Beyond Welch's test, as bertkit-report --compare gives it: ASO's ε_min each way (below
     0.2: that way is better), the bootstrap interval of bertkit − plain, and the seeds per way
     that would detect a difference of parity.max_difference at this spread."""
-    confidence = 1 - float(cfg.parity.alpha)
+    confidence = 1 - float(parity.alpha)
     low, high = bootstrap_difference_ci(plain, bertkit, confidence)
     return {
         "aso_epsilon_bertkit_better": aso_epsilon(plain, bertkit, confidence=0.95),
@@ -224,19 +225,19 @@ def _significance(cfg: DictConfig, plain: list[float], bertkit: list[float]) -> 
         "bootstrap_low": low, "bootstrap_high": high, "confidence": confidence,
         "seeds_needed_per_way": seeds_needed(
             float(np.std(plain, ddof=1)), float(np.std(bertkit, ddof=1)),
-            float(cfg.parity.max_difference), alpha=float(cfg.parity.alpha)),
-        "detect": float(cfg.parity.max_difference),
+            float(parity.max_difference), alpha=float(parity.alpha)),
+        "detect": float(parity.max_difference),
     }
 
 
-def _verdict(cfg: DictConfig, comparison: dict) -> dict:
+def _verdict(parity: DictConfig, comparison: dict) -> dict:
     """Parity: no significant difference at parity.alpha and means within parity.max_difference."""
     p_value, difference = comparison["p_value"], comparison["difference"]
-    significant = not math.isnan(p_value) and p_value < cfg.parity.alpha
-    close = abs(difference) <= cfg.parity.max_difference
+    significant = not math.isnan(p_value) and p_value < parity.alpha
+    close = abs(difference) <= parity.max_difference
     return {"at_parity": bool(close and not significant), "significant": bool(significant),
-            "within_max_difference": bool(close), "alpha": float(cfg.parity.alpha),
-            "max_difference": float(cfg.parity.max_difference)}
+            "within_max_difference": bool(close), "alpha": float(parity.alpha),
+            "max_difference": float(parity.max_difference)}
 
 
 def benchmark_glue_parity(cfg: DictConfig, run_dir: Path | None = None) -> dict:
@@ -297,8 +298,8 @@ def _result(cfg: DictConfig, seeds: list[int], runs: dict) -> dict:
                        "per_seed": {str(seed): runs[way][seed] for seed in seeds},
                        "seconds": seconds[way]} for way in WAYS},
         "comparison": comparison,
-        "significance": _significance(cfg, scores["plain"], scores["bertkit"]),
-        "verdict": _verdict(cfg, comparison),
+        "significance": _significance(cfg.parity, scores["plain"], scores["bertkit"]),
+        "verdict": _verdict(cfg.parity, comparison),
         "time_ratio": ratio(seconds["plain"], seconds["bertkit"]),
         "timing": "wall time of each whole run (model load, tokenisation, training, dev "
                   "evaluation and each way's own saving), summed over seeds; ratio plain/bertkit",

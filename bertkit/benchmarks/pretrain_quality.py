@@ -238,10 +238,10 @@ def arm_directory(name: str) -> str:
     return name.replace(" ", "_").replace("=", "")
 
 
-def arm_order(cfg: DictConfig) -> list[tuple[str, float | None]]:
+def arm_order(bench: DictConfig) -> list[tuple[str, float | None]]:
     """bertkit first (the checkpoint the downstream comparison needs most), then the plain
     way at each learning rate of its sweep."""
-    plain = [(plain_arm_name(float(rate)), float(rate)) for rate in cfg.bench.plain.learning_rates]
+    plain = [(plain_arm_name(float(rate)), float(rate)) for rate in bench.plain.learning_rates]
     return [("bertkit", None), *plain]
 
 
@@ -343,7 +343,7 @@ def benchmark_pretrain_quality(cfg: DictConfig, run_dir: Path | None = None) -> 
     collator = DataCollatorForLanguageModeling(tokenizer,
                                                mlm_probability=cfg.bench.plain.mlm_probability)
     timed = None  # (steps in the budget, seconds a step), timed once: no lr changes it
-    for name, learning_rate in arm_order(cfg):
+    for name, learning_rate in arm_order(cfg.bench):
         if name in result["arms"]:
             logger.info("bench_pretrain_quality: %s was done earlier, kept", name)
             continue

@@ -98,14 +98,14 @@ def training_indices(n: int, count: int, seed: int) -> list[int]:
     return order[np.arange(count) % n].tolist()
 
 
-def plain_model(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase, initial: dict):
+def plain_model(model: DictConfig, tokenizer: PreTrainedTokenizerBase, initial: dict):
     """The plain model: transformers' defaults (attention included), bertkit's initial weights."""
     config = BertConfig(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
-                        **OmegaConf.to_container(cfg.model.config),
-                        **dropout_settings(cfg.model))
-    model = PlainBertForPreTraining(config)
-    model.load_state_dict(initial)
-    return model
+                        **OmegaConf.to_container(model.config),
+                        **dropout_settings(model))
+    plain = PlainBertForPreTraining(config)
+    plain.load_state_dict(initial)
+    return plain
 
 
 @dataclasses.dataclass
@@ -130,7 +130,7 @@ def _check(cfg: DictConfig) -> Schedule:
     if is_streaming(cfg.corpus):
         raise BertkitError("bench_pretrain needs the instances stored (the plain way pads them "
                            "all); set corpus.hub.streaming=false")
-    one_batch_a_step(cfg, "so that samples/s is steps x batch / seconds")
+    one_batch_a_step(cfg.trainer, "so that samples/s is steps x batch / seconds")
     check_pretraining_config(_with_trainer(cfg, {"max_steps": schedule.steps}))
     return schedule
 
@@ -200,7 +200,7 @@ def _trainer(cfg: DictConfig, way: str, args, data: _Data, indices: list[int], c
         trainer, _ = build_pretraining_trainer(cfg, args, subset)
         return trainer, trainer.model
     initial = load_pretraining_model(cfg.model, prepared.tokenizer).state_dict()
-    model = plain_model(cfg, prepared.tokenizer, initial)
+    model = plain_model(cfg.model, prepared.tokenizer, initial)
     trainer = Trainer(model=model, args=args, train_dataset=data.padded.select(indices),
                       data_collator=collate, processing_class=prepared.tokenizer)
     return trainer, model
@@ -296,7 +296,7 @@ def benchmark_pretrain_throughput(cfg: DictConfig, run_dir: Path | None = None) 
     run_dir = Path(run_dir or hydra_run_dir())
     schedule = _check(cfg)
     probe = _arguments(cfg, "bertkit", schedule.steps, run_dir)
-    one_process(cfg, probe, "it compares single-process throughput")
+    one_process(cfg.bench, probe, "it compares single-process throughput")
     data = _prepare(cfg, run_dir, schedule.steps)
 
     runs = run_ways(WAYS, schedule, lambda way, steps, timed: _train(

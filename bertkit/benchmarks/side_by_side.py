@@ -70,17 +70,17 @@ def run_ways(ways: Sequence[str], schedule: Schedule, run: Callable[[str, int, b
     return runs
 
 
-def one_batch_a_step(cfg: DictConfig, why: str) -> None:
-    if cfg.trainer.gradient_accumulation_steps != 1:
+def one_batch_a_step(trainer: DictConfig, why: str) -> None:
+    if trainer.gradient_accumulation_steps != 1:
         raise BertkitError(f"bench: trainer.gradient_accumulation_steps must be 1 (one batch a "
                            f"step, {why})")
 
 
-def one_process(cfg: DictConfig, probe, why: str) -> None:
+def one_process(bench: DictConfig, probe, why: str) -> None:
     """bench.num_threads applied; a launch on several processes refused (probe: its
     TrainingArguments)."""
-    if cfg.bench.num_threads is not None:
-        torch.set_num_threads(int(cfg.bench.num_threads))
+    if bench.num_threads is not None:
+        torch.set_num_threads(int(bench.num_threads))
     if probe.world_size > 1:
         raise BertkitError(f"bench: run on one process ({why})")
 

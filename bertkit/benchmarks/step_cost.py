@@ -295,7 +295,7 @@ def _check(cfg: DictConfig) -> tuple[Schedule, list[str]]:
                                f"{key}.seq_length to at most {positions}")
         if workload == "pretraining" and int(settings.mlm_used) > int(settings.mlm_slots):
             raise BertkitError("bench.pretraining: mlm_used must be at most mlm_slots")
-    one_batch_a_step(cfg, "as the bare loop runs")
+    one_batch_a_step(cfg.trainer, "as the bare loop runs")
     return schedule, workloads
 
 
@@ -337,7 +337,7 @@ def benchmark_step_cost(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     run_dir = Path(run_dir or hydra_run_dir())
     schedule, workloads = _check(cfg)
     probe = _arguments(cfg, workloads[0], schedule.steps, run_dir)
-    one_process(cfg, probe, "it times one process's steps")
+    one_process(cfg.bench, probe, "it times one process's steps")
     results = {workload: _workload(cfg, workload, schedule, run_dir) for workload in workloads}
     remove_if_empty(run_dir / "checkpoints")
     bench = cfg.bench

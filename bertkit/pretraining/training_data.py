@@ -139,9 +139,9 @@ def phase_settings(cfg: DictConfig) -> list[tuple[int, int, float]]:
     return phases
 
 
-def _rule(cfg: DictConfig, max_predictions: int):
-    masking = OmegaConf.merge(cfg.masking, {"max_predictions_per_seq": max_predictions})
-    return masking_rule_from_config(masking)
+def _rule(masking: DictConfig, max_predictions: int):
+    return masking_rule_from_config(
+        OmegaConf.merge(masking, {"max_predictions_per_seq": max_predictions}))
 
 
 def build_training_data(cfg: DictConfig, documents, tokenizer: PreTrainedTokenizerBase,
@@ -159,7 +159,8 @@ def build_training_data(cfg: DictConfig, documents, tokenizer: PreTrainedTokeniz
             static=widths)
     else:
         collator = DynamicMaskingCollator(
-            tokenizer, [(length, _rule(cfg, predictions)) for length, predictions, _ in settings],
+            tokenizer,
+            [(length, _rule(cfg.masking, predictions)) for length, predictions, _ in settings],
             pad_to_multiple_of=pad_to, static=widths)
     if is_streaming(cfg.corpus):
         tokenized = tokenize_documents(documents, tokenizer)
@@ -188,7 +189,7 @@ def build_training_data(cfg: DictConfig, documents, tokenizer: PreTrainedTokeniz
             copies=dupe_factor if cut_anew else 1, num_proc=num_proc)
         if static:
             instances = static_masked_copies(
-                instances, vocab, _rule(cfg, predictions), seed=cfg.seed, num_proc=num_proc,
+                instances, vocab, _rule(cfg.masking, predictions), seed=cfg.seed, num_proc=num_proc,
                 dupe_factor=1 if cut_anew else dupe_factor)
         if len(instances) == 0:
             raise BertkitError(f"corpus {cfg.corpus.name}: no training instance of up to "

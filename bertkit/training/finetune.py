@@ -71,7 +71,8 @@ def finetune(cfg: DictConfig, family: TaskFamily, run_dir: Path | None = None,
     final.update(toolbox.summary())  # the mix's learned weights, LoRA's share, ...
     publish(cfg, setup, run, Outcome(
         record, final, (record["main_metric"], record["main_value"]),
-        lambda where: _printout(cfg, family, record, evaluation, trainer, setup.run_dir, where)))
+        lambda where: _printout(cfg.task, family, record, evaluation, trainer, setup.run_dir,
+                                where)))
     push_if_asked(cfg, setup, trainer, record)
     return record
 
@@ -85,11 +86,11 @@ def main_value(evaluation: Evaluation, main_metric: str) -> float:
     return scores[main_metric]
 
 
-def _printout(cfg: DictConfig, family: TaskFamily, record: dict, evaluation: Evaluation,
+def _printout(task: DictConfig, family: TaskFamily, record: dict, evaluation: Evaluation,
               trainer: Trainer, run_dir: Path, where: str) -> str:
     width = max(len(name) + 1 for name in ["checkpoint", *evaluation.files])
     files = "".join(f"\n  {name + ':':<{width}} {path}" for name, path in evaluation.files.items())
-    return (f"\n{cfg.task.name}: {cfg.task.main_metric} = {record['main_value']:.4f} "
+    return (f"\n{task.name}: {task.main_metric} = {record['main_value']:.4f} "
             f"({family.headline(record)})\n"
             f"  {'metrics:':<{width}} {run_dir / METRICS_FILE}{files}\n"
             f"  {'model:':<{width}} {run_dir / 'model'}\n"

@@ -160,7 +160,7 @@ def test_the_plain_model_starts_from_bertkits_weights_with_transformers_loss(tmp
     tokenizer = load_tokenizer(cfg.model)
     set_seed(cfg.seed)
     reference = load_pretraining_model(cfg.model, tokenizer)
-    model = plain_model(cfg, tokenizer, reference.state_dict())
+    model = plain_model(cfg.model, tokenizer, reference.state_dict())
     assert isinstance(model, BertForPreTraining)
     for key, value in reference.state_dict().items():
         assert torch.equal(model.state_dict()[key], value), key
