@@ -17,6 +17,7 @@ from bertkit.config_paths import recipes_dir
 from bertkit.config_schema import TrainerSchema, check_ranges
 from bertkit.errors import BertkitError
 from bertkit.jobs import run_job
+from bertkit.pretraining.run import pretrain
 from bertkit.tasks import task_family
 from bertkit.training.finetune import finetune
 from tests.conftest import PROTOCOLS, compose_config
@@ -64,6 +65,16 @@ def test_a_job_called_from_python_is_checked_too(tmp_path):
     cfg = compose_config(["task.max_seq_length=0", f"cache_dir={tmp_path / 'cache'}"])
     with pytest.raises(BertkitError, match=r"^task\.max_seq_length=0: expected an integer"):
         finetune(cfg, task_family(cfg.task.family), tmp_path / "run")
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "run").exists()
+
+
+def test_pretraining_called_from_python_is_checked_too(tmp_path):
+    """pretrain() without run_job refuses a bad value before any data is read: the schema is
+    checked once, by check_pretraining_config, not again by the run's shared start."""
+    cfg = compose_config(["recipe=pretrain", "heldout.batch_size=0",
+                          f"cache_dir={tmp_path / 'cache'}"])
+    with pytest.raises(BertkitError, match=r"^heldout\.batch_size=0: expected a number >= 1$"):
+        pretrain(cfg, tmp_path / "run")
     assert not (tmp_path / "cache").exists() and not (tmp_path / "run").exists()
 
 

@@ -19,7 +19,6 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 from transformers import Trainer, TrainingArguments, set_seed
 
-from bertkit.config_schema import check_ranges
 from bertkit.data.atomic_files import write_json_atomic
 from bertkit.data.metrics_file import METRICS_FILE
 from bertkit.training.arguments import build_training_arguments, padding_multiple
@@ -68,9 +67,9 @@ def training_clock() -> TrainingClock:
 
 
 def start_run(cfg: DictConfig, run_dir: Path | None = None) -> RunSetup:
-    """Called after the job's own settings checks and before it reads any data."""
+    """Called after the job's own settings checks (the schema's check_ranges first among them:
+    finetune and check_pretraining_config) and before it reads any data."""
     run_dir = Path(run_dir or hydra_run_dir())
-    check_ranges(cfg)  # again: a job called from Python has not passed through run_job
     budget_settings(cfg)
     check_hub_settings(cfg)
     args = build_training_arguments(cfg, run_dir, report_to(cfg.logger))
