@@ -101,9 +101,11 @@ def pad_to_max_length(
                      keep_in_memory=cache_file is None, desc=f"Padding to {max_length}")
 
 
-def _train(cfg: DictConfig, way: str, steps: int, run_dir: Path, build_model,
-           train: datasets.Dataset, collate, tokenizer: PreTrainedTokenizerBase) -> dict:
-    """One training run of `steps` optimizer steps from the seeded initial weights."""
+def build_trainer(cfg: DictConfig, way: str, steps: int, run_dir: Path, build_model,
+                  train: datasets.Dataset, collate, tokenizer: PreTrainedTokenizerBase):
+    """The way's Trainer for `steps` optimizer steps from the seeded initial weights, its
+    model, and the PaddingCounter around its collator (recipes/cards/gpu/profile_step.py
+    profiles the same trainer)."""
     order = sampling(cfg.trainer, way)
     way_cfg = OmegaConf.merge(cfg, {"trainer": {"max_steps": steps,
                                                 "train_sampling_strategy": order}})
@@ -114,6 +116,22 @@ def _train(cfg: DictConfig, way: str, steps: int, run_dir: Path, build_model,
     trainer_class = LengthGroupedTrainer if way == "bertkit" else Trainer
     trainer = trainer_class(model=model, args=args, train_dataset=train,
                             processing_class=tokenizer, data_collator=counter)
+    return trainer, model, counter
+
+
+def collator(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase, way: str, precision: str):
+    """run_glue.py's collator for the pre-padded plain way; bertkit's per-batch padding."""
+    if way == "plain":
+        return default_data_collator
+    multiple = padding_multiple(cfg, precision != "fp32")
+    return DataCollatorWithPadding(tokenizer, pad_to_multiple_of=multiple)
+
+
+def _train(cfg: DictConfig, way: str, steps: int, run_dir: Path, build_model,
+           train: datasets.Dataset, collate, tokenizer: PreTrainedTokenizerBase) -> dict:
+    """One training run of `steps` optimizer steps from the seeded initial weights."""
+    trainer, model, counter = build_trainer(cfg, way, steps, run_dir, build_model, train,
+                                            collate, tokenizer)
     run = train_timed(cfg, trainer, steps)
     check_steps(way, run.output.global_step, steps)
     fed = counter.batches[:steps]
@@ -145,7 +163,7 @@ def _check(cfg: DictConfig) -> Schedule:
     return schedule
 
 
-def _prepare(cfg: DictConfig):
+def prepare(cfg: DictConfig):
     """The GLUE family's own data and model steps, exactly as `recipe=glue` runs them:
     (tokenizer, tokenised train split, a function building the seeded model)."""
     GLUE.generate_data(cfg)
@@ -226,15 +244,9 @@ def benchmark_glue_padding(cfg: DictConfig, run_dir: Path | None = None) -> dict
     run_dir = Path(run_dir or hydra_run_dir())
     bench = cfg.bench
     schedule = _check(cfg)
-    tokenizer, train_split, build_model = _prepare(cfg)
+    tokenizer, train_split, build_model = prepare(cfg)
     train = {"plain": pad_to_max_length(train_split, tokenizer, int(bench.baseline_max_length)),
              "bertkit": train_split}
-
-    def collator(way: str, precision: str):
-        if way == "plain":
-            return default_data_collator
-        multiple = padding_multiple(cfg, precision != "fp32")
-        return DataCollatorWithPadding(tokenizer, pad_to_multiple_of=multiple)
 
     # The precision every run below resolves (it decides pad_to_multiple_of).
     probe = build_training_arguments(cfg, run_dir, [])
@@ -244,7 +256,7 @@ def benchmark_glue_padding(cfg: DictConfig, run_dir: Path | None = None) -> dict
     train_way = functools.partial(_train, cfg, run_dir=run_dir, build_model=build_model,
                                   tokenizer=tokenizer)
     runs = run_ways(WAYS, schedule, lambda way, steps, timed: train_way(
-        way, steps, train=train[way], collate=collator(way, precision)))
+        way, steps, train=train[way], collate=collator(cfg, tokenizer, way, precision)))
     remove_if_empty(run_dir / "checkpoints")
 
     ways = {way: _way_summary(cfg, way, runs[way]) for way in WAYS}
