@@ -192,7 +192,7 @@ class BertConfigSchema:
 @dataclass
 class ModelSchema:
     """conf/model/: a checkpoint (or null: trained from scratch, sizes in config), its
-    tokenizer, dropout and attention kernel."""
+    tokenizer, dropout, attention kernel, and whether code shipped with them may run."""
 
     # A Hub id or a directory; bertkit.training.models says which is missing.
     name_or_path: str | None = None
@@ -201,6 +201,8 @@ class ModelSchema:
     hidden_dropout_prob: float = _setting(0.1, **PROBABILITY)
     attention_probs_dropout_prob: float = _setting(0.1, **PROBABILITY)
     attn_implementation: str = _setting("auto", choices="bertkit.training.attention:CHOICES")
+    # Whether code a checkpoint or tokenizer folder ships (its auto_map) may run.
+    trust_remote_code: bool = False
 
 
 @dataclass

@@ -43,7 +43,7 @@ from bertkit.tasks.glue.family import FAMILY as GLUE
 from bertkit.tasks.glue.family import logits_of
 from bertkit.tasks.glue.metrics import predictions_from_logits, task_metrics
 from bertkit.training.finetune import finetune
-from bertkit.training.models import load_tokenizer
+from bertkit.training.models import from_pretrained, load_tokenizer, trusts_remote_code
 from bertkit.training.run import hydra_run_dir
 
 logger = logging.getLogger(__name__)
@@ -140,8 +140,10 @@ def _plain_finetune(cfg: DictConfig, seed: int, run_dir: Path, splits,
     head = {"num_labels": 1} if labels is None else {
         "num_labels": len(labels), "id2label": dict(enumerate(labels)),
         "label2id": {label: i for i, label in enumerate(labels)}}
-    model = AutoModelForSequenceClassification.from_pretrained(
-        cfg.model.name_or_path, hidden_dropout_prob=cfg.model.hidden_dropout_prob,
+    model = from_pretrained(
+        AutoModelForSequenceClassification, str(cfg.model.name_or_path), "model.name_or_path",
+        "model", trust_remote_code=trusts_remote_code(cfg.model),
+        hidden_dropout_prob=cfg.model.hidden_dropout_prob,
         attention_probs_dropout_prob=cfg.model.attention_probs_dropout_prob, **head)
     train = _plain_features(splits["train"], tokenizer, cfg)
     validation = _plain_features(splits[_dev_split(splits)], tokenizer, cfg)

@@ -218,7 +218,7 @@ def benchmark_pretrain_data(cfg: DictConfig, run_dir: Path | None = None) -> dic
     corpus_bytes = sum(path.stat().st_size for path in files)
     if corpus_bytes == 0:
         raise BertkitError(f"corpus {cfg.corpus.name}: its files are empty")
-    tokenizer = load_tokenizer(cfg.model)
+    tokenizer = load_tokenizer(cfg.model, job="pretraining")
     rule = masking_rule_from_config(cfg.masking)
     length = int(cfg.pretraining.max_seq_length)
     hf_collator = DataCollatorForLanguageModeling(

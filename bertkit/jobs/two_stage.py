@@ -28,6 +28,7 @@ from bertkit.data.atomic_files import follow_umask
 from bertkit.errors import BertkitError
 from bertkit.tasks import task_family
 from bertkit.training.finetune import finetune
+from bertkit.training.models import from_pretrained
 
 INTERMEDIATE = "intermediate"
 
@@ -75,7 +76,9 @@ def export_encoder(model_dir: Path, encoder_dir: Path) -> None:
     that its head is new even when both tasks have as many labels."""
     distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
     if not distributed or torch.distributed.get_rank() == 0:
-        AutoModel.from_pretrained(str(model_dir)).save_pretrained(str(encoder_dir))
+        encoder = from_pretrained(AutoModel, str(model_dir), "first stage's model", "model",
+                                  trust_remote_code=False)
+        encoder.save_pretrained(str(encoder_dir))
         follow_umask(encoder_dir)
         card = model_dir / REPOCARD_NAME  # the first stage's card: the run that trained it
         if card.is_file():

@@ -19,7 +19,12 @@ from transformers.utils import ModelOutput
 
 from bertkit.errors import BertkitError
 from bertkit.pretraining.masking import IGNORE_INDEX
-from bertkit.training.models import attention_setting, dropout_settings, hub_error
+from bertkit.training.models import (
+    attention_setting,
+    dropout_settings,
+    from_pretrained,
+    trusts_remote_code,
+)
 
 
 @dataclass
@@ -103,11 +108,9 @@ def load_pretraining_model(model: DictConfig, tokenizer: PreTrainedTokenizerBase
     dropout = dropout_settings(model)
     if model.name_or_path:
         name = str(model.name_or_path)
-        try:
-            loaded = MaskedOnlyBertForPreTraining.from_pretrained(name, **dropout,
-                                                                  **attention_setting(model))
-        except (OSError, ValueError) as err:
-            raise hub_error("model", name, "model.name_or_path", err) from None
+        loaded = from_pretrained(MaskedOnlyBertForPreTraining, name, "model.name_or_path",
+                                 "model", trust_remote_code=trusts_remote_code(model),
+                                 **dropout, **attention_setting(model))
         if loaded.config.vocab_size < len(tokenizer):
             raise BertkitError(f"model.name_or_path={name} has {loaded.config.vocab_size} "
                                f"embeddings but model.tokenizer has {len(tokenizer)} tokens")

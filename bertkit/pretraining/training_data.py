@@ -114,7 +114,7 @@ def pretraining_tokenizer(cfg: DictConfig, documents) -> PreTrainedTokenizerBase
     """The configured WordPiece vocabulary, or one trained on this corpus (and cached)."""
     training = cfg.tokenizer_training
     if not training.enabled:
-        return load_tokenizer(cfg.model)
+        return load_tokenizer(cfg.model, job="pretraining")
     settings = {"vocab_size": training.vocab_size, "min_frequency": training.min_frequency,
                 "lowercase": training.lowercase}
     directory = trained_tokenizer_dir(cfg.cache_dir, _corpus_fingerprint(cfg.corpus, documents),

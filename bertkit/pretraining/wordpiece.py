@@ -21,6 +21,7 @@ from transformers import BertTokenizerFast, PreTrainedTokenizerFast
 
 from bertkit.data.readback import DamagedFile, discard_damaged, read_json, read_text
 from bertkit.errors import BertkitError
+from bertkit.training.models import from_pretrained
 
 # The order fixes the ids: [PAD] is 0, as BERT's embeddings and collators expect.
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -124,7 +125,8 @@ def ensure_trained_tokenizer(texts_factory: Callable[[], Iterable[str]], directo
         discard_damaged([directory], lambda: check_trained_tokenizer(directory),
                         "trained vocabulary")
     if (directory / "tokenizer.json").is_file():
-        return BertTokenizerFast.from_pretrained(str(directory))
+        return from_pretrained(BertTokenizerFast, str(directory), "trained vocabulary",
+                               "tokenizer", trust_remote_code=False)
     return train_wordpiece(texts_factory(), directory, **settings)
 
 

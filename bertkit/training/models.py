@@ -1,10 +1,22 @@
 """Tokenizer and BERT model from a Hub id, a local checkpoint, or a config trained from scratch.
-Each family adds its own head through load_with_head (bertkit/tasks/<family>/models.py)."""
+Each family adds its own head through load_with_head (bertkit/tasks/<family>/models.py).
+
+Every checkpoint, config and tokenizer bertkit reads goes through `from_pretrained` here: the
+files a user hands us are data, never code. A folder whose config names custom code (an
+auto_map) is refused unless model.trust_remote_code is true, and transformers is told so
+(it would otherwise ask "Do you wish to run the custom code? [y/N]" on stdin); weights are
+read as safetensors or plain tensors (weights_only), and a pickle that needs more is refused
+naming the file; a vocabulary lacking a special token the job feeds the model is refused
+naming the file and the token (it was a tokenizers traceback at the first unknown word)."""
 
 from __future__ import annotations
 
+import pickle
+import re
 from pathlib import Path
 
+import torch
+from huggingface_hub import try_to_load_from_cache
 from omegaconf import DictConfig, OmegaConf
 from transformers import (
     AutoConfig,
@@ -14,9 +26,24 @@ from transformers import (
     PreTrainedModel,
     PreTrainedTokenizerBase,
 )
+from transformers.tokenization_utils_base import TOKENIZER_CONFIG_FILE
+from transformers.utils import CONFIG_NAME, WEIGHTS_NAME, cached_file
 
+from bertkit.data.readback import read_json
 from bertkit.errors import BertkitError
 from bertkit.training.attention import attention_implementation
+
+# The special tokens each job feeds the model, named by the tokenizer's attributes (the
+# strings are the tokenizer's own: BertTokenizerFast's [UNK] [CLS] [SEP] [PAD] [MASK]).
+# Pretraining masks tokens whatever its objective (every objective has the masked LM).
+JOB_TOKENS = {"finetuning": ("unk_token", "cls_token", "sep_token", "pad_token"),
+              "pretraining": ("unk_token", "cls_token", "sep_token", "pad_token",
+                              "mask_token")}
+# Where each kind of load finds the custom code transformers would run: (file, its auto_map
+# entry; None: any entry). AutoTokenizer reads tokenizer_config.json's auto_map, and
+# config.json's AutoTokenizer entry; a model or config, any entry of config.json's.
+CODE_ENTRIES = {"tokenizer": ((TOKENIZER_CONFIG_FILE, None), (CONFIG_NAME, "AutoTokenizer")),
+                "model": ((CONFIG_NAME, None),), "config": ((CONFIG_NAME, None),)}
 
 
 def hub_error(what: str, name: str, key: str, err: Exception) -> BertkitError:
@@ -53,8 +80,123 @@ def check_local_files(model: DictConfig, fetched_only: bool = False) -> None:
         raise BertkitError(f"model.{key}={name}: no such directory; {how}")
 
 
-def load_tokenizer(model: DictConfig) -> PreTrainedTokenizerBase:
-    """A directory holding only vocab.txt (Google's layout) is read as a BERT WordPiece vocab."""
+def trusts_remote_code(model: DictConfig) -> bool:
+    """model.trust_remote_code: whether code that a checkpoint or tokenizer folder ships may
+    run; false unless the user sets it (a node without the key, too)."""
+    return OmegaConf.select(model, "trust_remote_code", default=False) is True
+
+
+def _custom_code(name: str, file_name: str, entry: str | None) -> tuple[str, list[str]]:
+    """(the file, the classes its auto_map names) for the custom code in `name`'s file_name;
+    no classes when it names none or the file is not there (the load then says why)."""
+    try:
+        found = cached_file(name, file_name, _raise_exceptions_for_missing_entries=False,
+                            _raise_exceptions_for_connection_errors=False)
+    except (OSError, ValueError):  # a Hub id that does not resolve: the load reports it
+        found = None
+    if found is None:
+        return file_name, []
+    auto_map = read_json(found).get("auto_map") or {}
+    if not isinstance(auto_map, dict):
+        auto_map = {"auto_map": auto_map}
+    named = [auto_map.get(entry)] if entry else list(auto_map.values())
+    classes = [item for value in named
+               for item in (value if isinstance(value, list) else [value]) if item]
+    return found, [str(item) for item in classes]
+
+
+def refuse_custom_code(name: str, key: str, what: str) -> None:
+    """A folder (or Hub id) whose config names code of its own is refused, naming the file:
+    with model.trust_remote_code false, transformers would ignore that code and load plain
+    BERT (another model than the folder's) or stop to ask on stdin."""
+    for file_name, entry in CODE_ENTRIES[what]:
+        found, classes = _custom_code(name, file_name, entry)
+        if classes:
+            raise BertkitError(
+                f"{key}={name}: {found} names custom code in its auto_map "
+                f"({', '.join(dict.fromkeys(classes))}), which bertkit does not run: give a "
+                f"checkpoint of transformers' own BERT, or read that code and set "
+                f"model.trust_remote_code=true")
+
+
+def _plain_tensors(path: Path) -> bool:
+    """Whether torch reads the file with weights_only (tensors and plain containers only)."""
+    try:
+        torch.load(path, map_location="meta", weights_only=True)
+    except pickle.UnpicklingError:
+        return False
+    except (OSError, RuntimeError, EOFError, ValueError):  # another fault than the refused one
+        return True
+    return True
+
+
+def pickled_weights(name: str, key: str, err: pickle.UnpicklingError) -> BertkitError:
+    """A weights file that needs unpickling Python objects, in one line naming it. torch's own
+    message advises weights_only=False, which runs whatever the pickle calls: never said."""
+    folder = Path(name).expanduser()
+    if folder.is_dir():
+        files = sorted(folder.glob("*.bin"))
+    else:
+        cached = try_to_load_from_cache(name, WEIGHTS_NAME)
+        files = [Path(cached)] if isinstance(cached, str) else []
+    refused = [path for path in files if not _plain_tensors(path)] or files
+    where = ", ".join(str(path) for path in refused) or f"the weights of {name}"
+    called = re.search(r"GLOBAL (\S+)", str(err))
+    names = f" (it names {called.group(1)})" if called else ""
+    return BertkitError(
+        f"{key}={name}: {where} is a pickle holding more than tensors{names}, refused: bertkit "
+        f"reads weights only as safetensors or plain tensors; save the checkpoint as "
+        f"model.safetensors")
+
+
+def from_pretrained(loader, name: str, key: str, what: str, *, trust_remote_code: bool,
+                    **kwargs):
+    """loader.from_pretrained(name) for `what` (a model, config or tokenizer) under the rules
+    of a file a user hands us (above); `key` is the setting that named it, for messages.
+    trust_remote_code is always passed: transformers asks on stdin when it is not."""
+    if not trust_remote_code:
+        refuse_custom_code(name, key, what)
+    weights = {"weights_only": True} if what == "model" else {}
+    try:
+        return loader.from_pretrained(name, trust_remote_code=trust_remote_code, **weights,
+                                      **kwargs)
+    except pickle.UnpicklingError as err:
+        raise pickled_weights(name, key, err) from None
+    except (OSError, ValueError) as err:
+        raise hub_error(what, name, key, err) from None
+
+
+def _vocabulary_file(name: str) -> str:
+    """The file a tokenizer's vocabulary was read from, for messages."""
+    folder = Path(name).expanduser()
+    for file_name in ("tokenizer.json", "vocab.txt"):
+        if (folder / file_name).is_file():
+            return str(folder / file_name)
+    return f"the vocabulary of {name}"
+
+
+def check_special_tokens(tokenizer: PreTrainedTokenizerBase, name: str, job: str) -> None:
+    """The special tokens `job` feeds the model are in the vocabulary itself: a missing one is
+    added by transformers beside it (an id the checkpoint's embeddings may not have), and a
+    missing [UNK] ends the run at the first unknown word in a tokenizers traceback."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    vocabulary = (backend.get_vocab(with_added_tokens=False) if backend is not None
+                  else tokenizer.get_vocab())
+    missing = []
+    for role in JOB_TOKENS[job]:
+        token = getattr(tokenizer, role, None)
+        if token is None or str(token) not in vocabulary:
+            missing.append(f"{token} ({role})" if token else role)
+    if missing:
+        raise BertkitError(
+            f"model.tokenizer={name}: {_vocabulary_file(name)} lacks the special "
+            f"token{'s' if len(missing) > 1 else ''} {', '.join(missing)} that {job} feeds "
+            f"the model; add {'them' if len(missing) > 1 else 'it'} to the vocabulary")
+
+
+def load_tokenizer(model: DictConfig, job: str = "finetuning") -> PreTrainedTokenizerBase:
+    """A directory holding only vocab.txt (Google's layout) is read as a BERT WordPiece vocab;
+    the special tokens `job` uses (JOB_TOKENS) must be in the vocabulary."""
     check_local_files(model)
     if OmegaConf.is_missing(model, "tokenizer") or model.tokenizer is None:
         raise BertkitError("model.tokenizer is not set: give a Hub id or a directory holding "
@@ -65,14 +207,15 @@ def load_tokenizer(model: DictConfig) -> PreTrainedTokenizerBase:
             and not (path / "tokenizer_config.json").is_file():
         if not (path / "vocab.txt").is_file():
             raise BertkitError(f"model.tokenizer={name}: the directory has no vocab.txt")
-        tokenizer = BertTokenizerFast.from_pretrained(str(path), do_lower_case=model.do_lower_case)
+        loader = BertTokenizerFast
     elif path.is_file():
         raise BertkitError(f"model.tokenizer={name}: expected a directory or a Hub id, got a file")
     else:
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(name, do_lower_case=model.do_lower_case)
-        except (OSError, ValueError) as err:
-            raise hub_error("tokenizer", name, "model.tokenizer", err) from None
+        loader = AutoTokenizer
+    tokenizer = from_pretrained(loader, name, "model.tokenizer", "tokenizer",
+                                trust_remote_code=trusts_remote_code(model),
+                                do_lower_case=model.do_lower_case)
+    check_special_tokens(tokenizer, name, job)
     # Old checkpoints (e.g. Google's bert-base-uncased tokenizer_config.json) carry no
     # model_max_length, which would leave truncation unbounded.
     limit = OmegaConf.select(model, "config.max_position_embeddings", default=512)
@@ -102,11 +245,12 @@ def load_with_head(model: DictConfig, tokenizer: PreTrainedTokenizerBase, auto_c
     dropout = dropout_settings(model)
     if model.name_or_path:
         name = str(model.name_or_path)
-        try:
-            config = AutoConfig.from_pretrained(name, **head, **dropout)
-            return auto_class.from_pretrained(name, config=config, **attention_setting(model))
-        except (OSError, ValueError) as err:
-            raise hub_error("model", name, "model.name_or_path", err) from None
+        trusted = trusts_remote_code(model)
+        config = from_pretrained(AutoConfig, name, "model.name_or_path", "config",
+                                 trust_remote_code=trusted, **head, **dropout)
+        return from_pretrained(auto_class, name, "model.name_or_path", "model",
+                               trust_remote_code=trusted, config=config,
+                               **attention_setting(model))
     config = BertConfig(
         vocab_size=len(tokenizer),
         pad_token_id=tokenizer.pad_token_id,
@@ -123,11 +267,9 @@ def check_sequence_length(model: DictConfig, max_seq_length: int, key: str) -> N
     with the tokenizer's cap, be cut silently): one message instead, before features are
     built. The limit is the checkpoint's own, or model.config's for a model from scratch."""
     if model.name_or_path:
-        try:
-            limit = AutoConfig.from_pretrained(str(model.name_or_path)).max_position_embeddings
-        except (OSError, ValueError) as err:
-            raise hub_error("model", str(model.name_or_path), "model.name_or_path",
-                            err) from None
+        limit = from_pretrained(AutoConfig, str(model.name_or_path), "model.name_or_path",
+                                "config", trust_remote_code=trusts_remote_code(model)
+                                ).max_position_embeddings
         where = f"model.name_or_path={model.name_or_path}"
     else:
         limit = OmegaConf.select(model, "config.max_position_embeddings", default=512)
