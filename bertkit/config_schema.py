@@ -8,7 +8,8 @@ budget) cannot be closed that way: their schemas (SETTINGS) name the keys every 
 and check_ranges holds the composed values to them, type by OmegaConf, before a job starts.
 What a type cannot say (a batch of 0, a share above 1, a word not in a list) is in each
 field's metadata: min, above, max, below, choices, integer (a field of type Any that must
-be a whole number when it is a number), and `expect`, the message's wording.
+be a whole number when it is a number), and `expect`, the message's wording; `reads` marks a
+path to a file or folder a run reads (input_keys: what bertkit-report compares by content).
 Every number a user can type has both ends declared: a lower one (min or above) and an upper
 one (max or below); None as a bound says that side is genuinely unbounded (a batch size), so
 that a key whose range nobody thought about cannot pass for one that has none
@@ -145,6 +146,11 @@ class TaskSchema:
     learning_rate: float = _setting(5e-5, above=0, max=UNBOUNDED)
     num_train_epochs: float = _setting(3, above=0, max=UNBOUNDED)
     tag_scheme: str = _setting("auto", choices="bertkit.tasks.ner.files:TAG_SCHEMES")
+    # Local data (a family's reader says which files it needs); null: the Hub's.
+    data_dir: str | None = _setting(None, reads="folder")
+    train_file: str | None = _setting(None, reads="file")
+    validation_file: str | None = _setting(None, reads="file")
+    test_file: str | None = _setting(None, reads="file")
     # STS-B's [low, high]: any scores (a file's labels outside it are refused).
     label_range: list[float] | None = _setting(None, each=True, min=UNBOUNDED, max=UNBOUNDED)
 
@@ -195,8 +201,8 @@ class ModelSchema:
     tokenizer, dropout, attention kernel, and whether code shipped with them may run."""
 
     # A Hub id or a directory; bertkit.training.models says which is missing.
-    name_or_path: str | None = None
-    tokenizer: str | None = None
+    name_or_path: str | None = _setting(None, reads="folder")
+    tokenizer: str | None = _setting(None, reads="folder")
     do_lower_case: bool = True
     hidden_dropout_prob: float = _setting(0.1, **PROBABILITY)
     attention_probs_dropout_prob: float = _setting(0.1, **PROBABILITY)
@@ -321,8 +327,8 @@ class CorpusSchema:
     format: str | None = _setting("google", choices="bertkit.pretraining.corpus_formats:FORMATS")
     # A list of files or glob patterns (or one), and parts: [{format, files}]; whether the files
     # exist is checked when they are read.
-    files: Any = None
-    parts: Any = None
+    files: Any = _setting(None, reads="files")
+    parts: Any = _setting(None, reads="files")  # [{format, files}]
     max_documents: int | None = _setting(None, "null (all) or a positive integer", **COUNT)
 
 
@@ -637,6 +643,14 @@ def check_ranges(cfg: DictConfig) -> None:
         node = OmegaConf.select(cfg, group)
         if node is not None:
             _check_node(group, node, schema, typed=True)
+
+
+def input_keys() -> tuple[str, ...]:
+    """Every key that names a file or folder a run reads (metadata `reads`), e.g.
+    model.tokenizer: what a run's identity compares by content (bertkit.reporting.identity)."""
+    return tuple(f"{path}.{spec.name}" if path else spec.name
+                 for path, schema in SETTINGS.items() for spec in dataclasses.fields(schema)
+                 if spec.metadata.get("reads"))
 
 
 def schema_field(key: str) -> dataclasses.Field | None:

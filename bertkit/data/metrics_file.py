@@ -10,7 +10,11 @@ read by bertkit-report without family-specific patches.
                     resumes), budget (with budget.minutes), and the family's sizes
     hyperparameters the paper's names (learning_rate, train_batch_size, ...) and the family's
     files           name -> path of the prediction files
-    details         the family's own facts (data counts, decoding time, best checkpoint)
+    details         the family's own facts (data counts, decoding time, best checkpoint), and
+                    what the run read by content, for bertkit-report's run identity:
+                    data_fingerprint (the splits) and input_fingerprints ({config key:
+                    fingerprint} of a local checkpoint, tokenizer or corpus; a pretraining
+                    run's metrics.json has them in its details too)
 
 Files of schema 1 (no schema_version: SQuAD and SWAG wrote dev scores flat, without the split)
 are read through `upgrade`. Pretraining runs write a metrics.json of their own (no main_metric).
@@ -21,6 +25,7 @@ from __future__ import annotations
 SCHEMA_VERSION = 2
 METRICS_FILE = "metrics.json"
 FAILED_FILE = "failed.json"
+INPUT_FINGERPRINTS = "input_fingerprints"  # details' {config key: fingerprint}
 
 
 def metrics_record(*, header: dict, validation: dict, test: dict | None, train: dict,

@@ -24,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from bertkit.data import binary_content, compressed_files
 from bertkit.data.compressed_files import compressed_tail_digest
+from bertkit.data.fingerprints import content_fingerprint, files_content_fingerprint
 from bertkit.errors import BertkitError
 from bertkit.pretraining import corpus_formats as pretrain_corpus
 
@@ -79,6 +80,19 @@ def files_fingerprint(files: list[Path], corpus_format: str, max_documents: int 
         "blingfire": version("blingfire"),
     }
     return hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def corpus_input_fingerprints(corpus: DictConfig, cache_dir: str) -> dict[str, str]:
+    """details.input_fingerprints of a local corpus (bertkit.data.fingerprints): each part's
+    format and its files' contents in reading order, whatever their paths, under the key that
+    names them (corpus.files, or corpus.parts). A Hub corpus is named by its id: none."""
+    if corpus.source != "local":
+        return {}
+    key = "corpus.parts" if OmegaConf.select(corpus, "parts") else "corpus.files"
+    return {key: content_fingerprint(*(
+        part_of for part in corpus_parts(corpus)
+        for part_of in (str(part.format), files_content_fingerprint(corpus_files(part),
+                                                                    cache_dir))))}
 
 
 def _generate(sources: list[tuple[list[str], str]], max_documents: int | None,

@@ -22,8 +22,10 @@ from transformers import TrainingArguments
 
 from bertkit.config_schema import check_ranges
 from bertkit.data.atomic_files import write_json_atomic
-from bertkit.data.metrics_file import METRICS_FILE
+from bertkit.data.fingerprints import model_input_fingerprints
+from bertkit.data.metrics_file import INPUT_FINGERPRINTS, METRICS_FILE
 from bertkit.errors import BertkitError
+from bertkit.pretraining.corpora import corpus_input_fingerprints
 from bertkit.pretraining.downstream import finetune_downstream
 from bertkit.pretraining.heldout import (
     check_heldout_config,
@@ -140,11 +142,15 @@ def pretrain(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     setup = start_run(cfg, run_dir)
     with setup.args.main_process_first(desc="preparing the pretraining data"):
         data = prepare_pretraining_data(cfg, setup.args)
+        # What the run read, by content: bertkit-report tells its downstream finetunes apart
+        # by these, not by the paths they were given (bertkit.reporting.identity).
+        inputs = {**model_input_fingerprints(cfg.model, data.tokenizer, cfg.cache_dir),
+                  **corpus_input_fingerprints(cfg.corpus, cfg.cache_dir)}
     trainer, hyperparameters = build_pretraining_trainer(cfg, setup.args, data)
     run = train_run(cfg, setup, trainer, hyperparameters,
                     heldout_callbacks(cfg, trainer, data, setup.clock))
     trainer.save_model(str(setup.run_dir / "model"))
-    outcome = _outcome(cfg, trainer, data, run, setup.run_dir)
+    outcome = _outcome(cfg, trainer, data, run, setup.run_dir, inputs)
     publish(cfg, setup, run, outcome)
     record = _downstream(cfg, outcome.record, setup.run_dir, run.main)
     push_if_asked(cfg, setup, trainer, record)
@@ -174,7 +180,7 @@ def heldout_callbacks(cfg: DictConfig, trainer, data: PretrainingData,
 
 
 def _outcome(cfg: DictConfig, trainer, data: PretrainingData, run: TrainingRun,
-             run_dir: Path) -> Outcome:
+             run_dir: Path, inputs: dict[str, str]) -> Outcome:
     lines = _training_lines(trainer.state.log_history)
     phases = data.phases
     record = {
@@ -200,6 +206,7 @@ def _outcome(cfg: DictConfig, trainer, data: PretrainingData, run: TrainingRun,
             data.heldout, data.train_documents, trainer.state.log_history,
             heldout_settings(cfg)),
         "log": lines,  # every training log line, for curves without W&B
+        "details": {INPUT_FINGERPRINTS: inputs},
     }
     last = record["last_log"]
     heldout_final = (record["heldout"] or {}).get("final") or {}

@@ -31,6 +31,9 @@ NEUTRAL_FILE = Path(__file__).with_name("result_neutral.yaml")
 MODEL_KEY = "model.name_or_path"
 STARTED_FROM = "model.started_from"
 DATA_KEY = "data.fingerprint"  # the content of a run's splits (metrics.json details)
+# The value of a key naming a local checkpoint, tokenizer or corpus in a run that recorded
+# what it read there (metrics.json's details.input_fingerprints): "content:<fingerprint>".
+CONTENT = "content:"
 PRETRAINING = "pretraining."  # the prefix of a downstream run's pretraining settings
 UNKNOWN = "?"  # shown for a setting a run does not record
 
@@ -63,11 +66,15 @@ def flatten(node: object, prefix: str = "") -> dict[str, object]:
     return flat
 
 
-def run_settings(config: Mapping, prefix: str = "",
-                 data_fingerprint: str | None = None) -> dict[str, object]:
+def run_settings(config: Mapping, prefix: str = "", data_fingerprint: str | None = None,
+                 input_fingerprints: Mapping[str, str] | None = None) -> dict[str, object]:
     """The settings of one run that can split a row, from its resolved config (or its
     hyperparameters), keys prefixed by prefix. With the data's content fingerprint, that
-    stands for the paths the data was read from."""
+    stands for the paths the data was read from; with input_fingerprints ({key: fingerprint}
+    of a local checkpoint, tokenizer or corpus), the key's value is what the run read there
+    (CONTENT + fingerprint), not its path. A run without them (from before they were
+    recorded) keeps its paths: compared by path with its likes, and never pooled with a run
+    that recorded the content."""
     flat = flatten(config)
     if data_fingerprint is not None:
         flat = {k: v for k, v in flat.items()
@@ -77,6 +84,8 @@ def run_settings(config: Mapping, prefix: str = "",
         # The second stage of a two-stage run (STILTs) loads the encoder its first stage
         # saved, one path per seed: the model is the checkpoint it all started from.
         flat[MODEL_KEY] = flat.pop(STARTED_FROM)
+    for key, fingerprint in (input_fingerprints or {}).items():
+        flat[key] = CONTENT + fingerprint  # model.name_or_path: the checkpoint it started from
     flat = {f"{prefix}{k}": v for k, v in flat.items()}
     return {k: v for k, v in flat.items() if not ignored(k)}
 
@@ -204,9 +213,10 @@ def _names(runs: Sequence, keys: tuple[str, ...]) -> tuple[dict[str, str], dict[
 
 
 def _model(run) -> str:
-    """The model a run finetuned: its config's (None for a from-scratch model: then what
-    metrics.json calls it)."""
-    return str(run.settings.get(MODEL_KEY) or run.model)
+    """The model a run finetuned: its config's (None for a from-scratch model, or its content
+    for a local checkpoint: then what metrics.json calls it, its path)."""
+    model = run.settings.get(MODEL_KEY)
+    return str(run.model if not model or str(model).startswith(CONTENT) else model)
 
 
 CHOICE_KEYS = (".name", ".kind")  # finetuning.name=llrd, masking.kind=dynamic

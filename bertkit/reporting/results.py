@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from bertkit.data.metrics_file import METRICS_FILE, SCHEMA_VERSION, upgrade
+from bertkit.data.metrics_file import INPUT_FINGERPRINTS, METRICS_FILE, SCHEMA_VERSION, upgrade
 from bertkit.data.readback import read_json, read_yaml
 from bertkit.errors import BertkitError
 from bertkit.reporting.identity import MODEL_KEY, PRETRAINING, run_settings
@@ -73,8 +73,9 @@ def read_downstream_runs(pretraining_dir: Path) -> list[RunResult]:
     # The checkpoint is this arm's: its own path (one per seed) and tokenizer say nothing
     # more; the pretraining's settings (seed aside) say which arm it is.
     pretrained = _config(pretraining_dir)
-    arm_settings = (run_settings(pretrained, prefix=PRETRAINING) if pretrained is not None
-                    else {f"{PRETRAINING}recipe.name": arm})
+    arm_settings = (run_settings(pretrained, prefix=PRETRAINING,
+                                 input_fingerprints=_input_fingerprints(pretraining))
+                    if pretrained is not None else {f"{PRETRAINING}recipe.name": arm})
     runs = []
     for path in sorted(downstream.glob(f"*/{METRICS_FILE}")):
         run = read_run(path)
@@ -130,7 +131,8 @@ def read_run(path: Path) -> RunResult | None:
         grid_point=(float(hyper["learning_rate"]), int(hyper["train_batch_size"]),
                     float(hyper["num_train_epochs"])),
         metrics=flatten_validation(data["validation"]),
-        settings=run_settings(config, data_fingerprint=_data_fingerprint(data)),
+        settings=run_settings(config, data_fingerprint=_data_fingerprint(data),
+                              input_fingerprints=_input_fingerprints(data)),
         settings_source=settings_source,
         **_progress(path, data.get("train")),
     )
@@ -140,6 +142,16 @@ def _data_fingerprint(data: dict) -> str | None:
     details = data.get("details")
     fingerprint = details.get("data_fingerprint") if isinstance(details, dict) else None
     return fingerprint if isinstance(fingerprint, str) else None
+
+
+def _input_fingerprints(data: dict) -> dict[str, str]:
+    """details.input_fingerprints: {config key: fingerprint} of the local checkpoint,
+    tokenizer and corpus the run read (bertkit.data.fingerprints); {} for a run from before."""
+    details = data.get("details")
+    found = details.get(INPUT_FINGERPRINTS) if isinstance(details, dict) else None
+    return ({key: value for key, value in found.items()
+             if isinstance(key, str) and isinstance(value, str)}
+            if isinstance(found, dict) else {})
 
 
 def _upgraded(path: Path, data: dict) -> dict:

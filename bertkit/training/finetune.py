@@ -17,7 +17,8 @@ from omegaconf import DictConfig
 from transformers import Trainer
 
 from bertkit.config_schema import check_ranges
-from bertkit.data.metrics_file import METRICS_FILE, metrics_record
+from bertkit.data.fingerprints import model_input_fingerprints
+from bertkit.data.metrics_file import INPUT_FINGERPRINTS, METRICS_FILE, metrics_record
 from bertkit.errors import BertkitError
 from bertkit.finetuning.toolbox import Toolbox
 from bertkit.training.family import Evaluation, TaskFamily
@@ -39,6 +40,9 @@ def finetune(cfg: DictConfig, family: TaskFamily, run_dir: Path | None = None,
         family.generate_data(cfg)
         splits = family.read(cfg)
         tokenizer = load_tokenizer(cfg.model)
+        # The local checkpoint and tokenizer by content (hashed once here, remembered in the
+        # cache for the other processes and runs), for the report as data_fingerprint below.
+        inputs = model_input_fingerprints(cfg.model, tokenizer, cfg.cache_dir)
         check_sequence_length(cfg.model, cfg.task.max_seq_length, "task.max_seq_length")
         data = family.featurize(cfg, splits, tokenizer)
 
@@ -60,9 +64,11 @@ def finetune(cfg: DictConfig, family: TaskFamily, run_dir: Path | None = None,
         validation=evaluation.validation, test=evaluation.test,
         train=run.train_record(**family.train_sizes(data)),
         hyperparameters=run.hyperparameters, files=evaluation.files,
-        # data_fingerprint: the data's content, so that the report tells runs on the same
-        # files apart from runs on other files whatever path each was given (reporting.identity)
-        details={"data_fingerprint": splits.fingerprint(), **data.facts,
+        # data_fingerprint and input_fingerprints: the content of the data, checkpoint and
+        # tokenizer, so that the report tells runs on the same files apart from runs on other
+        # files whatever path each was given (reporting.identity)
+        details={"data_fingerprint": splits.fingerprint(), INPUT_FINGERPRINTS: inputs,
+                 **data.facts,
                  **evaluation.details, **(details or {}),
                  **({"finetuning": facts} if (facts := toolbox.record()) else {})})
     final = {f"{split}/{metric}": value
