@@ -29,10 +29,17 @@ import datasets
 from filelock import FileLock
 from transformers import PreTrainedTokenizerBase
 
+from bertkit.data.atomic_files import telling_failed_writes
 from bertkit.data.fingerprints import content_fingerprint, tokenizer_fingerprint
 from bertkit.data.readback import check_arrow, check_saved_dataset, discard_damaged, read_json
 
 logger = logging.getLogger(__name__)
+
+# datasets.map writes its file as tempfile's tmpXXXXXXXX beside it, and leaves it behind when
+# the disk is full (its cleanup writes again and fails first): a refused write removes it.
+_MAP_TEMPORARY = "tmp????????"
+_FREE = ("nothing half written was kept: free some space, or set cache_dir (BERTKIT_CACHE) to "
+         "a disk that has it")
 
 
 def cache_entry(cache_dir: str | os.PathLike, kind: str, *, data: str,
@@ -82,8 +89,13 @@ def cached_map(table: datasets.Dataset, function: Callable, entry: Path, name: s
 
         discard_damaged(files, check, f"tokenised {name}")
         before = _map_files(entry, name)
-        result = table.map(function, batched=True, num_proc=num_proc if num_proc > 1 else None,
-                           cache_file_name=str(entry / f"{name}.arrow"), **map_kwargs)
+        temporary = set(entry.glob(_MAP_TEMPORARY))
+        with telling_failed_writes(
+                f"the cache entry of tokenised {name}", entry / f"{name}.arrow", then=_FREE,
+                leftovers=lambda: set(entry.glob(_MAP_TEMPORARY)) - temporary):
+            result = table.map(function, batched=True,
+                               num_proc=num_proc if num_proc > 1 else None,
+                               cache_file_name=str(entry / f"{name}.arrow"), **map_kwargs)
         _log(_map_files(entry, name) != before, entry, name)
     return result
 
@@ -104,9 +116,10 @@ def cached_build(entry: Path, name: str,
             table, facts = build()
             tmp = Path(tempfile.mkdtemp(dir=entry, prefix=f".{name}."))
             try:
-                table.save_to_disk(str(tmp / "table"))
-                (tmp / "facts.json").write_text(json.dumps(facts))
-                os.replace(tmp, directory)
+                with telling_failed_writes(f"the cache entry of {name}", directory, then=_FREE):
+                    table.save_to_disk(str(tmp / "table"))
+                    (tmp / "facts.json").write_text(json.dumps(facts))
+                    os.replace(tmp, directory)
             finally:
                 if tmp.exists():
                     shutil.rmtree(tmp)

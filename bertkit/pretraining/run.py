@@ -43,7 +43,7 @@ from bertkit.pretraining.training_data import (
     prepare_pretraining_data,
 )
 from bertkit.training.clock import TrainingClock
-from bertkit.training.lifecycle import TrainingRun
+from bertkit.training.lifecycle import TrainingRun, saving_model
 from bertkit.training.model_card import run_card, write_card
 from bertkit.training.run import Outcome, publish, push_if_asked, start_run, train_run
 from bertkit.training.wandb_logging import paper_hyperparameters
@@ -149,7 +149,8 @@ def pretrain(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     trainer, hyperparameters = build_pretraining_trainer(cfg, setup.args, data)
     run = train_run(cfg, setup, trainer, hyperparameters,
                     heldout_callbacks(cfg, trainer, data, setup.clock))
-    trainer.save_model(str(setup.run_dir / "model"))
+    with saving_model(setup.run_dir / "model", run.main):
+        trainer.save_model(str(setup.run_dir / "model"))
     outcome = _outcome(cfg, trainer, data, run, setup.run_dir, inputs)
     publish(cfg, setup, run, outcome)
     record = _downstream(cfg, outcome.record, setup.run_dir, run.main)

@@ -22,7 +22,7 @@ from bertkit.data.metrics_file import INPUT_FINGERPRINTS, METRICS_FILE, metrics_
 from bertkit.errors import BertkitError
 from bertkit.finetuning.toolbox import Toolbox
 from bertkit.training.family import Evaluation, TaskFamily
-from bertkit.training.lifecycle import result_header
+from bertkit.training.lifecycle import result_header, saving_model
 from bertkit.training.models import check_sequence_length, load_tokenizer
 from bertkit.training.run import Outcome, publish, push_if_asked, start_run, train_run
 from bertkit.training.wandb_logging import paper_hyperparameters
@@ -57,7 +57,8 @@ def finetune(cfg: DictConfig, family: TaskFamily, run_dir: Path | None = None,
 
     toolbox.finish(trainer, setup.run_dir, run.main)  # LoRA: the merged model evaluated
     evaluation = family.evaluate(cfg, trainer, data, setup.run_dir, run.main)
-    family.save_model(trainer, setup.run_dir, run.main)
+    with saving_model(setup.run_dir / "model", run.main):
+        family.save_model(trainer, setup.run_dir, run.main)
     record = metrics_record(
         header=result_header(cfg, family.name, trainer.args.seed,
                              main_value(evaluation, cfg.task.main_metric)),

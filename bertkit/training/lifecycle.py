@@ -10,20 +10,27 @@ its progress bar, bertkit.training.budget_progress), the training time and throu
 
 from __future__ import annotations
 
-import errno
 import logging
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 from transformers import Trainer
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from bertkit.data.atomic_files import write_yaml_atomic
+from bertkit.data.atomic_files import (
+    failed_write,
+    refused_write,
+    telling_failed_writes,
+    write_yaml_atomic,
+)
 from bertkit.errors import BertkitError
 from bertkit.training.budget import add_budget
 from bertkit.training.budget_progress import show_budget_progress
+from bertkit.training.checkpoint_files import checkpoint_fault
 from bertkit.training.checkpoints import scan_checkpoints
 from bertkit.training.clock import TrainingClock
 from bertkit.training.durable_checkpoints import DurableCheckpoints
@@ -153,20 +160,38 @@ def train(cfg: DictConfig, run_dir: Path, trainer: Trainer, hyperparameters: dic
 
 
 def _train_or_explain(trainer: Trainer, checkpoint: str | None):
-    """Trainer.train, with a full disk (ENOSPC, most often during a checkpoint save) told as
-    one message that says which checkpoint is still whole."""
+    """Trainer.train, with a refused write (a full disk, most often during a checkpoint save)
+    told as one line: the file, the space left, and which checkpoint is still whole. The
+    checkpoint the save left half written is removed (the main process's), so that only
+    whole ones remain and the space it took is free again."""
     try:
         return trainer.train(resume_from_checkpoint=checkpoint)
-    except OSError as err:
-        if err.errno != errno.ENOSPC:
+    except Exception as err:
+        if refused_write(err) is None:
             raise
-        whole = scan_checkpoints(trainer.args.output_dir,
-                                 weights_only=trainer.args.save_only_model).complete
+        output_dir, weights_only = Path(trainer.args.output_dir), trainer.args.save_only_model
+        saving = output_dir / f"{PREFIX_CHECKPOINT_DIR}-{trainer.state.global_step}"
+        torn = saving.is_dir() and checkpoint_fault(saving, weights_only=weights_only) is not None
+        whole = scan_checkpoints(output_dir, weights_only=weights_only).complete
         kept = (f"the last complete checkpoint, {whole}, is intact: free some space and run "
                 f"the same command with resume=auto" if whole is not None
                 else "no complete checkpoint was saved before it")
-        raise BertkitError(f"no space left on device while writing "
-                           f"{err.filename or trainer.args.output_dir}; {kept}") from err
+        raise failed_write(
+            err, f"{saving.name}, removed" if torn else "training", saving if torn else output_dir,
+            leftovers=[saving] if torn and trainer.args.should_save else [], then=kept) from err
+
+
+@contextmanager
+def saving_model(model_dir: Path, main: bool):
+    """The block that saves the trained model into model_dir: a refused write ends it in one
+    line, and the folder it started is removed (the main process's), so that no half-saved
+    model is left behind."""
+    started_it = not model_dir.exists()
+    with telling_failed_writes(
+            "the trained model, removed" if started_it else "the trained model", model_dir,
+            leftovers=lambda: [model_dir] if started_it and main else [],
+            then="free some space and run the same command with resume=auto"):
+        yield
 
 
 def finish_wandb(run: TrainingRun, final: dict[str, float], num_parameters: int,
