@@ -6,7 +6,7 @@ multirun (sweep) a failed job, whatever the error (bad input, out of memory, a d
 setting), is recorded in its run directory as failed.json and the sweep goes on.
 
 Secrets (bertkit.secret_masking) are masked in everything this edge writes or prints: the
-one-line errors, failed.json, the log, and the files Hydra writes itself (MaskSecretsOnDisk).
+one-line errors, failed.json, and what Hydra writes and logs itself (MaskSecrets).
 """
 
 from __future__ import annotations
@@ -128,13 +128,15 @@ def mask_yaml_file(path: Path) -> None:
         write_text_atomic(path, OmegaConf.to_yaml(OmegaConf.create(masked)))
 
 
-class MaskSecretsOnDisk(Callback):
-    """Hydra writes the job's .hydra/ files (its config, overrides and hydra.yaml, which holds
-    the overrides again) and the sweep's multirun.yaml itself, secrets and all, an instant before
-    the job starts: they are rewritten masked here, before the job runs (hydra.callbacks in
-    conf/config.yaml)."""
+class MaskSecrets(Callback):
+    """What Hydra writes itself (hydra.callbacks in conf/config.yaml): the job's .hydra/ files
+    (its config, overrides and hydra.yaml, which holds the overrides again) and the sweep's
+    multirun.yaml are written, secrets and all, an instant before the job starts: they are
+    rewritten masked here, before the job runs. The log is masked in the job's process too (a
+    launcher may start it elsewhere: submitit)."""
 
     def on_job_start(self, config: DictConfig, **kwargs) -> None:
+        mask_logs()
         runtime = config.hydra.runtime
         if config.hydra.output_subdir is not None:
             hydra_dir = Path(runtime.output_dir) / str(config.hydra.output_subdir)
@@ -147,7 +149,6 @@ class MaskSecretsOnDisk(Callback):
 def _hydra_task(cfg: DictConfig) -> float | None:
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     remember_secrets(cfg)
-    mask_logs()
     join_submitit_tasks()
     try:
         result = run_job(cfg)
@@ -205,6 +206,7 @@ def _one_line_composition_errors(run_and_report):
 
 def main() -> None:
     register_resolvers()
+    mask_logs()  # before Hydra logs a sweep's jobs, overrides and all
     # Hydra's internal (1.3): where it would print the error. The one-line message is tested
     # through the command (tests/test_config_bounds.py); a Hydra without it keeps its own.
     reporter = getattr(hydra_utils, "run_and_report", None)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from fnmatch import fnmatchcase
 
@@ -69,48 +69,67 @@ def remember_secrets(cfg: DictConfig | Mapping) -> None:
             cfg = OmegaConf.to_container(cfg, resolve=True)
         except Exception:  # noqa: BLE001 - a resolver that needs a running Hydra job
             cfg = OmegaConf.to_container(cfg, resolve=False)
-    _known.update(v for v in _secret_values(cfg)
-                  if len(v) >= SHORTEST_SECRET_TO_FIND_IN_TEXT and not v.startswith("${"))
+    _known.update(v for v in _secret_values(cfg) if _findable(v))
 
 
-def mask_text(text: str) -> str:
+def _findable(value: str) -> bool:
+    """Long enough to be looked for in texts, and a value rather than an interpolation."""
+    return len(value) >= SHORTEST_SECRET_TO_FIND_IN_TEXT and not value.startswith("${")
+
+
+def mask_text(text: str, values: Iterable[str] = ()) -> str:
+    """text with `<secret key>=<value>` masked, and every secret value (these and those
+    remembered) wherever it appears."""
     masked = _ASSIGNMENT.sub(lambda m: m.group(1) + MASK, text)
-    for value in sorted(_known, key=len, reverse=True):
+    for value in sorted({*_known, *values}, key=len, reverse=True):
         masked = masked.replace(value, MASK)
     return masked
 
 
 def mask_secrets(value):
     """value with every secret masked: mappings, lists, texts, configs (a DictConfig comes back
-    as plain containers, its interpolations kept as text); anything else as it is."""
+    as plain containers, its interpolations kept as text); anything else as it is. A secret of
+    value found anywhere else in it (interpolated into another key) is masked there too."""
     if isinstance(value, (DictConfig, ListConfig)):
         value = OmegaConf.to_container(value, resolve=False)
+    own = {v for v in _secret_values(value) if _findable(v)}
+    return _masked(value, own)
+
+
+def _masked(value, values: set[str]):
     if isinstance(value, str):
-        return mask_text(value)
+        return mask_text(value, values)
     if isinstance(value, Mapping):
-        return {key: MASK if is_secret_key(key) and item is not None else mask_secrets(item)
-                for key, item in value.items()}
+        return {key: MASK if is_secret_key(key) and item is not None
+                else _masked(item, values) for key, item in value.items()}
     if isinstance(value, list) or type(value) is tuple:
-        return type(value)(mask_secrets(item) for item in value)
+        return type(value)(_masked(item, values) for item in value)
     return value
 
 
-class MaskSecretsInLogs(logging.Filter):
-    """A log handler's filter: the record's message with its secrets masked."""
+def mask_logs() -> None:
+    """Every log record of this process (bertkit's, Hydra's, a library's) is made with its
+    secrets masked, message and traceback: at the record's making, not in a handler, because
+    Hydra sets up its handlers anew for a launch and for each job."""
+    make = logging.getLogRecordFactory()
+    if getattr(make, "masks_secrets", False):
+        return
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
+    def masked_record(*args, **kwargs) -> logging.LogRecord:
+        record = make(*args, **kwargs)
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 - a malformed call: logging reports it when it emits
+            return record
         masked = mask_text(message)
         if masked != message:
             record.msg, record.args = masked, None
-        return True
+        if record.exc_info:
+            record.exc_text = mask_text(logging.Formatter().formatException(record.exc_info))
+        return record
 
-
-def mask_logs() -> None:
-    """Every handler of the root logger (the console and Hydra's job log file) masks secrets."""
-    for handler in logging.getLogger().handlers:
-        if not any(isinstance(f, MaskSecretsInLogs) for f in handler.filters):
-            handler.addFilter(MaskSecretsInLogs())
+    masked_record.masks_secrets = True
+    logging.setLogRecordFactory(masked_record)
 
 
 @contextmanager
