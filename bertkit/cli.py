@@ -4,6 +4,9 @@ metric goes back to Hydra (for sweepers: successive halving, Optuna).
 Bad input surfaces as a BertkitError and is printed as one line, not a traceback. In a
 multirun (sweep) a failed job, whatever the error (bad input, out of memory, a diverging
 setting), is recorded in its run directory as failed.json and the sweep goes on.
+
+Secrets (bertkit.secret_masking) are masked in everything this edge writes or prints: the
+one-line errors, failed.json, and what Hydra writes and logs itself (MaskSecrets).
 """
 
 from __future__ import annotations
@@ -17,15 +20,17 @@ import hydra
 import hydra._internal.utils as hydra_utils
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import ConfigCompositionException
+from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException, ValidationError
 
 from bertkit.config_schema import expected_type, schema_field
 from bertkit.config_tree import config_dir
-from bertkit.data.atomic_files import write_json_atomic
+from bertkit.data.atomic_files import write_json_atomic, write_text_atomic
 from bertkit.errors import BertkitError
 from bertkit.jobs import run_job
+from bertkit.secret_masking import mask_logs, mask_secrets, mask_text, remember_secrets
 from bertkit.training import wandb_sweep
 from bertkit.training.distributed import join_submitit_tasks, run_stamp
 from bertkit.training.preemption import Preempted
@@ -72,6 +77,7 @@ def record_failed_job(err: BaseException) -> None:
               "overrides": list(hydra_cfg.overrides.task)}
     if not isinstance(err, BertkitError):
         record["traceback"] = "".join(traceback.format_exception(err))
+    record = mask_secrets(record)
     write_json_atomic(run_dir / "failed.json", record)
     logger.error("job %s failed: %s", hydra_cfg.job.num, record["error"])
     if "wandb" in sys.modules:
@@ -112,8 +118,37 @@ def sweeper_value(result: dict | None) -> float | None:
     return float(first["main_value"]) if first else None
 
 
+def mask_yaml_file(path: Path) -> None:
+    """A YAML file Hydra wrote, rewritten with its secrets masked (left alone without any)."""
+    if not path.is_file():
+        return
+    loaded = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    masked = mask_secrets(loaded)
+    if masked != loaded:
+        write_text_atomic(path, OmegaConf.to_yaml(OmegaConf.create(masked)))
+
+
+class MaskSecrets(Callback):
+    """What Hydra writes itself (hydra.callbacks in conf/config.yaml): the job's .hydra/ files
+    (its config, overrides and hydra.yaml, which holds the overrides again) and the sweep's
+    multirun.yaml are written, secrets and all, an instant before the job starts: they are
+    rewritten masked here, before the job runs. The log is masked in the job's process too (a
+    launcher may start it elsewhere: submitit)."""
+
+    def on_job_start(self, config: DictConfig, **kwargs) -> None:
+        mask_logs()
+        runtime = config.hydra.runtime
+        if config.hydra.output_subdir is not None:
+            hydra_dir = Path(runtime.output_dir) / str(config.hydra.output_subdir)
+            for name in ("config.yaml", "hydra.yaml", "overrides.yaml"):
+                mask_yaml_file(hydra_dir / name)
+        if config.hydra.mode == RunMode.MULTIRUN:
+            mask_yaml_file(Path(runtime.cwd) / str(config.hydra.sweep.dir) / "multirun.yaml")
+
+
 def _hydra_task(cfg: DictConfig) -> float | None:
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
+    remember_secrets(cfg)
     join_submitit_tasks()
     try:
         result = run_job(cfg)
@@ -121,14 +156,14 @@ def _hydra_task(cfg: DictConfig) -> float | None:
             release_process_group()
         return sweeper_value(result)
     except Preempted as err:  # not a failure: the job goes on from its checkpoint
-        print(f"bertkit: {err}", file=sys.stderr)
+        print(mask_text(f"bertkit: {err}"), file=sys.stderr)
         err.hand_over()
         sys.exit(err.exit_status)
     except BertkitError as err:
         if multirun:
             record_failed_job(err)
             return None
-        print(f"bertkit: error: {err}", file=sys.stderr)
+        print(mask_text(f"bertkit: error: {err}"), file=sys.stderr)
         sys.exit(2)
     except Exception as err:  # noqa: BLE001 - a sweep outlives any one job's failure
         if not multirun:
@@ -163,7 +198,7 @@ def _one_line_composition_errors(run_and_report):
                 message = composition_message(err)
                 if message is None or hydra_utils._is_env_set("HYDRA_FULL_ERROR"):
                     raise
-                print(f"bertkit: error: {message}", file=sys.stderr)
+                print(mask_text(f"bertkit: error: {message}"), file=sys.stderr)
                 sys.exit(2)
         return run_and_report(composed)
     return report
@@ -171,6 +206,7 @@ def _one_line_composition_errors(run_and_report):
 
 def main() -> None:
     register_resolvers()
+    mask_logs()  # before Hydra logs a sweep's jobs, overrides and all
     # Hydra's internal (1.3): where it would print the error. The one-line message is tested
     # through the command (tests/test_config_bounds.py); a Hydra without it keeps its own.
     reporter = getattr(hydra_utils, "run_and_report", None)

@@ -12,7 +12,7 @@ import bertkit
 # Room -> the rooms it may import ("tasks.*" is every family, "tasks" the registry alone).
 # A room imports itself freely; a family never another family.
 LEAVES = {"errors", "config_paths", "config_tree", "config_schema", "wandb_credentials",
-          "trainer_internals"}
+          "trainer_internals", "secret_masking"}
 RULES: dict[str, set[str]] = {
     "errors": set(),
     "config_paths": set(),  # read by hydra_plugins/bertkit_recipes: imports nothing heavy
@@ -20,6 +20,7 @@ RULES: dict[str, set[str]] = {
     "config_schema": {"errors"},
     "wandb_credentials": set(),
     "trainer_internals": set(),
+    "secret_masking": set(),  # every writer masks secrets with it
     "data": {"errors"},
     # Written once for every family, below the template and the families. data.atomic_files:
     # the LoRA adapters it saves follow the umask like every other result file.

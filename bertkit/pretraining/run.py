@@ -42,6 +42,7 @@ from bertkit.pretraining.training_data import (
     phase_settings,
     prepare_pretraining_data,
 )
+from bertkit.secret_masking import mask_secrets
 from bertkit.training.clock import TrainingClock
 from bertkit.training.lifecycle import TrainingRun, saving_model
 from bertkit.training.model_card import run_card, write_card
@@ -242,7 +243,7 @@ def _downstream(cfg: DictConfig, record: dict, run_dir: Path, main: bool) -> dic
     if not main:
         return record
     record = {**record, "downstream": downstream}
-    write_json_atomic(run_dir / METRICS_FILE, record)
+    write_json_atomic(run_dir / METRICS_FILE, mask_secrets(record))
     write_card(run_card(cfg, record), run_dir / "model")
     for task, result in downstream.items():
         print(f"  {task}: {result['main_metric']} = {result['main_value']:.4f}")

@@ -32,6 +32,7 @@ from bertkit.reporting.wandb_workspace import (
     workspace_view,
 )
 from bertkit.reporting.writer import Significance, build_report, write_report
+from bertkit.secret_masking import mask_secrets
 
 PROG = "bertkit-report"
 
@@ -107,7 +108,7 @@ def build_wandb_workspace(args: argparse.Namespace, out_dir: Path) -> int:
     spec = {"entity": plan.entity, "project": plan.project, "name": plan.name,
             "groups": plan.groups, "sweep_tag": plan.sweep_tag, "grid_keys": plan.grid_keys,
             "left_out": plan.left_out, "view": workspace_view(workspace)}
-    path = write_json_atomic(out_dir / WORKSPACE_FILE, spec)
+    path = write_json_atomic(out_dir / WORKSPACE_FILE, mask_secrets(spec))
     panels = sum(len(section["panels"]) for section in plan.sections)
     print(f"W&B workspace {plan.name!r} for {plan.entity}/{plan.project}: runs of group(s) "
           f"{', '.join(plan.groups)}, grouped by {', '.join(['group', *plan.grid_keys])} "

@@ -55,6 +55,7 @@ from bertkit.reporting.statistics import (
     seeds_needed,
 )
 from bertkit.reporting.tables import column_header, glue_table_csv, glue_table_markdown
+from bertkit.secret_masking import mask_secrets
 
 __all__ = ["build_report", "render_markdown", "write_report"]
 
@@ -402,8 +403,10 @@ def _json_safe(value):
 
 
 def write_report(report: dict, out_dir: str | Path) -> list[Path]:
-    """Write every file of the report into out_dir; returns their paths."""
+    """Write every file of the report into out_dir; returns their paths. Secrets masked: the
+    runs it reads may have been written before bertkit masked them."""
     out_dir = Path(out_dir)
+    report = mask_secrets(report)
     written = [write_text_atomic(out_dir / "report.md", render_markdown(report)),
                write_text_atomic(out_dir / "results.csv", report["table_csv"]),
                write_json_atomic(out_dir / "report.json", _json_safe(report))]

@@ -1,8 +1,11 @@
 """TrainingArguments from the `trainer` config group, plus what bertkit decides for the user:
-mixed precision on a GPU, where checkpoints go, and which tracker Trainer reports to."""
+mixed precision on a GPU, where checkpoints go, which tracker Trainer reports to, and no secret
+in the training_args.bin Trainer saves."""
 
 from __future__ import annotations
 
+import copy
+import copyreg
 import importlib.util
 import logging
 import math
@@ -14,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from transformers import TrainingArguments
 
 from bertkit.errors import BertkitError
+from bertkit.secret_masking import mask_secrets
 from bertkit.training.distributed import launched, world_size
 
 logger = logging.getLogger(__name__)
@@ -74,6 +78,29 @@ def check_sharding_launch(options: dict) -> None:
             f"an optional extra: pip install 'bertkit[deepspeed]'")
 
 
+class TrainingArgumentsWithoutSecrets(TrainingArguments):
+    """TrainingArguments whose pickle holds its secrets masked (trainer.hub_token: Trainer
+    pickles its arguments into training_args.bin beside every checkpoint and in the model
+    directory it pushes). Unpickled, it is plain TrainingArguments, readable without bertkit;
+    copies in this process keep the real values (Trainer's Hub calls read them)."""
+
+    def __reduce_ex__(self, protocol):
+        # pickle's own reconstructor, naming the base class: no bertkit needed to load it
+        return (copyreg._reconstructor, (TrainingArguments, object, None),
+                mask_secrets(self.__dict__))
+
+    def __copy__(self):
+        clone = object.__new__(type(self))
+        clone.__dict__.update(self.__dict__)
+        return clone
+
+    def __deepcopy__(self, memo):
+        clone = object.__new__(type(self))
+        memo[id(self)] = clone
+        clone.__dict__.update(copy.deepcopy(self.__dict__, memo))
+        return clone
+
+
 def build_training_arguments(
     cfg: DictConfig, run_dir: Path, report_to: list[str]
 ) -> TrainingArguments:
@@ -95,7 +122,7 @@ def build_training_arguments(
             # type, and each torchrun process trains alone on all the data.
             options.setdefault("use_cpu", True)
     try:
-        return TrainingArguments(
+        return TrainingArgumentsWithoutSecrets(
             output_dir=str(run_dir / "checkpoints"),
             bf16=precision == "bf16",
             fp16=precision == "fp16",

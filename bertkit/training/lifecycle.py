@@ -28,6 +28,7 @@ from bertkit.data.atomic_files import (
     write_yaml_atomic,
 )
 from bertkit.errors import BertkitError
+from bertkit.secret_masking import mask_secrets, remember_secrets
 from bertkit.training.budget import add_budget
 from bertkit.training.budget_progress import show_budget_progress
 from bertkit.training.checkpoint_files import checkpoint_fault
@@ -136,7 +137,9 @@ def train(cfg: DictConfig, run_dir: Path, trainer: Trainer, hyperparameters: dic
     uses_wandb = "wandb" in (trainer.args.report_to or [])
     wandb_run = start_wandb_run(cfg, run_dir, hyperparameters) if main and uses_wandb else None
     if main:
-        write_yaml_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+        remember_secrets(cfg)
+        settings = mask_secrets(OmegaConf.to_container(cfg, resolve=True))
+        write_yaml_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(settings)))
     started = time.perf_counter()
     try:
         output = _train_or_explain(trainer, checkpoint)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
@@ -27,6 +27,7 @@ from transformers import Trainer
 
 from bertkit.data.atomic_files import follow_umask, write_text_atomic
 from bertkit.errors import BertkitError
+from bertkit.secret_masking import mask_secrets, mask_text
 from bertkit.training.card_provenance import (
     CARD_FILE,
     checkpoint_base_model,
@@ -90,7 +91,8 @@ def command_line() -> str | None:
     outside one (finetune or pretrain called from Python)."""
     if not HydraConfig.initialized():
         return None
-    return " ".join(["bertkit", *(shlex.quote(o) for o in HydraConfig.get().overrides.task)])
+    overrides = mask_secrets(list(HydraConfig.get().overrides.task))
+    return " ".join(["bertkit", *(shlex.quote(o) for o in overrides)])
 
 
 def check_hub_settings(cfg: DictConfig) -> None:
@@ -308,9 +310,11 @@ def card_body(facts: CardFacts, command: str | None) -> str:
 
 def build_card(facts: CardFacts, settings: DictConfig, command: str | None) -> ModelCard:
     """The card, parsed back by huggingface_hub (a malformed one fails here, not on the
-    Hub)."""
+    Hub); its settings and text with secrets masked (bertkit.secret_masking)."""
+    facts = replace(facts, hyperparameters=mask_secrets(facts.hyperparameters),
+                    training=mask_secrets(facts.training))
     metadata = card_metadata(facts, settings)
-    return ModelCard(f"---\n{metadata.to_yaml()}\n---\n\n{card_body(facts, command)}")
+    return ModelCard(mask_text(f"---\n{metadata.to_yaml()}\n---\n\n{card_body(facts, command)}"))
 
 
 def run_card(cfg: DictConfig, record: dict) -> ModelCard | None:

@@ -21,6 +21,7 @@ from transformers import Trainer, TrainingArguments, set_seed
 
 from bertkit.data.atomic_files import write_json_atomic
 from bertkit.data.metrics_file import METRICS_FILE
+from bertkit.secret_masking import mask_secrets
 from bertkit.training.arguments import build_training_arguments, padding_multiple
 from bertkit.training.budget import ClockCallback, budget_hyperparameters, budget_settings
 from bertkit.training.clock import TrainingClock
@@ -95,7 +96,7 @@ def publish(cfg: DictConfig, setup: RunSetup, run: TrainingRun, outcome: Outcome
     """The job's results where users read them; files are written by the main process only."""
     if not run.main:
         return
-    write_json_atomic(setup.run_dir / METRICS_FILE, outcome.record)
+    write_json_atomic(setup.run_dir / METRICS_FILE, mask_secrets(outcome.record))
     write_card(run_card(cfg, outcome.record), setup.run_dir / "model")
     where = finish_wandb(run, outcome.final, run.hyperparameters["num_parameters"],
                          outcome.headline)

@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from transformers import PreTrainedModel, TrainingArguments
 
 from bertkit.errors import BertkitError
+from bertkit.secret_masking import mask_secrets, masked_argv
 from bertkit.training.models import count_parameters
 from bertkit.training.wandb_sweep import SWEEP_TAG_PREFIX
 from bertkit.wandb_credentials import has_wandb_credentials
@@ -90,15 +91,18 @@ def start_wandb_run(cfg: DictConfig, run_dir: Path, hyperparameters: dict):
     elif log.sweep_tag:
         tags.append(f"{SWEEP_TAG_PREFIX}{log.sweep_tag}")
         name = f"{log.sweep_tag}-{name}"
-    return wandb.init(
-        project=log.project,
-        entity=log.entity,
-        group=log.group,
-        job_type=cfg.recipe.name,
-        tags=tags,
-        name=name,
-        dir=str(run_dir),
-        mode=mode,
-        config={**hyperparameters, "bertkit": OmegaConf.to_container(cfg, resolve=True)},
-        reinit="finish_previous",
-    )
+    settings = mask_secrets({**hyperparameters,
+                             "bertkit": OmegaConf.to_container(cfg, resolve=True)})
+    with masked_argv():  # W&B records the command line in the run's metadata
+        return wandb.init(
+            project=log.project,
+            entity=log.entity,
+            group=log.group,
+            job_type=cfg.recipe.name,
+            tags=tags,
+            name=name,
+            dir=str(run_dir),
+            mode=mode,
+            config=settings,
+            reinit="finish_previous",
+        )

@@ -22,9 +22,10 @@ from hydra.core.utils import JobStatus
 from hydra.plugins.sweeper import Sweeper
 from omegaconf import DictConfig, OmegaConf
 
-from bertkit.data.atomic_files import write_json_atomic
+from bertkit.data.atomic_files import write_json_atomic, write_text_atomic
 from bertkit.data.job_overrides import configuration_of
 from bertkit.errors import BertkitError
+from bertkit.secret_masking import mask_secrets
 from bertkit.sweeps.halving import (
     HalvingLedger,
     JobOutcome,
@@ -97,7 +98,8 @@ class SuccessiveHalvingSweeper(Sweeper):
     def sweep(self, arguments: list[str]) -> Any:
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        write_text_atomic(sweep_dir / "multirun.yaml",
+                          OmegaConf.to_yaml(OmegaConf.create(mask_secrets(self.config))))
         jobs = self.grid(arguments)
         searched = [key.lstrip("+~") for key in self.params]
         configuration = {job: configuration_of(job, self.replicate_keys) for job in jobs}
@@ -144,7 +146,7 @@ class SuccessiveHalvingSweeper(Sweeper):
                 delete_weights(run_dirs[job], self.delete_when_stopped)
             alive = [job for job in alive if configuration[job] in kept]
             summary = {**ledger.as_dict(), "wall_seconds": round(time.perf_counter() - started, 2)}
-            write_json_atomic(sweep_dir / "halving.json", summary)
+            write_json_atomic(sweep_dir / "halving.json", mask_secrets(summary))
         compute = ledger.compute()
         if compute["saved_fraction"] is not None:
             log.info("successive halving: %d of %d training examples of the full grid "
