@@ -7,6 +7,11 @@ setting), is recorded in its run directory as failed.json and the sweep goes on.
 
 Secrets (bertkit.secret_masking) are masked in everything this edge writes or prints: the
 one-line errors, failed.json, and what Hydra writes and logs itself (MaskSecrets).
+
+A run directory that holds a finished run is refused (bertkit.jobs.check_finished_run): for a
+single run by FinishedRunCheck, a Hydra callback, before Hydra creates the directory or
+writes .hydra/ and the log into it; for a sweep job by run_job, as the job starts (Hydra 1.3
+calls nothing between writing a job's .hydra/ and running it), a failed job like any other.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from bertkit.config_schema import expected_type, schema_field
 from bertkit.config_tree import config_dir
 from bertkit.data.atomic_files import write_json_atomic, write_text_atomic
 from bertkit.errors import BertkitError
-from bertkit.jobs import run_job
+from bertkit.jobs import JOBS, check_finished_run, run_job
 from bertkit.secret_masking import mask_logs, mask_secrets, mask_text, remember_secrets
 from bertkit.training import wandb_sweep
 from bertkit.training.distributed import join_submitit_tasks, run_stamp
@@ -170,6 +175,22 @@ def _hydra_task(cfg: DictConfig) -> float | None:
             raise
         record_failed_job(err)
         return None
+
+
+class FinishedRunCheck(Callback):
+    """hydra.callbacks.finished_run (conf/config.yaml): a single run's directory is checked
+    before Hydra writes anything into it, so that a refused run leaves a finished one as it
+    was, .hydra/ and its log included. It exits itself: Hydra turns an exception raised in a
+    callback into a warning and goes on."""
+
+    def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        if OmegaConf.select(config, "recipe.job") not in JOBS:
+            return  # run_job names the bad job
+        try:
+            check_finished_run(config, Path(config.hydra.run.dir))
+        except BertkitError as err:
+            print(f"bertkit: error: {err}", file=sys.stderr)
+            sys.exit(2)
 
 
 def composition_message(err: ConfigCompositionException) -> str | None:

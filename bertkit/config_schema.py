@@ -117,6 +117,7 @@ class RunSchema:
     gpu_dataloader_workers: int = _setting(6, min=0, max=UNBOUNDED)
     agree_every_steps: int = _setting(10, "a positive number of optimizer steps", **COUNT)
     fsync_checkpoints: bool = True
+    overwrite: bool = False
     bucket_width: int = _setting(32, "a positive number of tokens (1: no buckets)", **COUNT)
     buckets_on_cpu: bool = False
     train_fraction: float | None = _setting(

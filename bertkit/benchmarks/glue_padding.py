@@ -48,6 +48,8 @@ from bertkit.training.length_grouped_trainer import LengthGroupedTrainer
 from bertkit.training.models import count_parameters, load_tokenizer
 from bertkit.training.run import hydra_run_dir
 
+RESULT_FILE = "bench.json"  # written last (bertkit.jobs.JOBS names it)
+
 logger = logging.getLogger(__name__)
 
 WAYS = ("plain", "bertkit")
@@ -261,7 +263,7 @@ def benchmark_glue_padding(cfg: DictConfig, run_dir: Path | None = None) -> dict
 
     ways = {way: _way_summary(cfg, way, runs[way]) for way in WAYS}
     result = _result(cfg, probe, precision, ways, runs, len(train_split), schedule)
-    publish(result, run_dir / "bench.json", _table)
+    publish(result, run_dir / RESULT_FILE, _table)
     return result
 
 

@@ -46,6 +46,8 @@ from bertkit.training.finetune import finetune
 from bertkit.training.models import from_pretrained, load_tokenizer, trusts_remote_code
 from bertkit.training.run import hydra_run_dir
 
+RESULT_FILE = "parity.json"  # written last (bertkit.jobs.JOBS names it)
+
 logger = logging.getLogger(__name__)
 
 WAYS = ("plain", "bertkit")
@@ -271,7 +273,7 @@ def benchmark_glue_parity(cfg: DictConfig, run_dir: Path | None = None) -> dict:
                     "%s for the comparison (parity.json)", ways, run_dir)
         return {"seeds": seeds, "ways": ways, "runs": runs}
     result = _result(cfg, seeds, runs)
-    publish(result, run_dir / "parity.json", _table)
+    publish(result, run_dir / RESULT_FILE, _table)
     return result
 
 

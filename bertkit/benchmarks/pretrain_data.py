@@ -34,6 +34,8 @@ from bertkit.pretraining.static_masking import static_masked_copies
 from bertkit.training.models import load_tokenizer
 from bertkit.training.run import hydra_run_dir
 
+RESULT_FILE = "bench.json"  # written last (bertkit.jobs.JOBS names it)
+
 logger = logging.getLogger(__name__)
 
 MB = 1_000_000
@@ -274,7 +276,7 @@ def benchmark_pretrain_data(cfg: DictConfig, run_dir: Path | None = None) -> dic
         "real_token_share": {"batch_size": batch_size, "grouped_by_length": grouped,
                              "random": shuffled},
     }
-    publish(result, run_dir / "bench.json", _table)
+    publish(result, run_dir / RESULT_FILE, _table)
     return result
 
 

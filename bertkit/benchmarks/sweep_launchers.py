@@ -19,6 +19,8 @@ from bertkit.data.metrics_file import METRICS_FILE
 from bertkit.data.readback import read_json
 from bertkit.errors import BertkitError
 
+RESULT_FILE = "sweep_bench.json"  # written last (bertkit.jobs.JOBS names it)
+
 WAYS = ("sequential", "parallel")
 
 
@@ -26,10 +28,12 @@ def _job_overrides(cfg: DictConfig) -> list[str]:
     """This job's command line as a finetune's: recipe=glue, its task and model, and the
     user's other overrides (data directory, ...) without the benchmark's own keys."""
     choices = HydraConfig.get().runtime.choices
-    own = ("recipe=", "bench_sweep.", "hydra.", "task=", "model=")
+    own = ("recipe=", "bench_sweep.", "hydra.", "task=", "model=", "overwrite=")
     passed = [o for o in HydraConfig.get().overrides.task if not o.lstrip("+~").startswith(own)]
+    # overwrite=true: the finetunes' directories are this benchmark's own, which a relaunch
+    # of an unfinished benchmark measures again.
     return ["recipe=glue", f"task={choices['task']}", f"model={choices['model']}",
-            *passed, *cfg.bench_sweep.job, f"cache_dir={cfg.cache_dir}"]
+            *passed, *cfg.bench_sweep.job, f"cache_dir={cfg.cache_dir}", "overwrite=true"]
 
 
 def _launch(overrides: list[str], log: Path) -> float:
@@ -77,7 +81,7 @@ def benchmark_sweep_launchers(cfg: DictConfig, run_dir: Path | None = None) -> d
               "speedup": round(ratio(ways["sequential"]["wall_seconds"],
                                      ways["parallel"]["wall_seconds"]), 2),
               "max_score_difference": difference}
-    publish(result, run_dir / "sweep_bench.json", _table)
+    publish(result, run_dir / RESULT_FILE, _table)
     return result
 
 

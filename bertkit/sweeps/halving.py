@@ -92,6 +92,9 @@ def read_outcome(run_dir: Path, returned: float | None) -> JobOutcome:
 
 def _read_outcome(run_dir: Path, returned: float | None) -> JobOutcome:
     metrics_path, failed_path = run_dir / METRICS_FILE, run_dir / FAILED_FILE
+    if returned is None and failed_path.is_file() and metrics_path.is_file():
+        # Refused: its directory held a finished run, whose metrics.json is not this job's.
+        return JobOutcome(run_dir, None, error=str(read_json(failed_path).get("error")))
     if metrics_path.is_file():
         data = read_json(metrics_path)
         train = data.get("train", {})

@@ -1,0 +1,203 @@
+"""A finished run is never overwritten: a job started in a directory that holds one (the
+result file bertkit.jobs.JOBS names for each job) stops before it writes anything, in one line
+naming the run and the ways on (another directory, resume=true, overwrite=true); a sweep job
+so refused fails like any failed job, and the sweep's other jobs run. Cases come from the
+registry: every job against a finished run of every job, and a real tiny run of each family,
+of pretraining and of two-stage finetuning."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import importlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from omegaconf import DictConfig, OmegaConf
+
+from bertkit.errors import BertkitError
+from bertkit.jobs import JOBS, check_finished_run, run_job
+from bertkit.sweeps.halving import read_outcome
+from bertkit.tasks import FAMILIES
+from tests.conftest import compose_config, tiny_run_overrides
+from tests.finetuning.test_every_family import family_run  # noqa: F401
+from tests.pretraining.test_pretrain_recipe import tiny_pretraining_overrides
+from tests.tasks.ner.test_ner_recipe import conll_files  # noqa: F401
+from tests.tasks.squad.test_squad_recipe import squad_files  # noqa: F401
+from tests.tasks.swag.test_swag_recipe import swag_files  # noqa: F401
+
+# What else a finished run leaves beside its result file: none of it may change.
+RUN_FILES = {"config.yaml": "seed: 1\n", ".hydra/config.yaml": "seed: 1\n", "cli.log": "done\n",
+             "model/model.safetensors": "weights", "checkpoints/checkpoint-2/trainer_state.json":
+             "{}"}
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    return {str(path.relative_to(root)): path.read_bytes()
+            for path in sorted(root.rglob("*")) if path.is_file()}
+
+
+def write_files(run_dir: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        (run_dir / name).parent.mkdir(parents=True, exist_ok=True)
+        (run_dir / name).write_text(text)
+    return run_dir
+
+
+@functools.cache
+def demo_config(*overrides: str) -> DictConfig:
+    return compose_config(["recipe=demo", *overrides])
+
+
+def job_config(job: str, *overrides: str) -> DictConfig:
+    """The composed demo config, its recipe.job set to `job` (all the check reads)."""
+    cfg = copy.deepcopy(demo_config(*overrides))
+    OmegaConf.update(cfg, "recipe.job", job)
+    return cfg
+
+
+@pytest.mark.parametrize("job", JOBS)
+def test_every_job_refuses_a_finished_run_of_every_job(job, tmp_path):
+    for earlier, finished in JOBS.items():
+        run_dir = write_files(tmp_path / earlier, {**RUN_FILES, finished.result_file: "{}"})
+        reused = JOBS[job].reuses_its_runs and finished.result_file == JOBS[job].result_file
+        ways_on = {"": reused, "overwrite=true": True, "resume=true": JOBS[job].resumes or reused}
+        for way_on, goes_on in ways_on.items():
+            cfg = job_config(job, *([way_on] if way_on else []))
+            if goes_on:
+                check_finished_run(cfg, run_dir)
+                continue
+            with pytest.raises(BertkitError) as refused:
+                check_finished_run(cfg, run_dir)
+            message = str(refused.value)
+            assert "\n" not in message
+            assert message.startswith(f"{run_dir} holds a finished run "
+                                      f"({finished.result_file}): give hydra.run.dir=")
+            assert "overwrite=true" in message
+            assert ("resume=true" in message) == JOBS[job].resumes
+
+
+def test_a_run_that_did_not_finish_is_not_refused(tmp_path):
+    """Preempted (a checkpoint), failed (failed.json), a rung set aside by successive halving,
+    a two-stage run whose first stage alone ended, a parity benchmark's seeds alone."""
+    run_dir = write_files(tmp_path / "run", {
+        **RUN_FILES, "failed.json": "{}", "metrics_rung0.json": "{}",
+        "intermediate/metrics.json": "{}", "bertkit/seed_1/parity_run.json": "{}"})
+    for job in JOBS:
+        check_finished_run(job_config(job), run_dir)
+
+
+def test_the_registry_names_the_file_each_benchmark_writes():
+    for name, job in JOBS.items():
+        if name.startswith("bench_"):
+            module = importlib.import_module(job.entry.split(":")[0])
+            assert module.RESULT_FILE == job.result_file, name
+
+
+def test_run_job_refuses_before_it_reads_or_writes_anything(glue_dir, vocab_dir, tmp_path):
+    run_dir = write_files(tmp_path / "run", {**RUN_FILES, "metrics.json": "{}"})
+    before = snapshot(run_dir)
+    cfg = compose_config(tiny_run_overrides("rte", tmp_path / "no_data", vocab_dir))
+    with pytest.raises(BertkitError, match=rf"^{run_dir} holds a finished run \(metrics.json\)"):
+        run_job(cfg, run_dir)
+    assert snapshot(run_dir) == before
+
+
+def test_successive_halving_reads_a_refused_job_as_failed(tmp_path):
+    run_dir = write_files(tmp_path / "run", {
+        "metrics.json": json.dumps({"train": {"steps": 4, "planned_steps": 4}}),
+        "failed.json": json.dumps({"error": f"{tmp_path} holds a finished run"})})
+    outcome = read_outcome(run_dir, None)
+    assert outcome.score is None and "holds a finished run" in outcome.error
+
+
+def training_kinds() -> list[str]:
+    return [*FAMILIES, "pretrain", "two_stage"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", training_kinds())
+def test_a_finished_run_of_each_training_job_is_left_as_it_was(kind, family_run,  # noqa: F811
+                                                                glue_dir, vocab_dir, tmp_path):
+    if kind == "pretrain":
+        cfg = compose_config(tiny_pretraining_overrides(**{
+            "trainer.max_steps": 2, "model.config.hidden_size": 32,
+            "model.config.intermediate_size": 64, "trainer.per_device_train_batch_size": 8}))
+    elif kind == "two_stage":
+        cfg = compose_config(tiny_run_overrides("mrpc", glue_dir("mrpc"), vocab_dir, **{
+            "finetuning": "stilts", "finetuning.intermediate.task": "rte",
+            "finetuning.intermediate.data_dir": str(glue_dir("rte")),
+            "trainer.max_steps": 2}))
+    else:
+        cfg = family_run(kind, {"trainer.max_steps": 2})
+    run_dir = tmp_path / "run"
+    run_job(cfg, run_dir)
+    assert (run_dir / JOBS[cfg.recipe.job].result_file).is_file()  # what the registry names
+    before = snapshot(run_dir)
+    with pytest.raises(BertkitError, match="holds a finished run"):
+        run_job(cfg, run_dir)
+    assert snapshot(run_dir) == before
+
+
+def bertkit(*overrides, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "WANDB_MODE": "disabled"}
+    env.pop("HYDRA_FULL_ERROR", None)
+    return subprocess.run([sys.executable, "-m", "bertkit", *overrides], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def assert_refused(result: subprocess.CompletedProcess, run_dir: Path) -> None:
+    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "Traceback" not in result.stdout + result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"bertkit: error: {run_dir} holds a finished run (metrics.json): give "
+        f"hydra.run.dir=<another directory>, resume=true to continue it from its newest "
+        f"checkpoint, or overwrite=true to write over it")
+
+
+@pytest.mark.slow
+def test_a_second_command_leaves_the_finished_run_whole_even_hydras_files(glue_dir, vocab_dir,
+                                                                          tmp_path):
+    run_dir = tmp_path / "run"
+    command = [*tiny_run_overrides("rte", glue_dir("rte"), vocab_dir, **{
+        "trainer.max_steps": 2, "trainer.save_strategy": "steps", "trainer.save_steps": 2}),
+        f"hydra.run.dir={run_dir}"]
+    assert bertkit(*command, cwd=tmp_path).returncode == 0
+    before = snapshot(run_dir)
+    assert {".hydra/config.yaml", "cli.log", "metrics.json", "model/model.safetensors",
+            "checkpoints/checkpoint-2/model.safetensors"} <= before.keys()
+    assert_refused(bertkit(*command, cwd=tmp_path), run_dir)
+    assert snapshot(run_dir) == before
+    metrics = (run_dir / "metrics.json").stat().st_ino
+    assert bertkit(*command, "resume=true", cwd=tmp_path).returncode == 0
+    assert bertkit(*command, "overwrite=true", cwd=tmp_path).returncode == 0
+    assert (run_dir / "metrics.json").stat().st_ino != metrics  # written anew
+
+
+@pytest.mark.slow
+def test_a_sweep_job_in_a_finished_run_fails_and_the_others_run(glue_dir, vocab_dir, tmp_path):
+    sweep = tmp_path / "sweep"
+    command = ["-m", *tiny_run_overrides("rte", glue_dir("rte"), vocab_dir,
+                                         **{"trainer.max_steps": 2}),
+               f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=${hydra.job.num}"]
+    assert bertkit(*command, "seed=1", cwd=tmp_path).returncode == 0
+    # Hydra rewrites a sweep job's .hydra/ and appends to its log before any bertkit code runs.
+    kept = {name: data for name, data in snapshot(sweep / "0").items()
+            if not name.startswith(".hydra/") and name != "cli.log"}
+    result = bertkit(*command, "seed=1,2", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert f"job 0 failed: {sweep / '0'} holds a finished run (metrics.json): give " \
+           f"hydra.sweep.dir=" in result.stdout + result.stderr
+    failed = json.loads((sweep / "0" / "failed.json").read_text())["error"]
+    assert failed.startswith(f"{sweep / '0'} holds a finished run")
+    assert {name: data for name, data in snapshot(sweep / "0").items() if name in kept} == kept
+    assert (sweep / "1" / "metrics.json").is_file()
+    # A single run reusing a sweep job's directory: refused before Hydra writes there.
+    before = snapshot(sweep / "1")
+    single = [arg for arg in command[1:] if not arg.startswith("hydra.sweep")]
+    assert_refused(bertkit(*single, f"hydra.run.dir={sweep / '1'}", cwd=tmp_path), sweep / "1")
+    assert snapshot(sweep / "1") == before
