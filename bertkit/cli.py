@@ -83,7 +83,10 @@ def record_failed_job(err: BaseException) -> None:
     if not isinstance(err, BertkitError):
         record["traceback"] = "".join(traceback.format_exception(err))
     record = mask_secrets(record)
-    write_json_atomic(run_dir / "failed.json", record)
+    try:
+        write_json_atomic(run_dir / "failed.json", record)
+    except BertkitError as unwritten:  # a full disk: told, and the job's own error still is
+        logger.error("job %s: %s", hydra_cfg.job.num, mask_text(str(unwritten)))
     logger.error("job %s failed: %s", hydra_cfg.job.num, record["error"])
     if "wandb" in sys.modules:
         import wandb

@@ -91,3 +91,31 @@ def test_a_cache_entry_on_a_full_disk_is_one_line_and_leaves_no_partial_file(
                    for name in disk.files()), disk.files()
         disk.free_again()
         assert len(build(entry) if write == "cached_map" else build(entry)[0]) == 4
+
+
+@pytest.mark.parametrize("kind", disk_kinds())
+def test_a_sweep_job_whose_failed_json_does_not_fit_still_tells_its_own_error(
+        tmp_path, kind, caplog):
+    """A sweep job that failed on a full disk cannot write failed.json either: the log says
+    both, and the job's own error is not hidden behind the refused write."""
+    from hydra.conf import HydraConf
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    from bertkit.cli import record_failed_job
+
+    with small_disk(tmp_path, kind) as disk:
+        hydra = OmegaConf.structured(HydraConf)
+        hydra.runtime.output_dir, hydra.job.num = str(disk.path), 3
+        hydra.overrides.task = ["seed=1"]
+        HydraConfig.instance().set_config(OmegaConf.create({"hydra": hydra}))
+        disk.fill(leave=16)
+        try:
+            record_failed_job(BertkitError("task.data_dir: no such directory /x"))
+        finally:
+            disk.free_again()
+            HydraConfig.instance().cfg = None
+        assert disk.files() == []
+    lines = [record.getMessage() for record in caplog.records]
+    assert any(line.startswith("job 3: ") and "failed.json" in line for line in lines), lines
+    assert "job 3 failed: task.data_dir: no such directory /x" in lines
