@@ -17,9 +17,13 @@ from torch.nn import functional
 from transformers import BertConfig, BertForPreTraining, PreTrainedTokenizerBase
 from transformers.utils import ModelOutput
 
-from bertkit.errors import BertkitError
 from bertkit.pretraining.masking import IGNORE_INDEX
-from bertkit.training.models import attention_setting, dropout_settings, hub_error
+from bertkit.training.models import (
+    attention_setting,
+    check_vocabulary,
+    dropout_settings,
+    hub_error,
+)
 
 
 @dataclass
@@ -108,11 +112,12 @@ def load_pretraining_model(model: DictConfig, tokenizer: PreTrainedTokenizerBase
                                                                   **attention_setting(model))
         except (OSError, ValueError) as err:
             raise hub_error("model", name, "model.name_or_path", err) from None
-        if loaded.config.vocab_size < len(tokenizer):
-            raise BertkitError(f"model.name_or_path={name} has {loaded.config.vocab_size} "
-                               f"embeddings but model.tokenizer has {len(tokenizer)} tokens")
+        check_vocabulary(model, len(tokenizer), {"vocab_size": (
+            loaded.config.vocab_size, f"model.name_or_path={name}'s config.json vocab_size")})
         return loaded
-    config = BertConfig(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
-                        **OmegaConf.to_container(model.config), **dropout,
-                        **attention_setting(model))
+    # The vocabulary may be the run's own (tokenizer_training): known only now.
+    check_vocabulary(model, len(tokenizer))
+    config = BertConfig(pad_token_id=tokenizer.pad_token_id,
+                        **{"vocab_size": len(tokenizer), **OmegaConf.to_container(model.config)},
+                        **dropout, **attention_setting(model))
     return MaskedOnlyBertForPreTraining(config)
