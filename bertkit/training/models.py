@@ -152,16 +152,15 @@ def model_shape(model: DictConfig, local_only: bool = True) -> dict[str, tuple[i
     config.json for model.name_or_path. vocab_size is absent where the tokenizer's size
     decides it (from scratch without model.config.vocab_size); all are absent for a checkpoint
     whose config.json is not at hand (a Hub id not in the cache, when `local_only`)."""
+    defaults = BertConfig().to_dict()
     if model.name_or_path:
         name = str(model.name_or_path)
         config = _checkpoint_config(name, local_only)
         if config is None:
             return {}
-        defaults = BertConfig().to_dict()
         return {key: (config.get(key, defaults[key]),
                       f"model.name_or_path={name}'s config.json {key}") for key in SHAPE_KEYS}
     given = OmegaConf.select(model, "config", default=None) or {}
-    defaults = BertConfig().to_dict()
     return {key: (given[key] if key in given else defaults[key], f"model.config.{key}")
             for key in SHAPE_KEYS if key != "vocab_size" or key in given}
 
