@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from bertkit.config_tree import compose_config
 from bertkit.errors import BertkitError
 from bertkit.tasks import task_family
 from bertkit.training.finetune import finetune
+from bertkit.training.models import check_model_settings
 
 
 def downstream_configs(cfg: DictConfig, model_dir: Path) -> dict[str, DictConfig]:
@@ -32,6 +33,20 @@ def downstream_configs(cfg: DictConfig, model_dir: Path) -> dict[str, DictConfig
         except Exception as err:  # Hydra's composition errors: name the key they came from
             raise BertkitError(f"downstream.tasks.{task}: {err}") from None
     return configs
+
+
+def check_downstream(cfg: DictConfig) -> None:
+    """The pretrained model's sizes against each downstream task, before pretraining starts
+    (a task longer than its positions, or of sentence pairs on one token type, would fail
+    only once the pretraining's hours are spent)."""
+    if not OmegaConf.select(cfg, "downstream.tasks"):
+        return
+    for task, task_cfg in downstream_configs(cfg, Path("pretrained-model")).items():
+        at = f"downstream.tasks.{task}'s"
+        segment = task_family(task_cfg.task.family).second_segment(task_cfg)
+        check_model_settings(cfg.model, {f"{at} task.max_seq_length":
+                                         task_cfg.task.max_seq_length},
+                             f"{at} {segment}" if segment else None, None)
 
 
 def finetune_downstream(cfg: DictConfig, model_dir: Path, run_dir: Path) -> dict[str, dict]:

@@ -17,10 +17,10 @@ from torch.nn import functional
 from transformers import BertConfig, BertForPreTraining, PreTrainedTokenizerBase
 from transformers.utils import ModelOutput
 
-from bertkit.errors import BertkitError
 from bertkit.pretraining.masking import IGNORE_INDEX
 from bertkit.training.models import (
     attention_setting,
+    check_vocabulary,
     dropout_settings,
     from_pretrained,
     trusts_remote_code,
@@ -111,11 +111,12 @@ def load_pretraining_model(model: DictConfig, tokenizer: PreTrainedTokenizerBase
         loaded = from_pretrained(MaskedOnlyBertForPreTraining, name, "model.name_or_path",
                                  "model", trust_remote_code=trusts_remote_code(model),
                                  **dropout, **attention_setting(model))
-        if loaded.config.vocab_size < len(tokenizer):
-            raise BertkitError(f"model.name_or_path={name} has {loaded.config.vocab_size} "
-                               f"embeddings but model.tokenizer has {len(tokenizer)} tokens")
+        check_vocabulary(model, len(tokenizer), {"vocab_size": (
+            loaded.config.vocab_size, f"model.name_or_path={name}'s config.json vocab_size")})
         return loaded
-    config = BertConfig(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
-                        **OmegaConf.to_container(model.config), **dropout,
-                        **attention_setting(model))
+    # The vocabulary may be the run's own (tokenizer_training): known only now.
+    check_vocabulary(model, len(tokenizer))
+    config = BertConfig(pad_token_id=tokenizer.pad_token_id,
+                        **{"vocab_size": len(tokenizer), **OmegaConf.to_container(model.config)},
+                        **dropout, **attention_setting(model))
     return MaskedOnlyBertForPreTraining(config)

@@ -39,6 +39,9 @@ class Objective:
     # <sentence_task>_loss and <sentence_task>_accuracy (training and held out).
     sentence_task: str | None = None
     packing: str = ""  # how text becomes sequences (objective.packing)
+    # Its instances put a second segment (token type 1) after the first, [CLS] A [SEP] B [SEP]:
+    # the model then needs two token types (bertkit.training.models.check_model_settings).
+    second_segment: bool = False
     # Documents the instances need (each side of the held-out split, each buffer of a
     # stream), why, and an objective that trains on fewer (suggested when a corpus is short).
     documents_needed: int = 1

@@ -16,6 +16,7 @@ from bertkit.pretraining.objective import Objective
 
 class SentencePairObjective(Objective):
     packing = "pairs"
+    second_segment = True  # segment A, then B (token type 1)
     cuts_each_copy = True  # each duplicate cuts the documents anew, as Google's dupe_factor
 
     def instances(self, tokenized: datasets.Dataset, tokenizer: PreTrainedTokenizerBase, *,

@@ -17,7 +17,7 @@ import logging
 from pathlib import Path
 
 import numpy as np
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from transformers import TrainingArguments
 
 from bertkit.config_schema import check_ranges
@@ -26,7 +26,7 @@ from bertkit.data.fingerprints import model_input_fingerprints
 from bertkit.data.metrics_file import INPUT_FINGERPRINTS, METRICS_FILE
 from bertkit.errors import BertkitError
 from bertkit.pretraining.corpora import corpus_input_fingerprints
-from bertkit.pretraining.downstream import finetune_downstream
+from bertkit.pretraining.downstream import check_downstream, finetune_downstream
 from bertkit.pretraining.heldout import (
     check_heldout_config,
     heldout_enabled,
@@ -46,6 +46,7 @@ from bertkit.secret_masking import mask_secrets
 from bertkit.training.clock import TrainingClock
 from bertkit.training.lifecycle import TrainingRun, saving_model
 from bertkit.training.model_card import run_card, write_card
+from bertkit.training.models import check_model_settings, tokenizer_size
 from bertkit.training.run import Outcome, publish, push_if_asked, start_run, train_run
 from bertkit.training.wandb_logging import paper_hyperparameters
 
@@ -59,21 +60,20 @@ def check_pretraining_config(cfg: DictConfig) -> None:
     """Contradictory settings fail here, before any data is read: each value's type and range
     first (the schema, bertkit.config_schema), then the rules between settings."""
     check_ranges(cfg)
-    objective_of(cfg.objective)  # a registered objective, its keys its own
+    objective = objective_of(cfg.objective)  # a registered objective, its keys its own
     # -1 (train by epochs) is a valid trainer.max_steps elsewhere, not for pretraining.
     if cfg.trainer.max_steps is None or cfg.trainer.max_steps <= 0:
         raise BertkitError("trainer.max_steps: pretraining is measured in optimizer steps "
                            "(the paper: 1,000,000); give a positive number")
     long_phase = cfg.pretraining.long_phase
-    positions = OmegaConf.select(cfg.model, "config.max_position_embeddings", default=512)
     lengths = {"pretraining.max_seq_length": cfg.pretraining.max_seq_length}
     if long_phase.fraction > 0:
         lengths["pretraining.long_phase.max_seq_length"] = long_phase.max_seq_length
-    for key, length in lengths.items():  # named by the key the user set, not the model's
-        if length > positions:
-            raise BertkitError(f"{key}={length} exceeds the {positions} positions of "
-                               f"model.config.max_position_embeddings: lower {key} to at most "
-                               f"{positions}, or raise model.config.max_position_embeddings")
+    # A vocabulary trained by the run is not there yet: load_pretraining_model checks it.
+    check_model_settings(
+        cfg.model, lengths,
+        f"objective.name={objective.name} ({objective.title})" if objective.second_segment
+        else None, None if cfg.tokenizer_training.enabled else tokenizer_size(cfg.model))
     if long_phase.fraction > 0 and long_phase.max_seq_length <= cfg.pretraining.max_seq_length:
         raise BertkitError(f"pretraining.max_seq_length={cfg.pretraining.max_seq_length} is not "
                            f"below pretraining.long_phase.max_seq_length="
@@ -81,6 +81,7 @@ def check_pretraining_config(cfg: DictConfig) -> None:
                            f"pretraining.long_phase.fraction={long_phase.fraction} of the steps): "
                            f"lower it, raise the long phase's, or set "
                            f"pretraining.long_phase.fraction=0")
+    check_downstream(cfg)  # the GLUE finetunes after it, against the same model.config
     check_heldout_config(heldout_settings(cfg))
     if is_streaming(cfg.corpus):
         if cfg.masking.kind == "static":

@@ -38,6 +38,12 @@ class TaskFamily:
     def check(self, cfg: DictConfig) -> None:
         """Settings errors, before any data is read."""
 
+    def second_segment(self, cfg: DictConfig) -> str | None:
+        """The setting that makes this task feed the model a second segment (token type 1:
+        a sentence pair, a question and its passage), as `key=value` for messages; None when
+        every input is one segment. check_model_settings holds model's token types to it."""
+        return None
+
     def generate_data(self, cfg: DictConfig) -> None:
         """Write generated data sets (the embedded demo) before the tokenizer or the reader
         looks for their files; a no-op for real data."""

@@ -23,7 +23,7 @@ from bertkit.errors import BertkitError
 from bertkit.finetuning.toolbox import Toolbox
 from bertkit.training.family import Evaluation, TaskFamily
 from bertkit.training.lifecycle import result_header, saving_model
-from bertkit.training.models import check_sequence_length, load_tokenizer
+from bertkit.training.models import check_model_settings, load_tokenizer, tokenizer_size
 from bertkit.training.run import Outcome, publish, push_if_asked, start_run, train_run
 from bertkit.training.wandb_logging import paper_hyperparameters
 
@@ -35,6 +35,7 @@ def finetune(cfg: DictConfig, family: TaskFamily, run_dir: Path | None = None,
     check_ranges(cfg)  # each value's type and range first, for callers other than run_job too
     toolbox = Toolbox(cfg.finetuning)  # the rules between finetuning.* keys
     family.check(cfg)
+    check_model_for_task(cfg, family, tokenizer_size(cfg.model))
     setup = start_run(cfg, run_dir)
     with setup.args.main_process_first(desc=family.preparing):
         family.generate_data(cfg)
@@ -43,7 +44,8 @@ def finetune(cfg: DictConfig, family: TaskFamily, run_dir: Path | None = None,
         # The local checkpoint and tokenizer by content (hashed once here, remembered in the
         # cache for the other processes and runs), for the report as data_fingerprint below.
         inputs = model_input_fingerprints(cfg.model, tokenizer, cfg.cache_dir)
-        check_sequence_length(cfg.model, cfg.task.max_seq_length, "task.max_seq_length")
+        # Again with what only loading tells: a Hub checkpoint's config, a generated vocabulary.
+        check_model_for_task(cfg, family, len(tokenizer), local_only=False)
         data = family.featurize(cfg, splits, tokenizer)
 
     model = family.build_model(cfg, tokenizer, data)
@@ -82,6 +84,14 @@ def finetune(cfg: DictConfig, family: TaskFamily, run_dir: Path | None = None,
                                 where)))
     push_if_asked(cfg, setup, trainer, record)
     return record
+
+
+def check_model_for_task(cfg: DictConfig, family: TaskFamily, tokens: int | None,
+                         local_only: bool = True) -> None:
+    """The model's sizes against the task (bertkit.training.models.check_model_settings):
+    its length, whether it feeds a second segment, the tokenizer's `tokens` (None: unknown)."""
+    check_model_settings(cfg.model, {"task.max_seq_length": cfg.task.max_seq_length},
+                         family.second_segment(cfg), tokens, local_only)
 
 
 def main_value(evaluation: Evaluation, main_metric: str) -> float:

@@ -11,6 +11,7 @@ naming the file and the token (it was a tokenizers traceback at the first unknow
 
 from __future__ import annotations
 
+import json
 import pickle
 import re
 from pathlib import Path
@@ -252,9 +253,10 @@ def load_with_head(model: DictConfig, tokenizer: PreTrainedTokenizerBase, auto_c
                                trust_remote_code=trusted, config=config,
                                **attention_setting(model))
     config = BertConfig(
-        vocab_size=len(tokenizer),
         pad_token_id=tokenizer.pad_token_id,
-        **OmegaConf.to_container(model.config),
+        # model.config.vocab_size, when given, wins (check_model_settings held it to the
+        # tokenizer's size): e.g. a multiple of 64 for tensor cores.
+        **{"vocab_size": len(tokenizer), **OmegaConf.to_container(model.config)},
         **head,
         **dropout,
         **attention_setting(model),
@@ -262,18 +264,127 @@ def load_with_head(model: DictConfig, tokenizer: PreTrainedTokenizerBase, auto_c
     return bert_class(config)
 
 
-def check_sequence_length(model: DictConfig, max_seq_length: int, key: str) -> None:
-    """A task longer than the model's position embeddings would fail inside the model (or,
-    with the tokenizer's cap, be cut silently): one message instead, before features are
-    built. The limit is the checkpoint's own, or model.config's for a model from scratch."""
+# BertConfig's keys the rules between settings read (check_model_settings), from model.config
+# for a model trained from scratch or from a checkpoint's config.json.
+SHAPE_KEYS = ("hidden_size", "num_attention_heads", "max_position_embeddings",
+              "type_vocab_size", "vocab_size")
+SEGMENTS_OF_A_PAIR = 2  # token types 0 and 1: [CLS] A [SEP] B [SEP]
+
+
+def _checkpoint_config(model: DictConfig, local_only: bool) -> dict | None:
+    """A checkpoint's config.json as a dict: read from a local directory, else through
+    AutoConfig (from the Hub cache only when `local_only`); None when it cannot be had yet."""
+    name = str(model.name_or_path)
+    path = Path(name).expanduser()
+    if (path / "config.json").is_file():
+        try:
+            return json.loads((path / "config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None  # loading the checkpoint says what is wrong with it
+    if path.exists() or _is_local_path(name):
+        return None
+    try:
+        return from_pretrained(AutoConfig, name, "model.name_or_path", "config",
+                               trust_remote_code=trusts_remote_code(model),
+                               local_files_only=local_only).to_dict()
+    except BertkitError:
+        if local_only:
+            return None
+        raise
+
+
+def model_shape(model: DictConfig, local_only: bool = True) -> dict[str, tuple[int, str]]:
+    """SHAPE_KEYS -> (value, the setting that gives it, as a message names it): model.config's
+    (BertConfig's defaults where a key is left out) for a model from scratch, the checkpoint's
+    config.json for model.name_or_path. vocab_size is absent where the tokenizer's size
+    decides it (from scratch without model.config.vocab_size); all are absent for a checkpoint
+    whose config.json is not at hand (a Hub id not in the cache, when `local_only`)."""
+    defaults = BertConfig().to_dict()
     if model.name_or_path:
-        limit = from_pretrained(AutoConfig, str(model.name_or_path), "model.name_or_path",
-                                "config", trust_remote_code=trusts_remote_code(model)
-                                ).max_position_embeddings
-        where = f"model.name_or_path={model.name_or_path}"
-    else:
-        limit = OmegaConf.select(model, "config.max_position_embeddings", default=512)
-        where = "model.config.max_position_embeddings"
-    if max_seq_length > limit:
-        raise BertkitError(f"{key}={max_seq_length} exceeds the {limit} positions of {where}: "
-                           f"lower {key} to at most {limit}")
+        name = str(model.name_or_path)
+        config = _checkpoint_config(model, local_only)
+        if config is None:
+            return {}
+        return {key: (config.get(key, defaults[key]),
+                      f"model.name_or_path={name}'s config.json {key}") for key in SHAPE_KEYS}
+    given = OmegaConf.select(model, "config", default=None) or {}
+    return {key: (given[key] if key in given else defaults[key], f"model.config.{key}")
+            for key in SHAPE_KEYS if key != "vocab_size" or key in given}
+
+
+def tokenizer_size(model: DictConfig) -> int | None:
+    """The ids the tokenizer of model.tokenizer hands the model (its largest + 1), read from
+    its files without loading it (vocab.txt's lines, tokenizer.json's vocabulary and added
+    tokens); None when they are not on disk yet (a Hub id, a vocabulary a run writes)."""
+    if OmegaConf.is_missing(model, "tokenizer") or not model.tokenizer:
+        return None
+    path = Path(str(model.tokenizer)).expanduser()
+    try:
+        if (path / "tokenizer.json").is_file():
+            spec = json.loads((path / "tokenizer.json").read_text(encoding="utf-8"))
+            vocab = (spec.get("model") or {}).get("vocab") or {}
+            ids = list(vocab.values()) if isinstance(vocab, dict) else list(range(len(vocab)))
+            ids += [token["id"] for token in spec.get("added_tokens") or []]
+            return max(ids) + 1 if ids else None
+        if (path / "vocab.txt").is_file():
+            with (path / "vocab.txt").open(encoding="utf-8") as lines:
+                return sum(1 for _ in lines) or None
+    except (OSError, ValueError, TypeError, KeyError):
+        return None  # load_tokenizer says what is wrong with the files
+    return None
+
+
+def _settable(where: str) -> bool:
+    """A size the user sets (model.config.*), not a checkpoint's own."""
+    return where.startswith("model.config.")
+
+
+def check_vocabulary(model: DictConfig, tokens: int | None,
+                     shape: dict[str, tuple[int, str]] | None = None) -> None:
+    """Every id the tokenizer gives must have a row of the word embeddings (else an
+    IndexError in the embedding lookup at the first step)."""
+    shape = model_shape(model) if shape is None else shape
+    if tokens is None or "vocab_size" not in shape:
+        return
+    size, where = shape["vocab_size"]
+    if size < tokens:
+        fix = (f"raise {where} to at least {tokens}, or leave it out (the tokenizer's size)"
+               if _settable(where) else "give the checkpoint's own tokenizer")
+        raise BertkitError(f"{where}={size} is below the {tokens} tokens of "
+                           f"model.tokenizer={model.tokenizer}: {fix}")
+
+
+def check_model_settings(model: DictConfig, lengths: dict[str, int],
+                         second_segment: str | None, tokens: int | None,
+                         local_only: bool = True) -> None:
+    """The model's own rules against the run's other settings, before data or models load,
+    each broken one said in one line naming both keys: the hidden size a multiple of the
+    attention heads (else BertSelfAttention's ValueError), two token types where the run
+    feeds a second segment (`second_segment`: the setting that does, e.g.
+    task.columns.text_b=sentence2; else an IndexError in the token-type embeddings), as many
+    positions as each sequence length (`lengths`: key -> length) and a word embedding for each
+    of the tokenizer's ids (`tokens`, None when not known). Whatever is not known yet
+    (a Hub checkpoint not in the cache, a vocabulary the run writes) is checked again by the
+    caller once it is loaded."""
+    shape = model_shape(model, local_only)
+    if not shape:
+        return
+    (hidden, hidden_key), (heads, heads_key) = shape["hidden_size"], \
+        shape["num_attention_heads"]
+    if hidden % heads:
+        raise BertkitError(f"{hidden_key}={hidden} is not a multiple of {heads_key}={heads}: "
+                           f"each head gets hidden_size / num_attention_heads dimensions; pick "
+                           f"a number of heads that divides {hidden}")
+    types, types_key = shape["type_vocab_size"]
+    if second_segment is not None and types < SEGMENTS_OF_A_PAIR:
+        fix = (f"raise {types_key} to {SEGMENTS_OF_A_PAIR}" if _settable(types_key)
+               else "give a checkpoint trained on sentence pairs")
+        raise BertkitError(f"{types_key}={types} is below the {SEGMENTS_OF_A_PAIR} token types "
+                           f"of {second_segment}, which feeds the model a second segment: {fix}")
+    limit, where = shape["max_position_embeddings"]
+    for key, length in lengths.items():  # named by the key the user set, not the model's
+        if length > limit:
+            raise BertkitError(f"{key}={length} exceeds the {limit} positions of {where}: "
+                               f"lower {key} to at most {limit}"
+                               + (f", or raise {where}" if _settable(where) else ""))
+    check_vocabulary(model, tokens, shape)

@@ -34,7 +34,6 @@ from bertkit.pretraining.model import load_pretraining_model
 from bertkit.training import models
 from bertkit.training.models import (
     JOB_TOKENS,
-    check_sequence_length,
     load_tokenizer,
     load_with_head,
 )
@@ -213,7 +212,7 @@ def custom_tokenizer_folder(directory: Path) -> Path:
     return directory
 
 
-@pytest.mark.parametrize("load", ["finetuning", "pretraining", "sequence_length", "tokenizer"])
+@pytest.mark.parametrize("load", ["finetuning", "pretraining", "tokenizer"])
 def test_a_folder_naming_custom_code_is_refused_naming_the_file(load, tmp_path):
     marker = tmp_path / "custom-code-ran"
     vocab = write_vocab(tmp_path / "vocab", whole_vocabulary())
@@ -225,10 +224,8 @@ def test_a_folder_naming_custom_code_is_refused_naming_the_file(load, tmp_path):
         folder = custom_code_folder(tmp_path / "custom", marker)
         key, named = "model.name_or_path", folder / "config.json"
         tokenizer = BertTokenizerFast(str(vocab / "vocab.txt"))
-        call = {"sequence_length": lambda: check_sequence_length(
-                    model_node(folder), 32, "task.max_seq_length"),
-                **{job: (lambda job=job: LOADS[job](model_node(folder), tokenizer))
-                   for job in LOADS}}[load]
+        call = {job: (lambda job=job: LOADS[job](model_node(folder), tokenizer))
+                for job in LOADS}[load]
     with pytest.raises(BertkitError) as error:
         call()
     message = str(error.value)

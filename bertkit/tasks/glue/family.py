@@ -12,6 +12,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 from transformers import DataCollatorWithPadding, EvalPrediction
 
+from bertkit.data.sources import uses_local_files
 from bertkit.data.task_data import TaskData, TaskSplits
 from bertkit.errors import BertkitError
 from bertkit.tasks.glue.classes import class_names, file_labels
@@ -42,6 +43,16 @@ class GlueFamily(TaskFamily):
                 and cfg.task.main_metric not in entries:
             raise BertkitError(f"task.main_metric={cfg.task.main_metric} is not among "
                                f"task.metrics {entries}")
+
+    def second_segment(self, cfg: DictConfig) -> str | None:
+        """A pair task's second column, where the run reads it (local files or the Hub)."""
+        keys = (("task.columns.text_b", "task.headerless_columns.text_b")
+                if uses_local_files(cfg.task, cfg.data_source) else ("task.hub.columns.text_b",))
+        for key in keys:
+            value = OmegaConf.select(cfg, key)
+            if value is not None:
+                return f"{key}={value}"
+        return None
 
     def generate_data(self, cfg: DictConfig) -> None:
         """The embedded demo set (task.synthetic), vocab.txt included, before anything reads it."""

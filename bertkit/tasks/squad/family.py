@@ -49,6 +49,9 @@ class SquadFamily(TaskFamily):
     def check(self, cfg: DictConfig) -> None:
         _check_task(cfg.task)
 
+    def second_segment(self, cfg: DictConfig) -> str:
+        return "task.family=squad (a question, then its passage)"
+
     def read(self, cfg):
         return load_squad_splits(cfg.task, cfg.data_source)
 

@@ -39,6 +39,9 @@ class SwagFamily(TaskFamily):
 
     def check(self, cfg) -> None:
         check_max_seq_length(cfg.task.max_seq_length)
+
+    def second_segment(self, cfg) -> str:
+        return "task.family=swag (the context, then an ending)"
         if cfg.task.main_metric not in METRICS:
             raise BertkitError(f"task.main_metric={cfg.task.main_metric!r}: SWAG reports "
                                f"{', '.join(METRICS)}")
