@@ -105,9 +105,10 @@ def run_job(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     job = cfg.recipe.job
     if job not in JOBS:
         raise BertkitError(f"recipe.job={job!r}: expected {', '.join(JOBS)}")
-    check_finished_run(cfg, Path(run_dir or hydra_run_dir()))  # before anything is written
     check_task_family(cfg)  # first: another family's task leaves the recipe's ${task.*} unset
     check_ranges(cfg)  # the schema'd groups (bertkit.config_schema): types were checked already
+    # Before anything is read or written (the two checks above only read the settings).
+    check_finished_run(cfg, Path(run_dir or hydra_run_dir()))
     check_local_files(cfg.model, fetched_only=True)  # model=minilm_l6: make minilm
     if job == "finetune" and is_two_stage(cfg):
         return finetune_two_stage(cfg, run_dir or hydra_run_dir())
