@@ -87,12 +87,15 @@ def trusts_remote_code(model: DictConfig) -> bool:
     return OmegaConf.select(model, "trust_remote_code", default=False) is True
 
 
-def _custom_code(name: str, file_name: str, entry: str | None) -> tuple[str, list[str]]:
+def _custom_code(name: str, file_name: str, entry: str | None,
+                 local_files_only: bool = False) -> tuple[str, list[str]]:
     """(the file, the classes its auto_map names) for the custom code in `name`'s file_name;
-    no classes when it names none or the file is not there (the load then says why)."""
+    no classes when it names none or the file is not there (the load then says why).
+    `local_files_only`: the Hub cache only, as the load it guards (no network round trips)."""
     try:
         found = cached_file(name, file_name, _raise_exceptions_for_missing_entries=False,
-                            _raise_exceptions_for_connection_errors=False)
+                            _raise_exceptions_for_connection_errors=False,
+                            local_files_only=local_files_only)
     except (OSError, ValueError):  # a Hub id that does not resolve: the load reports it
         found = None
     if found is None:
@@ -106,12 +109,12 @@ def _custom_code(name: str, file_name: str, entry: str | None) -> tuple[str, lis
     return found, [str(item) for item in classes]
 
 
-def refuse_custom_code(name: str, key: str, what: str) -> None:
+def refuse_custom_code(name: str, key: str, what: str, local_files_only: bool = False) -> None:
     """A folder (or Hub id) whose config names code of its own is refused, naming the file:
     with model.trust_remote_code false, transformers would ignore that code and load plain
     BERT (another model than the folder's) or stop to ask on stdin."""
     for file_name, entry in CODE_ENTRIES[what]:
-        found, classes = _custom_code(name, file_name, entry)
+        found, classes = _custom_code(name, file_name, entry, local_files_only)
         if classes:
             raise BertkitError(
                 f"{key}={name}: {found} names custom code in its auto_map "
@@ -156,7 +159,7 @@ def from_pretrained(loader, name: str, key: str, what: str, *, trust_remote_code
     of a file a user hands us (above); `key` is the setting that named it, for messages.
     trust_remote_code is always passed: transformers asks on stdin when it is not."""
     if not trust_remote_code:
-        refuse_custom_code(name, key, what)
+        refuse_custom_code(name, key, what, bool(kwargs.get("local_files_only")))
     weights = {"weights_only": True} if what == "model" else {}
     try:
         return loader.from_pretrained(name, trust_remote_code=trust_remote_code, **weights,

@@ -260,3 +260,18 @@ def test_pretraining_checks_its_downstream_tasks_before_it_starts(tmp_path):
                                            r"exceeds the 128 positions of model\.config\."):
         check_pretraining_config(compose_config([
             *base, "downstream.tasks={cola: ['task.max_seq_length=200']}"]))
+
+
+def test_the_check_before_loading_never_goes_to_the_network(monkeypatch):
+    """A Hub checkpoint not in the cache is checked once it loads (local_only): the check at
+    the edge asks the Hub cache only, the custom-code guard on the way included. Online, each
+    request of a user without network would otherwise retry for about 20 s."""
+    import huggingface_hub.file_download
+
+    def no_network(*args, **kwargs):
+        raise AssertionError("the check before loading asked the Hub")
+
+    monkeypatch.setattr(huggingface_hub.file_download, "get_hf_file_metadata", no_network)
+    model = OmegaConf.create({"name_or_path": "bertkit-tests/not-in-the-cache",
+                              "tokenizer": None, "trust_remote_code": False, "config": {}})
+    check_model_settings(model, {"task.max_seq_length": 128}, None, None)
