@@ -9,6 +9,7 @@ import shutil
 
 import pytest
 
+from bertkit.config_schema import input_keys
 from bertkit.errors import BertkitError
 from bertkit.reporting.cli import main
 from bertkit.reporting.collect import collect_runs
@@ -229,13 +230,13 @@ def test_report_from_wandb_logs_equals_report_from_metrics_json(glue_dir, vocab_
     runs_files, _ = collect_runs(sweep, source="files")
     runs_wandb, _ = collect_runs(sweep, source="wandb")
     # The W&B config holds the resolved config, as config.yaml does: the same settings, but
-    # for the data, which metrics.json names by its content and the W&B config by its path.
+    # for the inputs a run reads (the schema's input_keys: data, tokenizer, checkpoint,
+    # corpus), which metrics.json names by their content and the W&B config by their paths.
     assert {r.settings_source for r in runs_wandb} == {"W&B config"}
+    by_content = {"data.fingerprint", "data_source", *input_keys()}
 
     def comparable(run):
-        settings = {k: v for k, v in run.settings.items()
-                    if k not in ("data.fingerprint", "task.data_dir", "task.train_file",
-                                 "task.validation_file", "task.test_file", "data_source")}
+        settings = {k: v for k, v in run.settings.items() if k not in by_content}
         return dataclasses.replace(run, run_dir=None, source=None, settings_source=None,
                                    settings=settings)
 
