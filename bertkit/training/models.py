@@ -278,6 +278,8 @@ def _checkpoint_config(model: DictConfig, local_only: bool) -> dict | None:
     """A checkpoint's config.json as a dict: read from a local directory, else through
     AutoConfig (from the Hub cache only when `local_only`); None when it cannot be had yet."""
     name = str(model.name_or_path)
+    if not trusts_remote_code(model):  # a folder of custom code is refused first, as it loads
+        refuse_custom_code(name, "model.name_or_path", "config", local_files_only=local_only)
     path = Path(name).expanduser()
     if (path / "config.json").is_file():
         try:
