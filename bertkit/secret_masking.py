@@ -8,8 +8,8 @@ the real value; what it writes gets MASK in its place:
 - in a text (a command line, an override, a message, a traceback): `<secret key>=<value>` and
   `<secret key>: <value>`, and every secret value this process has seen (remember_secrets), so a
   secret interpolated into another key or quoted by an error message is masked too.
-A leaf: it imports nothing of bertkit, so that every room (data, reporting, the sweepers) can
-call it.
+A leaf: it imports nothing of bertkit, so that every package (data, reporting, the sweepers)
+can call it.
 """
 
 from __future__ import annotations

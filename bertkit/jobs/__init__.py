@@ -7,8 +7,9 @@ finetune template; two_stage.py when finetuning.intermediate.task is set), pretr
 benchmark. Sits above the families: nothing below imports it.
 
 A directory that holds a finished run (the result file some job writes when it is done) is
-never written into by a new job unless asked (check_finished_run): the check comes first,
-before anything is read or written; bertkit.cli makes it before Hydra writes too.
+never written into by a new job unless asked (check_finished_run): run_job makes the check
+after the settings-only checks, before anything is read or written; bertkit.cli makes it
+before Hydra writes too.
 """
 
 from __future__ import annotations
