@@ -99,7 +99,9 @@ class TrainerSchema:
     dataloader_persistent_workers: bool = _argument("dataloader_persistent_workers")
     dataloader_prefetch_factor: int | None = _argument("dataloader_prefetch_factor", **COUNT)
     include_num_input_tokens_seen: Any = _argument("include_num_input_tokens_seen")
-    torch_compile: bool = _argument("torch_compile")
+    # auto (finetuning's default): compiled on a GPU for runs of compile_min_steps or more
+    # (bertkit.training.static_shapes.decide_compile); true or false as given.
+    torch_compile: Any = _argument("torch_compile", choices=("auto", True, False))
     torch_compile_mode: str | None = _argument("torch_compile_mode")
     ddp_find_unused_parameters: bool | None = _argument("ddp_find_unused_parameters")
     disable_tqdm: bool | None = _argument("disable_tqdm")
@@ -120,6 +122,8 @@ class RunSchema:
     overwrite: bool = False
     bucket_width: int = _setting(32, "a positive number of tokens (1: no buckets)", **COUNT)
     buckets_on_cpu: bool = False
+    compile_min_steps: int = _setting(4000, "a number of optimizer steps, 0 or more", min=0,
+                                      max=UNBOUNDED)
     train_fraction: float | None = _setting(
         None, "a number in (0, 1], or null for the whole schedule", above=0, max=1)
     mixed_precision: str = _setting("auto", choices="bertkit.training.arguments:PRECISIONS")

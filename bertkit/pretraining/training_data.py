@@ -36,8 +36,8 @@ from bertkit.pretraining.objective import objective_of
 from bertkit.pretraining.phases import Phase, phase_steps
 from bertkit.pretraining.static_masking import static_masked_copies
 from bertkit.pretraining.wordpiece import ensure_trained_tokenizer, trained_tokenizer_dir
-from bertkit.training.arguments import static_shapes_pay
 from bertkit.training.models import load_tokenizer
+from bertkit.training.static_shapes import static_shapes_pay
 
 
 @dataclass

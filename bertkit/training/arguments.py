@@ -8,7 +8,6 @@ import copy
 import copyreg
 import importlib.util
 import logging
-import math
 import os
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from transformers import TrainingArguments
 from bertkit.errors import BertkitError
 from bertkit.secret_masking import mask_secrets
 from bertkit.training.distributed import launched, world_size
+from bertkit.training.static_shapes import compile_wanted
 
 logger = logging.getLogger(__name__)
 
@@ -105,6 +105,8 @@ def build_training_arguments(
     cfg: DictConfig, run_dir: Path, report_to: list[str]
 ) -> TrainingArguments:
     options = OmegaConf.to_container(cfg.trainer, resolve=True)
+    # auto: on a GPU; a finetune decides again once it knows its length (decide_compile).
+    options["torch_compile"] = compile_wanted(cfg)
     check_sharding_launch(options)
     precision = resolve_mixed_precision(cfg.mixed_precision)
     options["dataloader_num_workers"] = resolve_dataloader_workers(
@@ -135,25 +137,3 @@ def build_training_arguments(
                            f"argument names)") from None
     except ValueError as err:
         raise BertkitError(f"trainer: {err}") from None
-
-
-def static_shapes_pay(cfg: DictConfig) -> bool:
-    """Batches of a few fixed widths (pretraining's phase lengths, finetuning's buckets) where
-    they pay: on a GPU, or compiled (one graph per shape). On a CPU without compile, where
-    compute is the cost and shapes are free, each batch is padded to its longest sequence
-    unless buckets_on_cpu=true."""
-    compiled = cfg.trainer.get("torch_compile") or cfg.trainer.get("torch_compile_mode")
-    return (torch.cuda.is_available() or bool(compiled)
-            or bool(OmegaConf.select(cfg, "buckets_on_cpu", default=False)))
-
-
-def padding_multiple(cfg: DictConfig, mixed_precision: bool) -> int | None:
-    """What finetuning batches are padded to a multiple of: bucket_width where static shapes
-    pay (static_shapes_pay), and pad_to_multiple_of under mixed precision (tensor cores);
-    None for 1."""
-    multiple = int(OmegaConf.select(cfg, "bucket_width", default=1) or 1)
-    if not static_shapes_pay(cfg):
-        multiple = 1
-    if mixed_precision and cfg.pad_to_multiple_of:
-        multiple = math.lcm(multiple, int(cfg.pad_to_multiple_of))
-    return multiple if multiple > 1 else None

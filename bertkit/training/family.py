@@ -16,6 +16,7 @@ from omegaconf import DictConfig
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, Trainer, TrainingArguments
 
 from bertkit.data.task_data import TaskData, TaskSplits
+from bertkit.training.static_shapes import PaddedRows
 
 
 @dataclass
@@ -66,6 +67,11 @@ class TaskFamily:
                       tokenizer: PreTrainedTokenizerBase, data: TaskData,
                       pad_to_multiple_of: int | None) -> Trainer:
         raise NotImplementedError
+
+    def padded_rows(self, cfg: DictConfig) -> PaddedRows:
+        """How the rows that fill a short batch up to its batch size weigh nothing (static
+        shapes: bertkit.training.static_shapes): by default, labels the loss ignores (-100)."""
+        return PaddedRows()
 
     def hyperparameters(self, cfg: DictConfig, model: PreTrainedModel) -> dict:
         """The family's settings beyond the paper's, for W&B and metrics.json."""

@@ -25,6 +25,14 @@ from bertkit.training.family import Evaluation, TaskFamily
 from bertkit.training.lifecycle import result_header, saving_model
 from bertkit.training.models import check_model_settings, load_tokenizer, tokenizer_size
 from bertkit.training.run import Outcome, publish, push_if_asked, start_run, train_run
+from bertkit.training.static_shapes import (
+    CompileRecord,
+    compile_graphs,
+    decide_compile,
+    planned_steps,
+    prepare_compile,
+    use_padded_rows,
+)
 from bertkit.training.wandb_logging import paper_hyperparameters
 
 
@@ -52,8 +60,11 @@ def finetune(cfg: DictConfig, family: TaskFamily, run_dir: Path | None = None,
     hyperparameters = {**paper_hyperparameters(setup.args, model, cfg.task.max_seq_length),
                        **family.hyperparameters(cfg, model), **toolbox.hyperparameters()}
     model = toolbox.apply(model)
+    compiling = compile_if_it_pays(cfg, setup.args, len(data.features["train"]))
     trainer = family.build_trainer(cfg, setup.args, model, tokenizer, data,
                                    setup.pad_to_multiple_of)
+    if setup.static_shapes:  # every batch at its full rows: one graph per bucket
+        use_padded_rows(trainer, family.padded_rows(cfg))
     toolbox.attach(trainer)
     run = train_run(cfg, setup, trainer, hyperparameters)
 
@@ -73,6 +84,7 @@ def finetune(cfg: DictConfig, family: TaskFamily, run_dir: Path | None = None,
         details={"data_fingerprint": splits.fingerprint(), INPUT_FINGERPRINTS: inputs,
                  **data.facts,
                  **evaluation.details, **(details or {}),
+                 **({"compile": compiling.facts()} if compiling else {}),
                  **({"finetuning": facts} if (facts := toolbox.record()) else {})})
     final = {f"{split}/{metric}": value
              for split, scores in {**evaluation.validation, **evaluation.test}.items()
@@ -84,6 +96,16 @@ def finetune(cfg: DictConfig, family: TaskFamily, run_dir: Path | None = None,
                                 where)))
     push_if_asked(cfg, setup, trainer, record)
     return record
+
+
+def compile_if_it_pays(cfg: DictConfig, args, train_rows: int) -> CompileRecord | None:
+    """trainer.torch_compile decided for this run's length (static_shapes.decide_compile) and,
+    compiled, Dynamo prepared for its graphs; returns what will record the compile's cost."""
+    decide_compile(cfg, args, planned_steps(args, train_rows, args.world_size))
+    if not args.torch_compile:
+        return None
+    prepare_compile(cfg, compile_graphs(cfg.task.max_seq_length, cfg.bucket_width))
+    return CompileRecord()
 
 
 def check_model_for_task(cfg: DictConfig, family: TaskFamily, tokens: int | None,

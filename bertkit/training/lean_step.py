@@ -33,10 +33,12 @@ from transformers.trainer_utils import speed_metrics
 
 from bertkit.trainer_internals import put_last
 from bertkit.training.padding_masks import attach_padding_masks, without_full_masks
+from bertkit.training.static_shapes import FixedRowsTrainer
 
 
-class LeanStepTrainer(Trainer):
-    """Trainer with the step's host syncs moved to logging steps (module docstring)."""
+class LeanStepTrainer(FixedRowsTrainer, Trainer):
+    """Trainer with the step's host syncs moved to logging steps (module docstring), and its
+    batches at full rows where static shapes pay (bertkit.training.static_shapes)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -22,7 +22,7 @@ from transformers import Trainer, TrainingArguments, set_seed
 from bertkit.data.atomic_files import write_json_atomic
 from bertkit.data.metrics_file import METRICS_FILE
 from bertkit.secret_masking import mask_secrets
-from bertkit.training.arguments import build_training_arguments, padding_multiple
+from bertkit.training.arguments import build_training_arguments
 from bertkit.training.budget import ClockCallback, budget_hyperparameters, budget_settings
 from bertkit.training.clock import TrainingClock
 from bertkit.training.lifecycle import (
@@ -33,6 +33,7 @@ from bertkit.training.lifecycle import (
     train,
 )
 from bertkit.training.model_card import check_hub_settings, push_model, run_card, write_card
+from bertkit.training.static_shapes import padding_multiple, static_shapes_pay
 
 
 @dataclass
@@ -43,7 +44,8 @@ class RunSetup:
     args: TrainingArguments
     checkpoint: str | None  # the checkpoint to resume from (None: from the start)
     clock: TrainingClock  # the run's training clock, started by the trainer's ClockCallback
-    pad_to_multiple_of: int | None  # finetuning batches' widths (arguments.padding_multiple)
+    pad_to_multiple_of: int | None  # finetuning batches' widths (static_shapes.padding_multiple)
+    static_shapes: bool  # finetuning batches at full rows too (static_shapes.static_shapes_pay)
 
 
 @dataclass
@@ -77,7 +79,7 @@ def start_run(cfg: DictConfig, run_dir: Path | None = None) -> RunSetup:
     checkpoint = resume_checkpoint(cfg.resume, args)
     set_seed(args.seed)
     pad_to = padding_multiple(cfg, args.bf16 or args.fp16)
-    return RunSetup(run_dir, args, checkpoint, training_clock(), pad_to)
+    return RunSetup(run_dir, args, checkpoint, training_clock(), pad_to, static_shapes_pay(cfg))
 
 
 def train_run(cfg: DictConfig, setup: RunSetup, trainer: Trainer, hyperparameters: dict,

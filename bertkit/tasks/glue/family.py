@@ -24,6 +24,7 @@ from bertkit.tasks.glue.models import load_sequence_classifier
 from bertkit.tasks.glue.predictions import write_dev_predictions, write_leaderboard_file
 from bertkit.training.family import Evaluation, TaskFamily
 from bertkit.training.length_grouped_trainer import LengthGroupedTrainer
+from bertkit.training.static_shapes import PaddedRows, nan_ignoring_mse
 
 
 def logits_of(output) -> np.ndarray:
@@ -71,6 +72,12 @@ class GlueFamily(TaskFamily):
     def build_model(self, cfg, tokenizer, data):
         return load_sequence_classifier(cfg.model, tokenizer, class_names(cfg.task))
 
+    def padded_rows(self, cfg) -> PaddedRows:
+        """Regression (STS-B): NaN labels, and the head's MSE over the others."""
+        if cfg.task.labels is None:
+            return PaddedRows({"labels": float("nan")}, loss=nan_ignoring_mse)
+        return PaddedRows()
+
     def build_trainer(self, cfg, args, model, tokenizer, data, pad_to_multiple_of):
         metrics = task_metrics(cfg.task)
         regression = cfg.task.labels is None
@@ -103,7 +110,8 @@ class GlueFamily(TaskFamily):
                                                  predicted, labels)
                     evaluation.files[f"{split}_predictions"] = str(path)
             elif is_test_split(split):
-                output = trainer.predict(table, metric_key_prefix=f"test_{split}")
+                with trainer.predicting_eagerly():  # once, unlabelled: no graph of its own
+                    output = trainer.predict(table, metric_key_prefix=f"test_{split}")
                 name = task.leaderboard_files.get(split, f"{task.name.upper()}-{split}.tsv")
                 if main:
                     path = write_leaderboard_file(

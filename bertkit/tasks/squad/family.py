@@ -24,6 +24,7 @@ from bertkit.tasks.squad.files import VERSIONS
 from bertkit.tasks.squad.models import load_question_answerer
 from bertkit.tasks.squad.trainer import QuestionAnsweringTrainer
 from bertkit.training.family import Evaluation, TaskFamily
+from bertkit.training.static_shapes import PAST_WINDOW, PaddedRows
 
 # Scores shown in the printout, as many as the version has.
 HEADLINE = ("exact_match", "exact", "f1", "best_f1", "best_f1_thresh")
@@ -65,6 +66,10 @@ class SquadFamily(TaskFamily):
 
     def build_model(self, cfg, tokenizer, data):
         return load_question_answerer(cfg.model, tokenizer)
+
+    def padded_rows(self, cfg) -> PaddedRows:
+        """Start and end positions past the window, which the QA head ignores."""
+        return PaddedRows({"start_positions": PAST_WINDOW, "end_positions": PAST_WINDOW})
 
     def build_trainer(self, cfg, args, model, tokenizer, data, pad_to_multiple_of):
         evaluation = data.features["validation"]
