@@ -34,6 +34,12 @@ from bertkit.errors import BertkitError
 from bertkit.training.models import _checkpoint_config, tokenizer_size
 
 GIB = 1024**3
+# The keys job_memory reads (besides the launcher's sequence_length_keys, under task. and
+# pretraining.): jobs whose overrides differ in none of these, nor in a config group, get the
+# same estimate (a seed or a learning rate changes no memory), so a launch composes one job
+# of each kind only.
+READS = ("model.", "task.", "pretraining.", "trainer.per_device_train_batch_size",
+         "mixed_precision")
 # mixed_precision -> bytes of one activation value; "auto" is 16-bit on a GPU, fp32 on a CPU
 # (bertkit.training.arguments.resolve_mixed_precision).
 ACTIVATION_BYTES = {"bf16": 2, "fp16": 2, "no": 4}
@@ -68,6 +74,17 @@ class JobMemory:
                 f"batch {self.batch} x {self.sequence_length} tokens x {self.layers} layers x "
                 f"{self.hidden} hidden x {self.activation_values:g} {precision} activations, "
                 f"{self.process_overhead_gib:g} GiB per process")
+
+
+def memory_kind(overrides: list[str], groups: set[str]) -> tuple[str, ...]:
+    """The overrides of a job that may change its estimate: those of READS and of config
+    groups (a group, like recipe= or model=, may set any key)."""
+    kept = []
+    for override in overrides:
+        key = override.split("=", 1)[0].lstrip("+~")
+        if key in groups or key.startswith(READS):
+            kept.append(override)
+    return tuple(kept)
 
 
 def model_config(model: DictConfig) -> PretrainedConfig | None:

@@ -236,7 +236,7 @@ class GpuPackLauncher(Launcher):
         """Refuse, before any job starts, jobs_per_gpu jobs (the largest one's estimate each)
         that would not fit in one device's free memory."""
         from bertkit.errors import BertkitError
-        from bertkit.training.memory_estimate import job_memory
+        from bertkit.training.memory_estimate import job_memory, memory_kind
 
         on_gpu = devices[0][0] != "cpu"
         if self.device_memory_gib is None and not on_gpu:
@@ -246,7 +246,9 @@ class GpuPackLauncher(Launcher):
             return  # one job per device packs nothing
         counted: dict = {}
         estimates = []
-        for overrides in job_overrides:
+        groups = set(self.config.hydra.runtime.choices)
+        kinds = {memory_kind(list(overrides), groups): overrides for overrides in job_overrides}
+        for overrides in kinds.values():
             cfg = self.hydra_context.config_loader.load_sweep_config(self.config,
                                                                      list(overrides))
             choice = OmegaConf.select(cfg, "hydra.runtime.choices.model", default=None)
