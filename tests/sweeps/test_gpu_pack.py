@@ -15,7 +15,7 @@ import pytest
 from omegaconf import OmegaConf
 from transformers import BertConfig, BertModel
 
-from bertkit.training.memory_estimate import GIB, job_memory
+from bertkit.training.memory_estimate import GIB, job_memory, memory_kind
 from hydra_plugins.bertkit_gpu_pack_launcher.gpu_pack_launcher import (
     MemoryEstimateConf,
     make_slots,
@@ -102,6 +102,18 @@ def test_the_memory_estimate_of_bert_base_against_hand_numbers(tmp_path):
     assert job_memory(swag, MEMORY, on_gpu=True).batch == 64
 
 
+def test_jobs_that_differ_only_in_keys_the_estimate_does_not_read_share_one_estimate():
+    job = ["seed=3", "trainer.learning_rate=2e-5", "trainer.num_train_epochs=4",
+           "trainer.per_device_train_batch_size=32", "model=bert_base_uncased",
+           "model.config.hidden_size=64", "task.max_seq_length=256", "mixed_precision=fp16",
+           "+recipe=glue"]
+    assert memory_kind(job, groups={"model", "task", "recipe", "trainer"}) == (
+        "trainer.per_device_train_batch_size=32", "model=bert_base_uncased",
+        "model.config.hidden_size=64", "task.max_seq_length=256", "mixed_precision=fp16",
+        "+recipe=glue")
+
+
+@pytest.mark.slow
 def test_a_packing_that_cannot_fit_is_refused_in_one_line_before_any_job_starts(
         glue_dir, vocab_dir, tmp_path, monkeypatch, capsys):
     """On a CPU through hydra.launcher.device_memory_gib: the largest job's estimate times the
