@@ -16,6 +16,7 @@ from omegaconf import OmegaConf
 from transformers import BertConfig, BertModel
 
 from bertkit.training.memory_estimate import GIB, job_memory, memory_kind
+from hydra_plugins.bertkit_gpu_pack_launcher import gpu_pack_launcher
 from hydra_plugins.bertkit_gpu_pack_launcher.gpu_pack_launcher import (
     MemoryEstimateConf,
     make_slots,
@@ -140,6 +141,30 @@ def test_a_packing_that_cannot_fit_is_refused_in_one_line_before_any_job_starts(
         f"1.5 GiB hydra.launcher.device_memory_gib on cpu: at most 1 fit; lower "
         f"hydra.launcher.jobs_per_gpu, or the batch")
     assert not list(sweep_dir.rglob("metrics.json")) and not list(sweep_dir.rglob(".hydra"))
+
+
+@pytest.mark.slow
+def test_on_gpus_the_packing_is_checked_against_the_fullest_gpus_free_memory(
+        glue_dir, vocab_dir, tmp_path, monkeypatch, capsys):
+    """Two GPUs seen (faked: this machine has none), with 5 and 1.5 GiB free: 4 jobs go 2 per
+    GPU, checked against cuda:1, with 16-bit activations (mixed_precision=auto on a GPU)."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,7")
+    monkeypatch.setattr(gpu_pack_launcher.GpuPackLauncher, "devices",
+                        lambda launcher: gpu_pack_launcher.visible_gpus(2, launcher.gpus))
+    monkeypatch.setattr(gpu_pack_launcher, "read_free_memory", lambda: [5 * GIB, 1.5 * GIB])
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit):
+        run_bertkit_in_process(
+            monkeypatch, *tiny_grid(glue_dir("wnli"), vocab_dir, tmp_path / "sweep",
+                                    tmp_path / "cache"),
+            "hydra/launcher=gpu_pack", "hydra.launcher.jobs_per_gpu=3")
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("bertkit: error: hydra.launcher.jobs_per_gpu=3: 2 jobs x 1.0 GiB")
+    assert "17 16-bit activations" in line
+    assert line.endswith("= 2.0 GiB > 1.5 GiB free on cuda:1: at most 1 fit; lower "
+                         "hydra.launcher.jobs_per_gpu, or the batch")
+    assert gpu_pack_launcher.visible_gpus(2, [1]) == [("cuda:1", "7")]
 
 
 @pytest.mark.slow
