@@ -224,6 +224,8 @@ methods-table: minilm
 
 # make bench-sweep: one small MRPC grid launched one job after another and with joblib
 # (hydra/launcher=local_parallel), wall time of each; O="bench_sweep.n_jobs=4" for more at once.
+# Several jobs at once on each GPU, each in a fresh process with its share of the cores and a
+# memory check first: hydra/launcher=gpu_pack hydra.launcher.jobs_per_gpu=N (docs/scale.md).
 bench-sweep: minilm
 	$(BIN)/bertkit recipe=bench_sweep task.data_dir=$(BENCH_GLUE_DIR)/MRPC $(O)
 

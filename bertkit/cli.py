@@ -213,7 +213,9 @@ def composition_message(err: ConfigCompositionException) -> str | None:
 
 def _one_line_composition_errors(run_and_report):
     """Hydra's run_and_report, but an override refused at composition is bertkit's one line
-    (exit status 2, as any BertkitError), not Hydra's four. HYDRA_FULL_ERROR=1 keeps Hydra's."""
+    (exit status 2, as any BertkitError), not Hydra's four, and so is a BertkitError that a
+    sweeper or launcher raises outside any job (hydra/launcher=gpu_pack's memory check), not
+    a traceback. HYDRA_FULL_ERROR=1 keeps Hydra's."""
     def report(func):
         def composed():
             try:
@@ -223,6 +225,11 @@ def _one_line_composition_errors(run_and_report):
                 if message is None or hydra_utils._is_env_set("HYDRA_FULL_ERROR"):
                     raise
                 print(mask_text(f"bertkit: error: {message}"), file=sys.stderr)
+                sys.exit(2)
+            except BertkitError as err:  # a sweeper's or launcher's, before or between jobs
+                if hydra_utils._is_env_set("HYDRA_FULL_ERROR"):
+                    raise
+                print(mask_text(f"bertkit: error: {err}"), file=sys.stderr)
                 sys.exit(2)
         return run_and_report(composed)
     return report

@@ -37,6 +37,14 @@ def resolve_mixed_precision(setting: str) -> str:
     return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
 
 
+def available_cores() -> int:
+    """The cores this process may run on: its CPU affinity where the system has one (a SLURM
+    job's cpus_per_task, a hydra/launcher=gpu_pack job's share), else the machine's."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
+
+
 def resolve_dataloader_workers(setting, on_gpu: bool, gpu_workers: int, cpus: int,
                                processes: int) -> int:
     """trainer.dataloader_num_workers: a number as given; auto: none on a CPU, where workers
@@ -111,7 +119,7 @@ def build_training_arguments(
     precision = resolve_mixed_precision(cfg.mixed_precision)
     options["dataloader_num_workers"] = resolve_dataloader_workers(
         options.get("dataloader_num_workers", 0), torch.cuda.is_available(),
-        OmegaConf.select(cfg, "gpu_dataloader_workers", default=0), os.cpu_count() or 1,
+        OmegaConf.select(cfg, "gpu_dataloader_workers", default=0), available_cores(),
         world_size())
     if options["dataloader_num_workers"] == 0:
         # Prefetching and persistence are worker settings: DataLoader refuses them without.
