@@ -62,7 +62,8 @@ LAUNCH := $(BIN)/torchrun --standalone --nproc_per_node=$(NPROC) -m bertkit
 endif
 
 .PHONY: install demo test test-all lint glue glue-grid $(addprefix glue-,$(GLUE_TASKS)) bench-glue squad \
-	squad2 swag ner pretrain pretrain-ablation bench-pretrain-data bench-pretrain bench-step bench-pretrain-quality minilm bench-parity bench-parity-calibrated methods-table bench-sweep squad-dev-halves clean
+	squad2 swag ner pretrain pretrain-ablation bench-pretrain-data bench-pretrain bench-step bench-pretrain-quality minilm bench-parity bench-parity-calibrated methods-table bench-sweep bench-grid \
+	squad-dev-halves clean
 
 install: $(VENV)/.installed
 
@@ -228,6 +229,19 @@ methods-table: minilm
 # memory check first: hydra/launcher=gpu_pack hydra.launcher.jobs_per_gpu=N (docs/scale.md).
 bench-sweep: minilm
 	$(BIN)/bertkit recipe=bench_sweep task.data_dir=$(BENCH_GLUE_DIR)/MRPC $(O)
+
+# make bench-grid: the paper's GLUE protocol on MRPC (batch 32, 3 epochs, learning rates 5e-5,
+# 4e-5, 3e-5, 2e-5) x 2 seeds, the plain way's jobs one after another against one bertkit
+# multirun launched by hydra/launcher=$(BENCH_GRID_LAUNCHER) with $(BENCH_GRID_JOBS_PER_GPU)
+# jobs a device (grid_bench.json). A model from scratch (the default, for a CPU) takes VOCAB's
+# WordPiece vocabulary; on a GPU: BENCH_GRID_MODEL=scratch_base.
+BENCH_GRID_MODEL ?= scratch_tiny
+BENCH_GRID_LAUNCHER ?= gpu_pack
+BENCH_GRID_JOBS_PER_GPU ?= 4
+bench-grid: install
+	$(BIN)/bertkit recipe=bench_grid task.data_dir=$(BENCH_GLUE_DIR)/MRPC \
+	  model=$(BENCH_GRID_MODEL) $(if $(filter scratch_%,$(BENCH_GRID_MODEL)),model.tokenizer=$(VOCAB)) \
+	  bench_grid.launcher=$(BENCH_GRID_LAUNCHER) bench_grid.jobs_per_gpu=$(BENCH_GRID_JOBS_PER_GPU) $(O)
 
 clean:
 	rm -rf outputs multirun .pytest_cache .ruff_cache

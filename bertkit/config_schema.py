@@ -449,6 +449,14 @@ class BenchSweepSchema:
 
 
 @dataclass
+class BenchGridSchema:
+    learning_rates: list[float] = _setting(None, each=True, above=0, max=UNBOUNDED)
+    seeds: list[int] = _setting(None, "seeds in [0, 2**32 - 1]", each=True, **SEED)
+    jobs_per_gpu: int = _setting(4, **COUNT)
+    baseline_max_length: int = _setting(128, min=3, max=UNBOUNDED)
+
+
+@dataclass
 class PeakTflopsSchema:
     """throughput.peak_tflops.<GPU>: a card's dense peak by precision (MFU's denominator)."""
 
@@ -479,7 +487,8 @@ SETTINGS = {"": RunSchema, "task": TaskSchema, "budget": BudgetSchema,
             "bench": BenchSchema, "bench.model": BertConfigSchema,
             "bench.glue": BenchWorkloadSchema, "bench.pretraining": BenchWorkloadSchema,
             "bench.plain": BenchPlainSchema, "parity": ParitySchema,
-            "bench_sweep": BenchSweepSchema, "throughput.peak_tflops.*": PeakTflopsSchema}
+            "bench_sweep": BenchSweepSchema, "bench_grid": BenchGridSchema,
+            "throughput.peak_tflops.*": PeakTflopsSchema}
 
 
 def register_schemas() -> None:

@@ -95,9 +95,10 @@ def _check(cfg: DictConfig) -> tuple[list[int], list[str]]:
     return seeds, ways
 
 
-def _plain_features(split: datasets.Dataset, tokenizer: PreTrainedTokenizerBase,
-                    cfg: DictConfig) -> datasets.Dataset:
-    """run_glue.py's preprocess_function: one tokenizer call, padded to the fixed length."""
+def plain_features(split: datasets.Dataset, tokenizer: PreTrainedTokenizerBase,
+                   cfg: DictConfig, padding: DictConfig) -> datasets.Dataset:
+    """run_glue.py's preprocess_function: one tokenizer call, padded to the fixed length
+    (padding: the node with baseline_padding and baseline_max_length, parity.* here)."""
     pair = "text_b" in split.column_names
 
     def encode(batch: dict) -> dict:
@@ -105,18 +106,18 @@ def _plain_features(split: datasets.Dataset, tokenizer: PreTrainedTokenizerBase,
         # Truncated at task.max_seq_length as bertkit truncates, padded to baseline_max_length
         # (run_glue.py's max_seq_length: one call when the two are equal, as there).
         encoded = tokenizer(*texts, truncation=True, max_length=int(cfg.task.max_seq_length))
-        if cfg.parity.baseline_padding == "max_length":
+        if padding.baseline_padding == "max_length":
             encoded = tokenizer.pad(encoded, padding="max_length",
-                                    max_length=int(cfg.parity.baseline_max_length))
+                                    max_length=int(padding.baseline_max_length))
         return {**encoded, "labels": batch["label"]}
 
     return split.map(encode, batched=True, remove_columns=split.column_names,
                      keep_in_memory=True, desc="Tokenizing (run_glue.py)")
 
 
-def _plain_collator(parity: DictConfig, tokenizer: PreTrainedTokenizerBase):
+def _plain_collator(padding: DictConfig, tokenizer: PreTrainedTokenizerBase):
     """run_glue.py's choice: examples padded already, or padded per batch by the collator."""
-    if parity.baseline_padding == "max_length":
+    if padding.baseline_padding == "max_length":
         return default_data_collator
     return DataCollatorWithPadding(tokenizer)
 
@@ -126,7 +127,7 @@ def _plain_run(cfg: DictConfig, seed: int, run_dir: Path, splits,
     (output, scores), seconds = timed(_plain_finetune, cfg, seed, run_dir, splits, tokenizer,
                                       sync=False)
     validation_scores = {key[len("eval_"):]: float(value) for key, value in scores.items()
-                         if key[len("eval_"):] in _metric_names(cfg.task)}
+                         if key[len("eval_"):] in metric_names(cfg.task)}
     release(empty_cache=False)
     return {"validation": validation_scores, "seconds": seconds,
             "train_seconds": float(output.metrics["train_runtime"]),
@@ -136,6 +137,15 @@ def _plain_run(cfg: DictConfig, seed: int, run_dir: Path, splits,
 def _plain_finetune(cfg: DictConfig, seed: int, run_dir: Path, splits,
                     tokenizer: PreTrainedTokenizerBase) -> tuple:
     """run_glue.py's model, data and Trainer: (its TrainOutput, its dev scores)."""
+    trainer = plain_trainer(cfg, cfg.parity, seed, run_dir, splits, tokenizer)
+    return trainer.train(), trainer.evaluate()
+
+
+def plain_trainer(cfg: DictConfig, padding: DictConfig, seed: int, run_dir: Path, splits,
+                  tokenizer: PreTrainedTokenizerBase, **arguments) -> Trainer:
+    """run_glue.py's model, data and Trainer for one seed, with cfg.trainer's hyperparameters
+    (SHARED_ARGUMENTS) and `arguments` (other TrainingArguments, e.g. its --bf16); padding:
+    the node with baseline_padding and baseline_max_length (parity.*, bench_grid.*)."""
     task = cfg.task
     labels = list(task.labels) if task.labels is not None else None
     set_seed(seed)
@@ -147,32 +157,30 @@ def _plain_finetune(cfg: DictConfig, seed: int, run_dir: Path, splits,
         "model", trust_remote_code=trusts_remote_code(cfg.model),
         hidden_dropout_prob=cfg.model.hidden_dropout_prob,
         attention_probs_dropout_prob=cfg.model.attention_probs_dropout_prob, **head)
-    train = _plain_features(splits["train"], tokenizer, cfg)
-    validation = _plain_features(splits[_dev_split(splits)], tokenizer, cfg)
+    train = plain_features(splits["train"], tokenizer, cfg, padding)
+    validation = plain_features(splits[dev_split(splits)], tokenizer, cfg, padding)
     shared = OmegaConf.to_container(cfg.trainer, resolve=True)
     args = TrainingArguments(
         output_dir=str(run_dir / "checkpoints"), seed=seed, report_to=[],
         eval_strategy="no", save_strategy="no", logging_strategy="no", disable_tqdm=True,
         dataloader_pin_memory=torch.cuda.is_available(),
-        **{name: shared[name] for name in SHARED_ARGUMENTS if name in shared})
+        **{name: shared[name] for name in SHARED_ARGUMENTS if name in shared}, **arguments)
     metrics = task_metrics(task)
 
     def compute_metrics(prediction) -> dict:
         return metrics(predictions_from_logits(logits_of(prediction), labels is None),
                        prediction.label_ids)
 
-    trainer = Trainer(model=model, args=args, train_dataset=train, eval_dataset=validation,
-                      processing_class=tokenizer,
-                      data_collator=_plain_collator(cfg.parity, tokenizer),
-                      compute_metrics=compute_metrics)
-    return trainer.train(), trainer.evaluate()
+    return Trainer(model=model, args=args, train_dataset=train, eval_dataset=validation,
+                   processing_class=tokenizer, data_collator=_plain_collator(padding, tokenizer),
+                   compute_metrics=compute_metrics)
 
 
-def _metric_names(task: DictConfig) -> set[str]:
+def metric_names(task: DictConfig) -> set[str]:
     return {entry for entry in task.metrics if isinstance(entry, str)}
 
 
-def _dev_split(splits) -> str:
+def dev_split(splits) -> str:
     return next(split for split in splits if is_validation_split(split))
 
 

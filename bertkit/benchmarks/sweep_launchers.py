@@ -36,12 +36,14 @@ def _job_overrides(cfg: DictConfig) -> list[str]:
             *passed, *cfg.bench_sweep.job, f"cache_dir={cfg.cache_dir}", "overwrite=true"]
 
 
-def _launch(overrides: list[str], log: Path) -> float:
+def launch(overrides: list[str], log: Path, job: str = "bench_sweep") -> float:
+    """The wall seconds of `bertkit <overrides>` as a user's command (its own process: Python's
+    start, imports and Hydra included), its output in log; a failure names the log."""
     with open(log, "w") as handle:
         done, seconds = timed(subprocess.run, [sys.executable, "-m", "bertkit", *overrides],
                               stdout=handle, stderr=subprocess.STDOUT, sync=False)
     if done.returncode != 0:
-        raise BertkitError(f"bench_sweep: `bertkit {' '.join(overrides)}` failed "
+        raise BertkitError(f"{job}: `bertkit {' '.join(overrides)}` failed "
                            f"(exit {done.returncode}); its output is in {log}")
     return seconds
 
@@ -56,7 +58,7 @@ def benchmark_sweep_launchers(cfg: DictConfig, run_dir: Path | None = None) -> d
     run_dir.mkdir(parents=True, exist_ok=True)
     job = _job_overrides(cfg)
     seeds = ",".join(str(seed) for seed in cfg.bench_sweep.seeds)
-    _launch([*job, "trainer.max_steps=1", f"hydra.run.dir={run_dir / 'warmup'}"],
+    launch([*job, "trainer.max_steps=1", f"hydra.run.dir={run_dir / 'warmup'}"],
             run_dir / "warmup.log")
     launchers = {"sequential": [],
                  "parallel": ["hydra/launcher=local_parallel",
@@ -64,7 +66,7 @@ def benchmark_sweep_launchers(cfg: DictConfig, run_dir: Path | None = None) -> d
     ways = {}
     for way in WAYS:
         sweep_dir = run_dir / way
-        seconds = _launch(["-m", *job, *cfg.bench_sweep.grid, f"seed={seeds}",
+        seconds = launch(["-m", *job, *cfg.bench_sweep.grid, f"seed={seeds}",
                            f"hydra.sweep.dir={sweep_dir}", *launchers[way]],
                           run_dir / f"{way}.log")
         ways[way] = {"wall_seconds": round(seconds, 2), "scores": _scores(sweep_dir),

@@ -61,6 +61,7 @@ JOBS = {
     "bench_sweep": Job("bertkit.benchmarks.sweep_launchers:benchmark_sweep_launchers",
                        "sweep_bench.json"),
     "bench_step": Job("bertkit.benchmarks.step_cost:benchmark_step_cost", "bench_step.json"),
+    "bench_grid": Job("bertkit.benchmarks.glue_grid:benchmark_glue_grid", "grid_bench.json"),
 }
 RESULT_FILES = tuple(dict.fromkeys(job.result_file for job in JOBS.values()))
 
