@@ -5,22 +5,20 @@ by side; the bertkit way is the `bertkit -m` command a user types, with the user
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from hydra.core.hydra_config import HydraConfig
 from transformers import AutoModel
 
 from bertkit.benchmarks.glue_grid import _bertkit_command, benchmark_glue_grid, starting_weights
-from bertkit.config_paths import config_dir
 from bertkit.errors import BertkitError
 from bertkit.jobs import run_job
 from bertkit.training.models import load_tokenizer
 from tests.conftest import compose_config
 
-# gpu_pack where it exists (hydra/launcher presets), Hydra's basic launcher always.
-LAUNCHERS = ["basic", *(["gpu_pack"] if (Path(config_dir()) / "hydra" / "launcher" /
-                                          "gpu_pack.yaml").is_file() else [])]
+# The bench's default launcher (gpu_pack): that the packed grid equals the grid run one job at a
+# time with Hydra's basic launcher is tests/sweeps/test_gpu_pack.py's.
+LAUNCHERS = ["gpu_pack"]
 
 
 def grid_overrides(data_dir, vocab_dir, tmp_path, launcher="basic") -> list[str]:
