@@ -48,6 +48,7 @@ from bertkit.training.lifecycle import TrainingRun, saving_model
 from bertkit.training.model_card import run_card, write_card
 from bertkit.training.models import check_model_settings, tokenizer_size
 from bertkit.training.run import Outcome, publish, push_if_asked, start_run, train_run
+from bertkit.training.static_shapes import prepare_compile
 from bertkit.training.wandb_logging import paper_hyperparameters
 
 logger = logging.getLogger(__name__)
@@ -142,6 +143,8 @@ def pretrain(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     finetunes' scores when downstream.tasks is set)."""
     check_pretraining_config(cfg)
     setup = start_run(cfg, run_dir)
+    if setup.args.torch_compile:  # its compile caches under cache_dir, shared with other runs
+        prepare_compile(cfg)
     with setup.args.main_process_first(desc="preparing the pretraining data"):
         data = prepare_pretraining_data(cfg, setup.args)
         # What the run read, by content: bertkit-report tells its downstream finetunes apart

@@ -257,7 +257,7 @@ def decide_compile(cfg: DictConfig, args, steps: int) -> None:
     compile_arguments(args, on, mode)
 
 
-def prepare_compile(cfg: DictConfig, graphs: int) -> None:
+def prepare_compile(cfg: DictConfig, graphs: int = 0) -> None:
     """Dynamo set up for a run of at most `graphs` static graphs per compiled function: no
     dynamic-shape graph at a second shape (slower kernels, no CUDA graphs), a recompile limit
     that keeps every bucket compiled instead of falling back to eager, the graphs of an earlier
