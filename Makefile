@@ -9,6 +9,12 @@ BIN := $(VENV)/bin
 O ?=
 NPROC ?= 1
 PYTEST_ARGS ?=
+# make test / test-all: pytest-xdist worker processes, each with an equal share of the cores
+# for torch and the processes its tests start (tests/conftest.py); 0: one process, no xdist.
+# worksteal: each worker starts on its half of the tests, one that runs out takes half of
+# what the other has left (the slow tests take from 0.1 to 200 s).
+TEST_WORKERS ?= 2
+PYTEST_XDIST = -n $(TEST_WORKERS) $(if $(filter 0,$(TEST_WORKERS)),,--dist worksteal)
 # The original GLUE layout (CoLA/, SST-2/, MRPC/, ...); empty: the Hub's nyu-mll/glue.
 GLUE_DIR ?=
 # bench-glue: its tasks, the GLUE files when GLUE_DIR is empty, and the WordPiece vocabulary
@@ -79,10 +85,10 @@ demo: install
 
 # The fast tests: those not marked slow (pyproject.toml's markers say what slow means).
 test: install
-	$(BIN)/pytest -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/pytest -m "not slow" $(PYTEST_XDIST) $(PYTEST_ARGS)
 
 test-all: install
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest $(PYTEST_XDIST) $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/ruff check bertkit hydra_plugins tests

@@ -22,6 +22,21 @@ GLUE_TASKS = ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnl
 PROTOCOLS = sorted(path.stem for path in (Path(recipes_dir()) / "experiment").glob("minilm_*.yaml"))
 
 
+def pytest_configure(config):
+    """Under pytest-xdist (make test, make test-all: TEST_WORKERS processes), each worker takes
+    an equal share of torch's threads, for itself and (OMP_NUM_THREADS) for the processes its
+    tests start: two workers each with every core would oversubscribe them. A thread count
+    set by the user is kept."""
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if not workers or "OMP_NUM_THREADS" in os.environ:
+        return
+    import torch
+
+    threads = max(1, torch.get_num_threads() // int(workers))
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):
     """Tokenised data and demo files go to a per-session temp dir, never to ~/.cache."""
