@@ -221,7 +221,11 @@ def _written_file(err: BaseException | None, path: Path) -> Path:
             return Path(err.filename)
         err = err.__cause__ or err.__context__
     files = [file for file in path.rglob("*") if file.is_file()] if path.is_dir() else []
-    return max(files, key=lambda file: file.stat().st_mtime_ns) if files else path
+    # Modification times tick at the kernel's clock (a few ms): two files written in one tick
+    # tie, and then the one created later (the higher inode number, as tmpfs and ext4 hand
+    # them out) is the one whose write failed.
+    return max(files, key=lambda file: (file.stat().st_mtime_ns, file.stat().st_ino)) \
+        if files else path
 
 
 def _size(count: float) -> str:
