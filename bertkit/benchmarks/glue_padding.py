@@ -43,10 +43,11 @@ from bertkit.benchmarks.side_by_side import (
 )
 from bertkit.errors import BertkitError
 from bertkit.tasks.glue.family import FAMILY as GLUE
-from bertkit.training.arguments import build_training_arguments, padding_multiple
+from bertkit.training.arguments import build_training_arguments
 from bertkit.training.length_grouped_trainer import LengthGroupedTrainer
 from bertkit.training.models import count_parameters, load_tokenizer
 from bertkit.training.run import hydra_run_dir
+from bertkit.training.static_shapes import padding_multiple, static_shapes_pay, use_padded_rows
 
 RESULT_FILE = "bench.json"  # written last (bertkit.jobs.JOBS names it)
 
@@ -118,6 +119,8 @@ def build_trainer(cfg: DictConfig, way: str, steps: int, run_dir: Path, build_mo
     trainer_class = LengthGroupedTrainer if way == "bertkit" else Trainer
     trainer = trainer_class(model=model, args=args, train_dataset=train,
                             processing_class=tokenizer, data_collator=counter)
+    if way == "bertkit" and static_shapes_pay(way_cfg):  # bertkit's full rows, as a finetune
+        use_padded_rows(trainer, GLUE.padded_rows(cfg))
     return trainer, model, counter
 
 

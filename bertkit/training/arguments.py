@@ -18,7 +18,7 @@ from transformers import TrainingArguments
 from bertkit.errors import BertkitError
 from bertkit.secret_masking import mask_secrets
 from bertkit.training.distributed import launched, world_size
-from bertkit.training.static_shapes import compile_wanted
+from bertkit.training.static_shapes import compile_setting
 
 logger = logging.getLogger(__name__)
 
@@ -113,8 +113,9 @@ def build_training_arguments(
     cfg: DictConfig, run_dir: Path, report_to: list[str]
 ) -> TrainingArguments:
     options = OmegaConf.to_container(cfg.trainer, resolve=True)
-    # auto: on a GPU; a finetune decides again once it knows its length (decide_compile).
-    options["torch_compile"] = compile_wanted(cfg)
+    # auto: eager here; a finetune decides once it knows its length (decide_compile), so the
+    # benchmarks and pretraining, which build their arguments here, compile only when asked.
+    options["torch_compile"] = compile_setting(cfg) is True
     check_sharding_launch(options)
     precision = resolve_mixed_precision(cfg.mixed_precision)
     options["dataloader_num_workers"] = resolve_dataloader_workers(
