@@ -41,6 +41,8 @@ INT64 = 2**63
 SHARE = {"min": 0, "max": 1}  # a share in [0, 1]
 PROBABILITY = {"min": 0, "below": 1}  # a dropout or a share in [0, 1)
 COUNT = {"min": 1, "max": UNBOUNDED}  # a positive integer, as large as memory allows
+# A learning rate: above 1 no optimizer bertkit offers trains, and 2e5 is a typo of 2e-5.
+LEARNING_RATE = {"above": 0, "max": 1}
 
 
 def _argument(name: str, **bounds) -> Any:
@@ -59,7 +61,7 @@ class TrainerSchema:
     bertkit's YAML files set. Any other TrainingArguments key can still be added with
     +trainer.NAME=VALUE on a command line; a YAML that sets one must add it here."""
 
-    learning_rate: float = _argument("learning_rate", above=0, max=UNBOUNDED)
+    learning_rate: float = _argument("learning_rate", **LEARNING_RATE)
     per_device_train_batch_size: int = _argument("per_device_train_batch_size", **COUNT)
     per_device_eval_batch_size: int = _argument("per_device_eval_batch_size", **COUNT)
     gradient_accumulation_steps: int = _argument("gradient_accumulation_steps", **COUNT)
@@ -148,7 +150,7 @@ class TaskSchema:
     n_best_size: int = _setting(20, **COUNT)
     # SQuAD 2.0's no-answer margin: a score difference, either sign.
     null_score_diff_threshold: float = _setting(0.0, min=UNBOUNDED, max=UNBOUNDED)
-    learning_rate: float = _setting(5e-5, above=0, max=UNBOUNDED)
+    learning_rate: float = _setting(5e-5, **LEARNING_RATE)
     num_train_epochs: float = _setting(3, above=0, max=UNBOUNDED)
     tag_scheme: str = _setting("auto", choices="bertkit.tasks.ner.files:TAG_SCHEMES")
     # Local data (a family's reader says which files it needs); null: the Hub's.
@@ -430,7 +432,7 @@ class BenchPlainSchema:
     dropout: float = _setting(0.1, **PROBABILITY)
     mlm_probability: float = _setting(0.15, above=0, below=1)
     timing_steps: int = _setting(20, **COUNT)
-    learning_rates: list[float] = _setting(None, each=True, above=0, max=UNBOUNDED)
+    learning_rates: list[float] = _setting(None, each=True, **LEARNING_RATE)
     logging_steps: int = _setting(50, **COUNT)
 
 
@@ -450,7 +452,7 @@ class BenchSweepSchema:
 
 @dataclass
 class BenchGridSchema:
-    learning_rates: list[float] = _setting(None, each=True, above=0, max=UNBOUNDED)
+    learning_rates: list[float] = _setting(None, each=True, **LEARNING_RATE)
     seeds: list[int] = _setting(None, "seeds in [0, 2**32 - 1]", each=True, **SEED)
     jobs_per_gpu: int = _setting(4, **COUNT)
     baseline_max_length: int = _setting(128, min=3, max=UNBOUNDED)

@@ -31,7 +31,10 @@ from tests.conftest import PROTOCOLS, compose_config
     ("trainer.gradient_accumulation_steps=0",
      "trainer.gradient_accumulation_steps=0: expected a number >= 1"),
     ("trainer.num_train_epochs=-1", "trainer.num_train_epochs=-1: expected a positive number"),
-    ("trainer.learning_rate=0", "trainer.learning_rate=0.0: expected a positive number"),
+    ("trainer.learning_rate=0", "trainer.learning_rate=0.0: expected a number > 0 and <= 1"),
+    # a typo of 2e-5 (issue 50)
+    ("trainer.learning_rate=2e5", "trainer.learning_rate=200000.0: expected a number > 0 and "
+                                  "<= 1"),
     ("trainer.adam_beta2=1.0", "trainer.adam_beta2=1.0: expected a number >= 0 and < 1"),
     ("trainer.warmup_steps=-5", "trainer.warmup_steps=-5.0: expected a number >= 0"),
     ("trainer.max_steps=-2", "trainer.max_steps=-2: expected a number >= -1"),
