@@ -17,12 +17,12 @@ from bertkit.training.lifecycle import resume_checkpoint
 from tests.conftest import compose_config, tiny_run_overrides
 
 
-@pytest.mark.parametrize("rate", [0.0, -2e-5])
-def test_a_learning_rate_that_is_not_positive_is_refused(rate, glue_dir, vocab_dir, tmp_path):
+@pytest.mark.parametrize("rate", [0.0, -2e-5, 2e5])
+def test_a_learning_rate_out_of_range_is_refused(rate, glue_dir, vocab_dir, tmp_path):
     cfg = compose_config(tiny_run_overrides("rte", glue_dir("rte"), vocab_dir,
                                             **{"trainer.learning_rate": rate}))
     with pytest.raises(BertkitError, match=rf"trainer.learning_rate={rate!r}: expected a "
-                                           r"positive number"):
+                                           r"number > 0 and <= 1"):
         run_job(cfg, run_dir=tmp_path / "run")
     assert not (tmp_path / "run").exists()
 
