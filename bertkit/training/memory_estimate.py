@@ -31,7 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 from transformers import AutoConfig, AutoModel, BertConfig, PretrainedConfig
 
 from bertkit.errors import BertkitError
-from bertkit.training.models import _checkpoint_config, tokenizer_size
+from bertkit.training.models import _checkpoint_config, count_parameters, tokenizer_size
 
 GIB = 1024**3
 # The keys job_memory reads (besides the launcher's sequence_length_keys, under task. and
@@ -107,11 +107,10 @@ def model_config(model: DictConfig) -> PretrainedConfig | None:
     return BertConfig(vocab_size=vocab, **given)
 
 
-def count_parameters(config: PretrainedConfig) -> int:
+def parameters_of(config: PretrainedConfig) -> int:
     """The encoder's parameters, built on the meta device: exact, and no memory taken."""
     with torch.device("meta"):
-        encoder = AutoModel.from_config(config)
-    return sum(p.numel() for p in encoder.parameters())
+        return count_parameters(AutoModel.from_config(config))
 
 
 def sequence_length(cfg: DictConfig, keys: list[str]) -> int | None:
@@ -144,7 +143,7 @@ def job_memory(cfg: DictConfig, settings: DictConfig, on_gpu: bool,
     key = config.to_json_string()
     counted = {} if counted is None else counted
     if key not in counted:
-        counted[key] = count_parameters(config)
+        counted[key] = parameters_of(config)
     family = OmegaConf.select(cfg, "task.family", default=None)
     per_example = int((settings.sequences_per_example or {}).get(family, 1)) if family else 1
     return JobMemory(

@@ -88,7 +88,7 @@ class FixedRows:
                 fill = self.padded.labels[key]
                 if fill == PAST_WINDOW:
                     fill = batch["input_ids"].shape[-1]
-                filler.fill_(float("nan") if value.is_floating_point() else fill)
+                filler.fill_(fill)
             batch[key] = torch.cat([value, filler])
         batch[REAL_ROWS] = real
         return batch
@@ -112,6 +112,8 @@ class FixedRowsTrainer:
     use_padded_rows turned it on."""
 
     padded_rows: PaddedRows | None = None
+    _eager_predictions = False  # inside predicting_eagerly
+    _compiled_for_evaluation = None  # the model compiled for evaluation (_wrap_model)
 
     @contextmanager
     def _fixed_rows(self, rows: int):
@@ -164,9 +166,9 @@ class FixedRowsTrainer:
         (accelerate's prepare) but evaluates the plain one once it has trained."""
         wrapped = super()._wrap_model(model, training, dataloader)
         if training or not self.args.torch_compile or wrapped is not self.model \
-                or not self.accelerator._models or getattr(self, "_eager_predictions", False):
+                or not self.accelerator._models or self._eager_predictions:
             return wrapped
-        compiled = getattr(self, "_compiled_for_evaluation", None)
+        compiled = self._compiled_for_evaluation
         if compiled is None or compiled._orig_mod is not self.model:
             compiled = torch.compile(self.model,
                                      **self.accelerator.state.dynamo_plugin.to_kwargs())
@@ -243,32 +245,31 @@ def decide_compile(cfg: DictConfig, args, steps: int) -> None:
     a GPU when the run has at least compile_min_steps optimizer steps (shorter, the compile
     costs more than it saves: docs/speed.md), eager otherwise and on a CPU. A compiled run on a
     GPU records CUDA graphs unless trainer.torch_compile_mode says otherwise."""
-    setting, mode = compile_setting(cfg), OmegaConf.select(cfg, "trainer.torch_compile_mode")
-    if setting == "auto" and mode is None:
+    mode = OmegaConf.select(cfg, "trainer.torch_compile_mode")
+    on = compile_wanted(cfg)
+    if compile_setting(cfg) == "auto" and mode is None:
         least = int(OmegaConf.select(cfg, "compile_min_steps", default=0))
-        on = torch.cuda.is_available() and steps >= least
+        on = on and steps >= least
         logger.info("trainer.torch_compile=auto: %s (%d optimizer steps, compile_min_steps=%d,"
                     " %s)", "compiled" if on else "eager", steps, least,
                     "GPU" if torch.cuda.is_available() else "CPU")
-    else:
-        on = bool(setting) or bool(mode)
     if on and mode is None and torch.cuda.is_available():
         mode = "reduce-overhead"
     compile_arguments(args, on, mode)
 
 
 def prepare_compile(cfg: DictConfig, graphs: int = 0) -> None:
-    """Dynamo set up for a run of at most `graphs` static graphs per compiled function: no
-    dynamic-shape graph at a second shape (slower kernels, no CUDA graphs), a recompile limit
-    that keeps every bucket compiled instead of falling back to eager, the graphs of an earlier
-    run in this process (a sweep's jobs under Hydra's basic launcher) forgotten, and the
-    compile caches under cache_dir/torch_compile (a user's TORCHINDUCTOR_CACHE_DIR wins)."""
+    """Dynamo set up for a run of at most `graphs` static graphs per compiled function: a
+    recompile limit that keeps every bucket compiled instead of falling back to eager, the
+    graphs of an earlier run in this process (a sweep's jobs under Hydra's basic launcher)
+    forgotten, and the compile caches under cache_dir/torch_compile (a user's
+    TORCHINDUCTOR_CACHE_DIR wins). (No dynamic-shape graph at a second shape: LeanStepTrainer
+    turns Dynamo's automatic dynamic shapes off.)"""
     import torch._dynamo
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
     torch._dynamo.reset()
-    torch._dynamo.config.automatic_dynamic_shapes = False  # LeanStepTrainer sets it too
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, graphs)
-    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
     # Inductor writes its default folder into the environment when it first looks (at import
     # of some libraries): that one is not the user's choice.

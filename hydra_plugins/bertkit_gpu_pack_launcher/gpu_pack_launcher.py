@@ -283,9 +283,7 @@ class GpuPackLauncher(Launcher):
 
     def launch(self, job_overrides: Sequence[Sequence[str]],
                initial_job_idx: int) -> Sequence[JobReturn]:
-        from bertkit.data.atomic_files import write_json_atomic
         from bertkit.errors import BertkitError
-        from bertkit.secret_masking import mask_secrets
 
         setup_globals()
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
@@ -337,17 +335,19 @@ class GpuPackLauncher(Launcher):
                 free_slots = sorted([*free_slots, slot])
         for executor in spares.values():
             executor.shutdown(wait=True, kill_workers=True)
-        self.record_launch(sweep_dir, slots, records, write_json_atomic, mask_secrets)
+        self.record_launch(sweep_dir, slots, records)
         if crashed:
             raise BertkitError(f"hydra/launcher=gpu_pack: the process of job {crashed[0]} "
                                f"ended without a result ({len(crashed)} such job(s)); the "
                                f"jobs then running finished, the rest did not start")
         return results
 
-    def record_launch(self, sweep_dir: Path, slots: list[Slot], records: list,
-                      write_json_atomic, mask_secrets) -> None:
+    def record_launch(self, sweep_dir: Path, slots: list[Slot], records: list) -> None:
         """Append this launch (one per halving rung) to <sweep dir>/gpu_pack.json."""
         import json
+
+        from bertkit.data.atomic_files import write_json_atomic
+        from bertkit.secret_masking import mask_secrets
 
         path = sweep_dir / "gpu_pack.json"
         launches = json.loads(path.read_text())["launches"] if path.is_file() else []

@@ -149,10 +149,11 @@ def test_compile_caches_live_under_the_cache_dir_unless_the_user_chose(tmp_path,
     monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
     # Inductor's own default, as it writes it into the environment on first use
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", default_cache_dir())
-    prepare_compile(OmegaConf.create({"cache_dir": str(tmp_path)}), graphs=8)
+    with torch._dynamo.config.patch(recompile_limit=8):  # restored after: other tests' limit
+        prepare_compile(OmegaConf.create({"cache_dir": str(tmp_path)}), graphs=12)
+        assert torch._dynamo.config.recompile_limit == 12  # every bucket's graph kept
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "torch_compile")
     assert os.environ["TRITON_CACHE_DIR"] == str(tmp_path / "torch_compile" / "triton")
-    assert torch._dynamo.config.recompile_limit >= 8
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/theirs")
     prepare_compile(OmegaConf.create({"cache_dir": str(tmp_path / "other")}), graphs=8)
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == "/theirs"
