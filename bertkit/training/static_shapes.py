@@ -223,12 +223,13 @@ def padding_multiple(cfg: DictConfig, mixed_precision: bool) -> int | None:
 
 def planned_steps(args, train_rows: int, processes: int = 1) -> int:
     """The optimizer steps the run's schedule has (trainer.max_steps, or its epochs), counted
-    as Trainer counts them: whole accumulations of each process's batches."""
+    as Trainer counts them: each process's batches in accumulations, a last partial one
+    included."""
     if args.max_steps > 0:
         return args.max_steps
     batches = math.ceil(math.ceil(train_rows / max(processes, 1))
                         / args.per_device_train_batch_size)
-    return math.ceil(max(batches // args.gradient_accumulation_steps, 1)
+    return math.ceil(max(math.ceil(batches / args.gradient_accumulation_steps), 1)
                      * args.num_train_epochs)
 
 
