@@ -101,9 +101,10 @@ $(GLUE_TARGETS): glue-%: install
 
 glue: $(GLUE_TARGETS)
 
-# The paper's grid over seeds for several tasks, one multirun per task (GLUE_GRID_SWEEP=
-# paper_grid_halving stops the weaker configurations early), then bertkit-report over all of
-# them. Every job of a task shares its tokenised data; a failed job is listed in the report.
+# The paper's grid over seeds for several tasks, one multirun per task, then bertkit-report over
+# all of them. GLUE_GRID_SWEEP: paper_grid (the 24-point union of the paper's two grids),
+# paper_glue (section 4.1's GLUE protocol, 4 points), paper_appendix (appendix A.3, 18 points),
+# paper_grid_halving (the union, stopping the weaker configurations early). Every job of a task shares its tokenised data; a failed job is listed in the report.
 GLUE_GRID_TASKS ?= rte mrpc stsb cola
 GLUE_GRID_SEEDS ?= 1,2,3,4,5
 GLUE_GRID_SWEEP ?= paper_grid

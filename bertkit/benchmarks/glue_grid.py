@@ -1,7 +1,7 @@
 """The bench_grid job: the paper's GLUE protocol grid (bench_grid.learning_rates x
 bench_grid.seeds at trainer's batch and epochs) finetuned two ways on one device, from the same
 weights: `plain`, run_glue.py's Trainer one job after another (bench_parity's plain way, in this
-process), and `bertkit`, one `bertkit -m recipe=glue sweep=paper_grid` multirun of the same grid
+process), and `bertkit`, one `bertkit -m recipe=glue sweep=paper_glue` multirun of the same grid
 launched by hydra/launcher=bench_grid.launcher (its own process). docs/speed.md ("bench-grid")
 says what is held equal and what the figures mean. Writes grid_bench.json and prints a table."""
 
@@ -37,9 +37,9 @@ logger = logging.getLogger(__name__)
 WAYS = ("plain", "bertkit")
 # Hydra's own launcher: one job after another, and no jobs_per_gpu setting to pass it.
 SEQUENTIAL_LAUNCHER = "basic"
-# The bertkit way's sweep preset: the paper's grid, narrowed to the protocol's batch, epochs
-# and learning rates by the command line (its job directories: <task>/bs32-lr5e-05-ep3/seed1).
-SWEEP = "paper_grid"
+# The bertkit way's sweep preset: the paper's GLUE protocol, its learning rates set by the
+# command line to bench_grid.learning_rates (its job directories: <task>/bs32-lr5e-05-ep3/seed1).
+SWEEP = "paper_glue"
 # Keys the bench sets itself on the bertkit way's command line, left out of the user's.
 OWN_OVERRIDES = ("recipe=", "bench_grid.", "hydra.", "hydra/", "task=", "model=", "sweep=",
                  "overwrite=", "seed=", "cache_dir=", "trainer.learning_rate=",
@@ -49,7 +49,7 @@ OWN_OVERRIDES = ("recipe=", "bench_grid.", "hydra.", "hydra/", "task=", "model="
 DESCRIPTIONS = {
     "plain": "run_glue.py's Trainer (bench_parity's plain way: padding={padding}, random "
              "batches, evaluation after training), the jobs one after another in one process",
-    "bertkit": "bertkit -m recipe=glue sweep=paper_grid with its defaults, "
+    "bertkit": "bertkit -m recipe=glue sweep=paper_glue with its defaults, "
                "hydra/launcher={launcher}",
 }
 MEMORY = {"plain": "per job: {kind}",

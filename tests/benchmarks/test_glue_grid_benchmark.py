@@ -114,7 +114,7 @@ def test_the_bertkit_way_is_the_users_command_on_the_grid(glue_dir, vocab_dir, t
         assert f"model.tokenizer={checkpoint}" in command
         assert f"model.tokenizer={vocab_dir}" not in command
         assert not [o for o in command if o.startswith("bench_grid.")]
-        assert "sweep=paper_grid" in command
+        assert "sweep=paper_glue" in command
         assert "trainer.per_device_train_batch_size=8" in command
         assert "trainer.num_train_epochs=2" in command
         assert "trainer.learning_rate=0.001,0.0003" in command and "seed=3" in command
