@@ -1,9 +1,9 @@
 """One torch.profiler trace of bertkit's training steps, to see what bounds a step: the bertkit
 way of bench_pretrain (the default) or of bench_glue (`recipe=bench_glue` first among the
-overrides). How the profiles beside it were taken (recipes/cards/gpu.md), on the GPU machine:
-    python3 recipes/cards/gpu/profile_step.py OUTFILE corpus=wikitext2 model=scratch_base \
+overrides). How the profiles beside it were taken (cards/gpu.md), on the GPU machine:
+    python3 cards/gpu/profile_step.py OUTFILE corpus=wikitext2 model=scratch_base \
         bench.batch_size=256 bench.steps=14
-    python3 recipes/cards/gpu/profile_step.py OUTFILE recipe=bench_glue task=mrpc \
+    python3 cards/gpu/profile_step.py OUTFILE recipe=bench_glue task=mrpc \
         task.data_dir=.gpudata/glue/MRPC model=scratch_base bench.steps=14 \
         trainer.torch_compile=true
 Steps 9-13 are recorded (5 skipped, 3 warm-up). Besides torch's tables, the file opens with a

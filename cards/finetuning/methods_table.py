@@ -1,6 +1,6 @@
-"""The methods table of recipes/cards/finetuning.md, recomputed from the run records here.
+"""The methods table of cards/finetuning.md, recomputed from the run records here.
 
-    python recipes/cards/finetuning/methods_table.py mrpc [--seeds 1,2,3,4,5]
+    python cards/finetuning/methods_table.py mrpc [--seeds 1,2,3,4,5]
 
 One row per arm of methods/<task>/: per-seed dev scores, the difference to the full arm with
 Welch's interval and p, Holm's p over every row of the table, ASO's ε_min both ways

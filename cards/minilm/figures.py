@@ -1,8 +1,8 @@
-"""Draw recipes/cards/minilm/{seeds,expected_max}_{mrpc,rte}.png from the per-seed
+"""Draw cards/minilm/{seeds,expected_max}_{mrpc,rte}.png from the per-seed
 scores in seeds.yaml beside them, as bertkit-report draws them (its plot and expected-maximum
 functions); the runs' own records were lost with their session (seeds.yaml says so).
 
-    python recipes/cards/minilm/figures.py
+    python cards/minilm/figures.py
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The GPU card's figures in one device command, most wanted first, each bounded by a deadline
-# so that the command returns inside its lease (recipes/cards/gpu.md says what each measures).
+# so that the command returns inside its lease (cards/gpu.md says what each measures).
 # Run in the project root on the GPU machine, with .whl/ and .gpudata/ carried
 # (../shared/gpu/README.md):
-#   bash recipes/cards/gpu/figures.sh [SECONDS]     # results in $OUT/results.tgz, log in $OUT/log.txt
+#   bash cards/gpu/figures.sh [SECONDS]     # results in $OUT/results.tgz, log in $OUT/log.txt
 # A step starts only while its estimate fits in what is left of SECONDS (default 570).
 set -u
 LIMIT=${1:-570}
@@ -72,9 +72,9 @@ step glue_sst2_cudagraphs 100 $BK $GLUE $SST2 $GRAPHS $EXTRA hydra.run.dir=/tmp/
 step pretrain128_cudagraphs 110 $BK $P128 $GRAPHS $EXTRA hydra.run.dir=/tmp/runs/pretrain128_cudagraphs
 # 4. The profiles of the compiled GLUE step and the compiled pretraining step (default mode:
 # its kernels stay visible one by one).
-step profile_glue 60 python3 recipes/cards/gpu/profile_step.py "$RES/profile_glue_mrpc_compiled.txt" \
+step profile_glue 60 python3 cards/gpu/profile_step.py "$RES/profile_glue_mrpc_compiled.txt" \
   $GLUE $MRPC bench.steps=14 trainer.torch_compile=true $EXTRA
-step profile_pretrain 60 python3 recipes/cards/gpu/profile_step.py "$RES/profile_pretrain128_compiled.txt" \
+step profile_pretrain 60 python3 cards/gpu/profile_step.py "$RES/profile_pretrain128_compiled.txt" \
   $BASE bench.batch_size=256 bench.steps=14 trainer.torch_compile=true $EXTRA
 step glue_sst2_compiled 100 $BK $GLUE $SST2 $COMPILED $EXTRA hydra.run.dir=/tmp/runs/glue_sst2_compiled
 echo "== done after $(($(date +%s) - START)) s" | tee -a "$LOG"

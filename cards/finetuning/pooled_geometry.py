@@ -2,7 +2,7 @@
 behind the card's STILTs bullets (a pooler that maps every pair to nearly one vector leaves the
 next task's new head little to read).
 
-    python recipes/cards/finetuning/pooled_geometry.py ../shared/data/glue/MRPC <encoder dir> ...
+    python cards/finetuning/pooled_geometry.py ../shared/data/glue/MRPC <encoder dir> ...
 
 Prints, per encoder (the first is the tokenizer's, e.g. MiniLM), the mean cosine between the
 pooled vectors of the first N dev pairs (N = --pairs) and their mean absolute value. With
