@@ -117,14 +117,14 @@ glue-grid: install
 	$(BIN)/bertkit-report $(GLUE_GRID_DIR)
 
 # Only the SQuAD dev files at hand (as offline here): each split by article into a first half
-# to train on and a second half to evaluate on, under SQUAD_HALVES_DIR (recipes/cards/squad.md).
+# to train on and a second half to evaluate on, under SQUAD_HALVES_DIR (cards/squad.md).
 SQUAD_DEV_FILES ?= ../shared/data/squad/dev-v1.1.json ../shared/data/squad/dev-v2.0.reconstructed.json
 SQUAD_HALVES_DIR ?= $(BERTKIT_CACHE)/squad-dev-halves
 squad-dev-halves: install
 	$(foreach file,$(SQUAD_DEV_FILES),$(BIN)/python -m bertkit.tasks.squad.dev_halves \
 	  $(file) $(SQUAD_HALVES_DIR) && ) true
 
-# SQuAD v1.1 and v2.0 with the paper's settings (recipes/recipe/squad.yaml, recipes/cards/squad.md).
+# SQuAD v1.1 and v2.0 with the paper's settings (recipes/recipe/squad.yaml, cards/squad.md).
 squad: install
 	$(LAUNCH) recipe=squad task=squad_v1 $(if $(SQUAD_DIR),task.data_dir=$(SQUAD_DIR)) $(O)
 
@@ -162,7 +162,7 @@ bench-step: install
 	$(BIN)/bertkit recipe=bench_step $(O)
 
 # Time to quality: bertkit's budget pretraining vs the plain run_mlm.py way, same budget, model,
-# vocabulary and text, scored on the same held-out masked positions (recipes/cards/pretrain.md).
+# vocabulary and text, scored on the same held-out masked positions (cards/pretrain.md).
 bench-pretrain-quality: install
 	$(BIN)/bertkit experiment=bench_pretrain_quality $(O)
 
@@ -197,14 +197,14 @@ bench-parity-calibrated: minilm
 	  task.data_dir=$(call glue_data,$(task)) parity.seeds=[1,2,3,4,5] \
 	  parity.baseline_padding=longest hydra.run.dir=outputs/parity_cal/$(task) $(O) && ) true
 
-# make methods-table: the finetuning arms of recipes/cards/finetuning.md at each task's calibrated
+# make methods-table: the finetuning arms of cards/finetuning.md at each task's calibrated
 # protocol (the experiment presets recipes/experiment/minilm_<task>.yaml), seeds METHODS_SEEDS, one sweep per arm into
 # multirun/methods/<task>/<arm> (a job's directory holds no arm name: one sweep of all arms
 # could not be told apart by glob); then bertkit-report multirun/methods/<task>
 # --compare 'full/*' '<arm>/*', once per arm (Holm's p counts them all). LoRA trains at LORA_LR
 # (10x the protocol's rate); STILTs' intermediate task is the other task of the pair, and as
 # both protocols share their trainer settings, its first stage is that task's full arm to the
-# digit (<arm dir>/<task>/<job>/intermediate/). Records to keep: recipes/cards/README.md.
+# digit (<arm dir>/<task>/<job>/intermediate/). Records to keep: cards/README.md.
 # The arms are the card's rows as measured: reinit and lora with BERT's pooler kept as it was
 # (their presets now reset / train it), lora_pooler and stilts_fresh_pooler the follow-ups.
 METHODS_TASKS ?= mrpc stsb

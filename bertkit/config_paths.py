@@ -20,6 +20,7 @@ def config_dir() -> str:
 
 def recipes_dir() -> str:
     """The folder holding the recipe/ and experiment/ config groups: recipes/ of a source
-    checkout (beside its cards, which Hydra never reads), else the packaged copy."""
+    checkout, else the packaged copy. Everything under it is a config to Hydra, which is why
+    the result cards and their run records live in cards/ beside it."""
     source = _HERE.parent / "recipes"
     return str(source if (source / "recipe").is_dir() else _HERE / "_recipes")

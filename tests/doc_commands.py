@@ -1,4 +1,4 @@
-"""The commands the docs show (README.md, docs/*.md, recipes/cards/*.md), read as a
+"""The commands the docs show (README.md, docs/*.md, cards/*.md), read as a
 shell would read them when a user pastes them: `bertkit ...` (also behind python -m,
 torchrun -m, accelerate launch -m, taskset, environment assignments), `bertkit-report ...` and
 `make ...`, from code blocks (fenced, or indented) and inline code spans.
@@ -19,7 +19,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 DOC_FILES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")),
-             *sorted((REPO / "recipes" / "cards").glob("*.md"))]
+             *sorted((REPO / "cards").glob("*.md"))]
 
 PROGRAMS = ("bertkit", "bertkit-report", "make")
 # Programs that run a command given later on their line: `taskset -c 0 bertkit ...`.

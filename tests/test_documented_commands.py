@@ -226,7 +226,7 @@ def test_what_documented_make_commands_run_composes(command):
 def test_every_page_with_commands_is_read():
     pages = {command.source.split(":", 1)[0] for command in COMMANDS}
     assert {"README.md", "docs/finetuning.md", "docs/scale.md",
-            "docs/reports.md", "recipes/cards/glue.md", "recipes/cards/minilm.md"} <= pages
+            "docs/reports.md", "cards/glue.md", "cards/minilm.md"} <= pages
     programs = {command.program for command in COMMANDS}
     assert programs == {"bertkit", "bertkit-report", "make"}
 
@@ -243,7 +243,7 @@ def test_the_reader_follows_the_shell_and_the_docs_conventions(tmp_path):
         "OMP_NUM_THREADS=1 taskset -c 0 bertkit recipe=glue ... hydra.run.dir=<stamp>",
         "torchrun --nproc_per_node=2 -m bertkit recipe=glue; bertkit-report multirun/ [--paired]",
         "make glue-rte [NPROC=2] [O=\"...\"]",
-        "python recipes/cards/finetuning/methods_table.py mrpc",
+        "python cards/finetuning/methods_table.py mrpc",
         "```",
         "```",
         "bertkit/",

@@ -107,7 +107,7 @@ def pad_to_max_length(
 def build_trainer(cfg: DictConfig, way: str, steps: int, run_dir: Path, build_model,
                   train: datasets.Dataset, collate, tokenizer: PreTrainedTokenizerBase):
     """The way's Trainer for `steps` optimizer steps from the seeded initial weights, its
-    model, and the PaddingCounter around its collator (recipes/cards/gpu/profile_step.py
+    model, and the PaddingCounter around its collator (cards/gpu/profile_step.py
     profiles the same trainer)."""
     order = sampling(cfg.trainer, way)
     way_cfg = OmegaConf.merge(cfg, {"trainer": {"max_steps": steps,

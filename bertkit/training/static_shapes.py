@@ -2,7 +2,7 @@
 
 Compiled (trainer.torch_compile) with CUDA graphs (trainer.torch_compile_mode=reduce-overhead),
 a step replays as one launch: the only measured way a GPU finetune leaves the host bound
-(recipes/cards/gpu.md: 3.18x the plain way on SST-2). But every new input shape costs a new
+(cards/gpu.md: 3.18x the plain way on SST-2). But every new input shape costs a new
 graph (about 20 s cold on an H100), so batches come in a few shapes only:
 
 - widths: a multiple of bucket_width (padding_multiple), a few up to task.max_seq_length;
