@@ -17,6 +17,8 @@ from omegaconf import OmegaConf
 from bertkit.config_paths import recipes_dir
 from bertkit.config_schema import check_ranges
 from bertkit.jobs import run_job
+from bertkit.jobs.two_stage import stage_configs
+from bertkit.pretraining.downstream import downstream_configs
 from bertkit.pretraining.run import pretrain
 from bertkit.tasks import FAMILIES
 from tests.conftest import compose_config
@@ -62,6 +64,21 @@ def test_keys_on_the_command_line_win_over_the_preset():
                           "task.max_train_samples=64"])
     assert cfg.trainer.max_steps == 5 and cfg.logger.backend == "wandb"
     assert cfg.task.max_train_samples == 64 and cfg.task.max_eval_samples == 16
+
+
+@pytest.mark.parametrize("smoke", [True, False])
+def test_the_configs_a_job_composes_for_itself_are_smoke_runs_when_it_is(smoke, tmp_path):
+    """Pretraining's downstream finetunes and two-stage finetuning's first task."""
+    debug = ["debug=smoke"] if smoke else []
+    pretraining = compose_config(["experiment=pretrain_small", "downstream.tasks={rte: []}",
+                                  *debug])
+    first, _ = stage_configs(compose_config(
+        ["recipe=glue", "task=mrpc", "finetuning=stilts", "finetuning.intermediate.task=rte",
+         *debug]), tmp_path)
+    for cfg in (downstream_configs(pretraining, tmp_path / "model")["rte"], first):
+        assert cfg.task.name == "rte"
+        assert cfg.trainer.max_steps == (SMOKE.trainer.max_steps if smoke else -1)
+        assert set(_limits(cfg).values()) == ({16} if smoke else {None})
 
 
 @pytest.mark.slow
