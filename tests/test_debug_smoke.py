@@ -5,6 +5,7 @@ it, leaving metrics.json, the model and its card."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -26,8 +27,13 @@ from tests.family_fixtures import tiny_family_run
 
 RECIPES = sorted(path.stem for path in (Path(recipes_dir()) / "recipe").glob("*.yaml"))
 PRESETS = sorted(path.stem for path in (Path(recipes_dir()) / "experiment").glob("*.yaml"))
-SMOKE = compose_config(["debug=smoke"])  # the preset's own values, on the default recipe
 SIZES = (24, 20, 18)  # above the preset's cuts (16)
+
+
+@functools.cache
+def smoke_steps() -> int:
+    """The preset's trainer.max_steps, on the default recipe."""
+    return compose_config(["debug=smoke"]).trainer.max_steps
 
 
 def _limits(cfg) -> dict:
@@ -49,12 +55,12 @@ def test_every_recipe_and_preset_composes_smoke_keeping_its_model_and_task(selec
     assert smoke.hydra.sweep.dir.startswith("multirun/smoke/")
     if plain.recipe.job == "finetune":
         # over the recipe's and the preset's (a protocol's epochs, a calibrated batch)
-        assert smoke.trainer.max_steps == SMOKE.trainer.max_steps <= 2
+        assert smoke.trainer.max_steps == smoke_steps() <= 2
         assert smoke.trainer.per_device_train_batch_size == 8
         assert set(_limits(smoke).values()) == {16}
         assert set(_limits(plain).values()) == {None}
     if plain.recipe.job == "pretrain":
-        assert smoke.trainer.max_steps == SMOKE.trainer.max_steps
+        assert smoke.trainer.max_steps == smoke_steps()
         assert smoke.corpus.name == plain.corpus.name
         assert smoke.corpus.max_documents == 16 and smoke.heldout.max_sequences == 16
 
@@ -66,19 +72,19 @@ def test_keys_on_the_command_line_win_over_the_preset():
     assert cfg.task.max_train_samples == 64 and cfg.task.max_eval_samples == 16
 
 
-@pytest.mark.parametrize("smoke", [True, False])
-def test_the_configs_a_job_composes_for_itself_are_smoke_runs_when_it_is(smoke, tmp_path):
+def test_the_configs_a_job_composes_for_itself_are_smoke_runs_when_it_is(tmp_path):
     """Pretraining's downstream finetunes and two-stage finetuning's first task."""
-    debug = ["debug=smoke"] if smoke else []
-    pretraining = compose_config(["experiment=pretrain_small", "downstream.tasks={rte: []}",
-                                  *debug])
-    first, _ = stage_configs(compose_config(
-        ["recipe=glue", "task=mrpc", "finetuning=stilts", "finetuning.intermediate.task=rte",
-         *debug]), tmp_path)
-    for cfg in (downstream_configs(pretraining, tmp_path / "model")["rte"], first):
-        assert cfg.task.name == "rte"
-        assert cfg.trainer.max_steps == (SMOKE.trainer.max_steps if smoke else -1)
-        assert set(_limits(cfg).values()) == ({16} if smoke else {None})
+    for smoke in (True, False):
+        debug = ["debug=smoke"] if smoke else []
+        pretraining = compose_config(["experiment=pretrain_small",
+                                      "downstream.tasks={rte: []}", *debug])
+        first, _ = stage_configs(compose_config(
+            ["recipe=glue", "task=mrpc", "finetuning=stilts", "finetuning.intermediate.task=rte",
+             *debug]), tmp_path)
+        for cfg in (downstream_configs(pretraining, tmp_path / "model")["rte"], first):
+            assert cfg.task.name == "rte"
+            assert cfg.trainer.max_steps == (smoke_steps() if smoke else -1)
+            assert set(_limits(cfg).values()) == ({16} if smoke else {None})
 
 
 @pytest.mark.slow

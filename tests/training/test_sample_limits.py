@@ -15,7 +15,7 @@ from bertkit.errors import BertkitError
 from bertkit.jobs import run_job
 from bertkit.tasks import FAMILIES, task_family
 from tests.conftest import compose_config, tiny_checkpointed_training
-from tests.family_fixtures import TINY_DATA, tiny_family_run
+from tests.family_fixtures import tiny_family_run
 
 LIMITS = {"train": 5, "validation": 3, "test": 2}  # below every split's size (SIZES)
 SIZES = (12, 8, 6)
@@ -53,10 +53,6 @@ def _tokenise(monkeypatch, family_name: str, overrides: list[str], tmp_path: Pat
     with pytest.raises(_Tokenised):
         run_job(compose_config(overrides), tmp_path / name)
     return seen, set(cache.glob("*")) - before
-
-
-def test_every_family_has_tiny_data_here():
-    assert set(TINY_DATA) == set(FAMILIES)
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
