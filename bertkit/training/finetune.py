@@ -139,8 +139,12 @@ def _printout(task: DictConfig, family: TaskFamily, record: dict, evaluation: Ev
               trainer: Trainer, run_dir: Path, where: str) -> str:
     width = max(len(name) + 1 for name in ["checkpoint", *evaluation.files])
     files = "".join(f"\n  {name + ':':<{width}} {path}" for name, path in evaluation.files.items())
+    limited = record["details"].get("limited_samples", {})
+    cut = (f"  first examples only (task.max_*_samples), no result on {task.name}: "
+           + ", ".join(f"{split} {n['examples']} of {n['of']}" for split, n in limited.items())
+           + "\n") if limited else ""
     return (f"\n{task.name}: {task.main_metric} = {record['main_value']:.4f} "
-            f"({family.headline(record)})\n"
+            f"({family.headline(record)})\n{cut}"
             f"  {'metrics:':<{width}} {run_dir / METRICS_FILE}{files}\n"
             f"  {'model:':<{width}} {run_dir / 'model'}\n"
             f"  {'checkpoint:':<{width}} {trainer.args.output_dir}\n"

@@ -72,9 +72,9 @@ def test_only_the_first_examples_are_tokenised_into_an_entry_of_their_own(
     assert again == limited and not new_entries
 
 
-def test_the_first_examples_in_their_order_and_metrics_json_says_so(tmp_path):
+def test_the_first_examples_in_their_order_and_metrics_json_says_so(tmp_path, capsys):
     """A whole tiny GLUE run: the dev predictions are of the first examples, and metrics.json
-    names each cut split with its size."""
+    and the printout name each cut split with its size."""
     overrides, sizes = _tiny_run("glue", tmp_path)
     record = run_job(compose_config(overrides + [
         "task.max_train_samples=5", "task.max_eval_samples=3", "trainer.max_steps=1",
@@ -90,6 +90,8 @@ def test_the_first_examples_in_their_order_and_metrics_json_says_so(tmp_path):
         [line.split("\t")[0] for line in dev]
     assert len((tmp_path / "run" / "leaderboard" / "MNLI-m.tsv").read_text().splitlines()) \
         == 1 + sizes["test_matched"]
+    assert ("first examples only (task.max_*_samples), no result on mnli: train 5 of 12, "
+            "validation_matched 3 of 8, validation_mismatched 3 of 8") in capsys.readouterr().out
 
 
 def test_a_limit_that_cuts_nothing_is_the_full_data():
