@@ -160,6 +160,12 @@ class TaskSchema:
     test_file: str | None = _setting(None, reads="file")
     # STS-B's [low, high]: any scores (a file's labels outside it are refused).
     label_range: list[float] | None = _setting(None, each=True, min=UNBOUNDED, max=UNBOUNDED)
+    # The first N examples of the training, dev and test splits (bertkit.data.task_data:
+    # first_examples), before tokenisation; null: all.
+    max_train_samples: int | None = _setting(None, "null (all) or a positive integer", **COUNT)
+    max_eval_samples: int | None = _setting(None, "null (all) or a positive integer", **COUNT)
+    max_predict_samples: int | None = _setting(None, "null (all) or a positive integer",
+                                               **COUNT)
 
 
 DECAYS = ("linear", "cosine", "constant")  # the learning rate's shape after warm-up

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 import bertkit.config_schema  # noqa: F401  (registers the groups' schemas with Hydra)
 from bertkit.config_paths import config_dir
 
-__all__ = ["compose_config", "config_dir"]
+__all__ = ["compose_config", "config_dir", "debug_overrides"]
 
 
 def compose_config(overrides: list[str]) -> DictConfig:
@@ -23,3 +23,11 @@ def compose_config(overrides: list[str]) -> DictConfig:
         return compose(config_name="config", overrides=overrides)
     with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
         return compose(config_name="config", overrides=overrides)
+
+
+def debug_overrides(cfg: DictConfig) -> list[str]:
+    """["debug=smoke"] for a run composed with debug=smoke (its debug.preset), else []: what
+    the configs a job composes for itself (pretraining's downstream finetunes, two-stage
+    finetuning's first task) take from it, so that they are smoke runs too."""
+    preset = OmegaConf.select(cfg, "debug.preset")
+    return [f"debug={preset}"] if preset else []

@@ -142,7 +142,8 @@ GLUE_TASK_MAX_LINES = 16
 GLUE_TASK_KEYS = {
     "name", "family", "hub", "data_dir", "train_file", "validation_file", "test_file", "files",
     "columns", "headerless_splits", "headerless_columns", "labels", "class_names", "label_range",
-    "metrics", "main_metric", "max_seq_length", "leaderboard_files", "skip_malformed_rows"}
+    "metrics", "main_metric", "max_seq_length", "leaderboard_files", "skip_malformed_rows",
+    "max_train_samples", "max_eval_samples", "max_predict_samples"}
 
 
 @pytest.mark.parametrize("task", GLUE_TASKS)

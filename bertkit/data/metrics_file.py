@@ -10,7 +10,9 @@ read by bertkit-report without family-specific patches.
                     resumes), budget (with budget.minutes), and the family's sizes
     hyperparameters the paper's names (learning_rate, train_batch_size, ...) and the family's
     files           name -> path of the prediction files
-    details         the family's own facts (data counts, decoding time, best checkpoint), and
+    details         the family's own facts (data counts, decoding time, best checkpoint);
+                    limited_samples, the splits cut to their first examples by
+                    task.max_*_samples ({split: {examples, of}}: no result on the task); and
                     what the run read by content, for bertkit-report's run identity:
                     data_fingerprint (the splits) and input_fingerprints ({config key:
                     fingerprint} of a local checkpoint, tokenizer or corpus; a pretraining

@@ -8,11 +8,17 @@ a new object (map, select, concatenate) silently drops such attributes.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import datasets
 
 from bertkit.data.fingerprints import content_fingerprint
+
+# The task key that caps the examples of a split, by the split name's first word (MNLI's
+# validation_matched and test_mismatched too): run_glue.py's --max_train_samples,
+# --max_eval_samples and --max_predict_samples, with its meaning (the first N examples).
+SAMPLE_LIMIT_KEYS = {"train": "max_train_samples", "validation": "max_eval_samples",
+                     "test": "max_predict_samples"}
 
 
 @dataclass
@@ -24,6 +30,8 @@ class TaskSplits(Mapping):
     tables: dict[str, datasets.Dataset]
     fingerprints: dict[str, str]
     facts: dict[str, dict] = field(default_factory=dict)
+    # Splits cut to their first examples (first_examples): {split: {examples, of}}.
+    limited: dict[str, dict] = field(default_factory=dict)
 
     def __getitem__(self, split: str) -> datasets.Dataset:
         return self.tables[split]
@@ -38,6 +46,35 @@ class TaskSplits(Mapping):
         """One fingerprint for several splits (all of them when none is named)."""
         return content_fingerprint(*(part for split in (splits or sorted(self.tables))
                                      for part in (split, self.fingerprints[split])))
+
+
+def sample_limit_key(split: str) -> str:
+    """The task key that caps `split` (SAMPLE_LIMIT_KEYS)."""
+    prefix = split.split("_")[0]
+    if prefix not in SAMPLE_LIMIT_KEYS:
+        raise ValueError(f"split {split!r}: not a train, validation or test split, so no "
+                         f"task.max_*_samples caps it")
+    return SAMPLE_LIMIT_KEYS[prefix]
+
+
+def first_examples(splits: TaskSplits, limits: Mapping[str, int | None]) -> TaskSplits:
+    """The first N examples of each split that limits (task key -> N, or None: all) caps,
+    as run_glue.py's dataset.select(range(N)): applied to the raw examples, before any
+    tokenisation, so that a smoke run of SST-2 tokenises 64 examples and not 67,349. A cut
+    split's fingerprint names N, so that its cache entries are its own and never the full
+    split's; a split of N examples or fewer is the full split, and keeps its fingerprint."""
+    tables, fingerprints, limited = dict(splits.tables), dict(splits.fingerprints), {}
+    for split, table in splits.tables.items():
+        limit = limits.get(sample_limit_key(split))
+        if limit is None or limit >= len(table):
+            continue
+        tables[split] = table.select(range(limit))
+        fingerprints[split] = content_fingerprint(splits.fingerprints[split], "first", str(limit))
+        limited[split] = {"examples": limit, "of": len(table)}
+    if not limited:
+        return splits
+    return replace(splits, tables=tables, fingerprints=fingerprints,
+                   limited={**splits.limited, **limited})
 
 
 @dataclass

@@ -23,7 +23,7 @@ from huggingface_hub.constants import REPOCARD_NAME
 from omegaconf import DictConfig, OmegaConf, open_dict
 from transformers import AutoModel
 
-from bertkit.config_tree import compose_config
+from bertkit.config_tree import compose_config, debug_overrides
 from bertkit.data.atomic_files import follow_umask
 from bertkit.errors import BertkitError
 from bertkit.tasks import task_family
@@ -42,7 +42,8 @@ def stage_configs(cfg: DictConfig, run_dir: Path) -> tuple[DictConfig, DictConfi
     settings = cfg.finetuning.intermediate
     name = str(settings.task)
     try:
-        defaults = compose_config([f"task={name}"])
+        # debug=smoke: the first task's examples cut as the run's (task.max_*_samples)
+        defaults = compose_config([f"task={name}", *debug_overrides(cfg)])
     except Exception as err:  # Hydra's MissingConfigException and friends
         raise BertkitError(f"finetuning.intermediate.task={name}: not a task of conf/task/ "
                            f"({str(err).splitlines()[0]})") from None

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from bertkit.config_tree import compose_config
+from bertkit.config_tree import compose_config, debug_overrides
 from bertkit.errors import BertkitError
 from bertkit.tasks import task_family
 from bertkit.training.finetune import finetune
@@ -29,7 +29,8 @@ def downstream_configs(cfg: DictConfig, model_dir: Path) -> dict[str, DictConfig
             configs[task] = compose_config([
                 "recipe=glue", f"task={task}", f"model.name_or_path={model_dir}",
                 f"seed={cfg.seed}", f"logger={logger}",
-                f"cache_dir={cfg.cache_dir}", *shared, *[str(o) for o in overrides or []]])
+                f"cache_dir={cfg.cache_dir}", *debug_overrides(cfg), *shared,
+                *[str(o) for o in overrides or []]])
         except Exception as err:  # Hydra's composition errors: name the key they came from
             raise BertkitError(f"downstream.tasks.{task}: {err}") from None
     return configs

@@ -19,6 +19,7 @@ from transformers import Trainer
 from bertkit.config_schema import check_ranges
 from bertkit.data.fingerprints import model_input_fingerprints
 from bertkit.data.metrics_file import INPUT_FINGERPRINTS, METRICS_FILE, metrics_record
+from bertkit.data.task_data import SAMPLE_LIMIT_KEYS, first_examples
 from bertkit.errors import BertkitError
 from bertkit.finetuning.toolbox import Toolbox
 from bertkit.training.family import Evaluation, TaskFamily
@@ -47,7 +48,8 @@ def finetune(cfg: DictConfig, family: TaskFamily, run_dir: Path | None = None,
     setup = start_run(cfg, run_dir)
     with setup.args.main_process_first(desc=family.preparing):
         family.generate_data(cfg)
-        splits = family.read(cfg)
+        # task.max_*_samples: the first N examples, before any tokenisation (smoke runs)
+        splits = first_examples(family.read(cfg), sample_limits(cfg.task))
         tokenizer = load_tokenizer(cfg.model)
         # The local checkpoint and tokenizer by content (hashed once here, remembered in the
         # cache for the other processes and runs), for the report as data_fingerprint below.
@@ -83,6 +85,8 @@ def finetune(cfg: DictConfig, family: TaskFamily, run_dir: Path | None = None,
         # files whatever path each was given (reporting.identity)
         details={"data_fingerprint": splits.fingerprint(), INPUT_FINGERPRINTS: inputs,
                  **data.facts,
+                 # a run on the first N examples of a split is no result on the task
+                 **({"limited_samples": splits.limited} if splits.limited else {}),
                  **evaluation.details, **(details or {}),
                  **({"compile": compiling.facts()} if compiling else {}),
                  **({"finetuning": facts} if (facts := toolbox.record()) else {})})
@@ -96,6 +100,12 @@ def finetune(cfg: DictConfig, family: TaskFamily, run_dir: Path | None = None,
                                 where)))
     push_if_asked(cfg, setup, trainer, record)
     return record
+
+
+def sample_limits(task: DictConfig) -> dict[str, int | None]:
+    """task.max_train_samples, max_eval_samples and max_predict_samples (None: all examples;
+    a task conf of a user's that lacks them reads as None)."""
+    return {key: task.get(key) for key in SAMPLE_LIMIT_KEYS.values()}
 
 
 def compile_if_it_pays(cfg: DictConfig, args, train_rows: int) -> CompileRecord | None:
@@ -129,8 +139,12 @@ def _printout(task: DictConfig, family: TaskFamily, record: dict, evaluation: Ev
               trainer: Trainer, run_dir: Path, where: str) -> str:
     width = max(len(name) + 1 for name in ["checkpoint", *evaluation.files])
     files = "".join(f"\n  {name + ':':<{width}} {path}" for name, path in evaluation.files.items())
+    limited = record["details"].get("limited_samples", {})
+    cut = (f"  first examples only (task.max_*_samples), no result on {task.name}: "
+           + ", ".join(f"{split} {n['examples']} of {n['of']}" for split, n in limited.items())
+           + "\n") if limited else ""
     return (f"\n{task.name}: {task.main_metric} = {record['main_value']:.4f} "
-            f"({family.headline(record)})\n"
+            f"({family.headline(record)})\n{cut}"
             f"  {'metrics:':<{width}} {run_dir / METRICS_FILE}{files}\n"
             f"  {'model:':<{width}} {run_dir / 'model'}\n"
             f"  {'checkpoint:':<{width}} {trainer.args.output_dir}\n"
