@@ -2,15 +2,20 @@
 
     python cards/finetuning/methods_table.py mrpc [--seeds 1,2,3,4,5]
 
-One row per arm of methods/<task>/: per-seed dev scores, the difference to the full arm with
+Why a side script and not bertkit-report (which prints the card's STS-B tables and MRPC's
+recorded arms, with the commands the card shows): the report cannot draw two things.
+MRPC's first seven arms ran in a session whose run directories were lost: runs/mrpc/printed.yaml
+holds what the card printed of them, and a record (seed_<k>/metrics.json) wins over it; the
+report has no records of them to read. And the report compares the main metric only: the
+per-seed scores, the secondary metric's test (accuracy for MRPC, Pearson for STS-B), the mean
+final training loss and the median training seconds are this script's columns.
+
+One row per arm of runs/<task>/: per-seed dev scores, the difference to the full arm with
 Welch's interval and p, Holm's p over every row of the table, ASO's ε_min both ways
 (Bonferroni over the rows), the seeds per arm that would detect 1 point, the secondary
-metric's difference (accuracy for MRPC, Pearson for STS-B) and Welch p, mean final training
-loss and median training seconds. The tests and their settings are bertkit-report --compare's
-own (bertkit.reporting.statistics at Significance's defaults); this script
-exists because a table measured over several sessions has arms whose run directories are gone:
-runs/<task>/printed.yaml holds what the card printed of those, and a record
-(seed_<k>/metrics.json) wins over it. Arms with fewer than two seeds are listed, not tested.
+metric's difference and Welch p, mean final training loss and median training seconds. The
+tests and their settings are bertkit-report --compare's own (bertkit.reporting.statistics at
+Significance's defaults). Arms with fewer than two seeds are listed, not tested.
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ pooled vectors of the first N dev pairs (N = --pairs) and their mean absolute va
 --similarity (STS-B), also the Spearman correlation between the gold scores of every dev pair
 and the cosine of its two sentences' mean-pooled token vectors, with no training: how much of
 the sentence-similarity geometry the checkpoint was trained for an encoder still has.
+
+A side script, not bertkit-report: it measures encoders (their checkpoints, which the run
+records do not keep), not runs' results, so the report has nothing to draw it from.
 """
 
 from __future__ import annotations
