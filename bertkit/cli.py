@@ -326,7 +326,8 @@ def _one_line_composition_errors(run_and_report):
                 launched, FailedJobsCheck.launched = FailedJobsCheck.launched, None
                 if launched is None or hydra_utils._is_env_set("HYDRA_FULL_ERROR"):
                     raise
-                launched.exit_if_any_failed(sweeper_error=describe_failure(err))
+                told = describe_failure(err).strip().splitlines() or [type(err).__name__]
+                launched.exit_if_any_failed(sweeper_error=told[0])
                 raise
         return run_and_report(composed)
     return report
