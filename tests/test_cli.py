@@ -73,7 +73,10 @@ def test_bad_input_is_one_message(problem, glue_dir, vocab_dir, tmp_path):
 
 
 @pytest.mark.slow
-def test_failed_sweep_job_does_not_stop_the_others(glue_dir, vocab_dir, tmp_path):
+def test_failed_sweep_job_does_not_stop_the_others_and_the_sweep_fails(glue_dir, vocab_dir,
+                                                                       tmp_path):
+    """The failed job is recorded, the other one runs to the end, then the sweep exits 1 with
+    one line per failed job: its directory, its own overrides, its error."""
     good = glue_dir("wnli")
     result = run_cli("-m", "recipe=glue", "task=wnli", f"task.data_dir={tmp_path}/missing,{good}",
                      "model=scratch_tiny", f"model.tokenizer={vocab_dir}", "logger=none",
@@ -81,11 +84,16 @@ def test_failed_sweep_job_does_not_stop_the_others(glue_dir, vocab_dir, tmp_path
                      "trainer.max_steps=2", "trainer.save_strategy=no",
                      f"hydra.sweep.dir={tmp_path / 'sweep'}", "hydra.sweep.subdir=${hydra.job.num}",
                      cwd=tmp_path)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
     failed = (tmp_path / "sweep" / "0" / "failed.json").read_text()
     assert "no such directory" in failed
     assert not (tmp_path / "sweep" / "0" / "metrics.json").exists()
     assert (tmp_path / "sweep" / "1" / "metrics.json").is_file()
+    assert "Traceback" not in result.stderr
+    summary = result.stderr[result.stderr.index("bertkit: 1 job(s) of this sweep failed"):]
+    assert summary.splitlines()[1:] == [
+        f"  0 [task.data_dir={tmp_path}/missing]: task.data_dir={tmp_path}/missing: "
+        f"no such directory"], summary
 
 
 @pytest.mark.slow

@@ -112,7 +112,8 @@ def _element(override, value: str) -> str:
 
 def bertkit_problem(args: tuple[str, ...]) -> str | None:
     multirun = any(arg in ("-m", "--multirun") for arg in args)
-    flags = [arg for arg in args if arg.startswith("-") and arg not in ("-m", "--multirun")]
+    flags = [arg for arg in args if arg.startswith("-")
+             and arg not in ("-m", "--multirun", "--help", "--hydra-help")]
     if flags:
         return f"not a bertkit/Hydra flag the docs should need: {flags}"
     overrides = [arg for arg in args if not arg.startswith("-")]

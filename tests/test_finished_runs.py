@@ -189,7 +189,7 @@ def test_a_sweep_job_in_a_finished_run_fails_and_the_others_run(glue_dir, vocab_
     kept = {name: data for name, data in snapshot(sweep / "0").items()
             if not name.startswith(".hydra/") and name != "cli.log"}
     result = bertkit(*command, "seed=1,2", cwd=tmp_path)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
     assert f"job 0 failed: {sweep / '0'} holds a finished run (metrics.json): give " \
            f"hydra.sweep.dir=" in result.stdout + result.stderr
     failed = json.loads((sweep / "0" / "failed.json").read_text())["error"]

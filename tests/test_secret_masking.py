@@ -61,11 +61,11 @@ def test_no_setting_of_bertkit_is_named_like_a_secret():
         assert not [key for key in config_keys(cfg) if is_secret_key(key)], (group, name)
 
 
-def bertkit(*overrides: str, env: dict) -> subprocess.CompletedProcess:
+def bertkit(*overrides: str, env: dict, status: int = 0) -> subprocess.CompletedProcess:
     """The `bertkit` command, as a user runs it; its output kept."""
     done = subprocess.run([sys.executable, "-m", "bertkit", *overrides], env=env,
                           capture_output=True, timeout=600)
-    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    assert done.returncode == status, done.stderr.decode()[-3000:]
     return done
 
 
@@ -97,10 +97,12 @@ def test_no_secret_in_any_file_or_log_of_a_finetune_a_pretraining_and_a_sweep(
         *secret_settings, f"hydra.run.dir={finetune}", env=env)]
     printed.append(bertkit(*tiny_pretraining_run(), *secret_settings,
                            f"hydra.run.dir={pretraining}", env=env))
-    # Two jobs, one refused (a negative learning rate): its failed.json.
+    # Two jobs, one refused (a negative learning rate): its failed.json, and the sweep's
+    # summary of its failed jobs (exit status 1) with each one's overrides.
     printed.append(bertkit("-m", *tiny_run_overrides("rte", data, vocab_dir, **{
         "logger": "wandb", "trainer.learning_rate": "1e-3,-1"}), *secret_settings,
-        f"hydra.sweep.dir={sweep}", env=env))
+        f"hydra.sweep.dir={sweep}", env=env, status=1))
+    assert b"  rte/1 [trainer.learning_rate=-1]: " in printed[-1].stderr
     assert report_main([str(sweep), "--out", str(out / "report")]) == 0
 
     # Every file any of them left, and everything printed.

@@ -25,12 +25,13 @@ GRID_JOBS = sorted(f"wnli/bs{b}-lr{lr}-ep2/seed{s}" for b in (8, 16)
                    for lr in ("0.001", "0.0003") for s in (1, 2))
 
 
-def run_bertkit(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
+def run_bertkit(tmp_path: Path, *overrides: str, status: int = 0
+                ) -> subprocess.CompletedProcess:
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path / "wandb"),
            "OMP_NUM_THREADS": "1"}
     result = subprocess.run([sys.executable, "-m", "bertkit", *overrides], cwd=tmp_path,
                             env=env, capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.returncode == status, result.stdout[-3000:] + result.stderr[-3000:]
     return result
 
 
@@ -94,8 +95,10 @@ def test_paper_grid_through_a_launcher(launcher, glue_dir, vocab_dir, tmp_path):
     data = glue_dir("wnli", n_train=64)
     sweep_dir = tmp_path / "multirun" / "2026-01-01_00-00-00"
     block_failing_job(sweep_dir)
-    run_bertkit(tmp_path, "-m", "sweep=paper_grid", *launcher,
-                *grid_overrides(data, vocab_dir, sweep_dir, tmp_path / "cache"))
+    result = run_bertkit(tmp_path, "-m", "sweep=paper_grid", *launcher,
+                         *grid_overrides(data, vocab_dir, sweep_dir, tmp_path / "cache"),
+                         status=1)  # the failed job, after every job ran
+    assert f"\n  {FAILING_JOB} [" in result.stderr, result.stderr[-3000:]
     check_grid_sweep(sweep_dir)
     if launcher[0].endswith("submitit_local"):  # submitit's own records, one per job
         assert len(list((sweep_dir / ".submitit").glob("*/*_result.pkl"))) == 8

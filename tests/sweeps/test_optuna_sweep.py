@@ -177,8 +177,10 @@ def test_optuna_study_goes_on_after_a_failed_trial(glue_dir, vocab_dir, tmp_path
         return real_run_job(cfg)
 
     monkeypatch.setattr(cli, "run_job", run_or_run_out_of_memory)
-    run_bertkit_in_process(monkeypatch, *optuna_overrides(data, vocab_dir, sweep_dir, 3),
-                           f"cache_dir={tmp_path / 'cache'}")
+    with pytest.raises(SystemExit) as stopped:  # once the study ended, naming the failed trial
+        run_bertkit_in_process(monkeypatch, *optuna_overrides(data, vocab_dir, sweep_dir, 3),
+                               f"cache_dir={tmp_path / 'cache'}")
+    assert stopped.value.code == 1
 
     failed = trial_files(sweep_dir, "failed.json")
     assert list(failed) == ["trial1"]

@@ -30,8 +30,14 @@ def test_paper_grid_sweep_with_a_failed_job_and_its_report(glue_dir, vocab_dir, 
         return real_run_job(cfg)
 
     monkeypatch.setattr(cli, "run_job", run_or_run_out_of_memory)
-    run_bertkit_in_process(monkeypatch, "-m", "sweep=paper_grid", f"cache_dir={cache}",
-                           *tiny_sweep_overrides(data, vocab_dir, sweep_dir))
+    with pytest.raises(SystemExit) as stopped:  # after every job ran, naming the failed one
+        run_bertkit_in_process(monkeypatch, "-m", "sweep=paper_grid", f"cache_dir={cache}",
+                               *tiny_sweep_overrides(data, vocab_dir, sweep_dir))
+    assert stopped.value.code == 1
+    named = capsys.readouterr().err.splitlines()[-1]
+    assert named.startswith(f"  {FAILING_JOB} [") and "seed=2" in named, named
+    assert named.endswith("]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+                          "2.00 GiB"), named
 
     finished = sorted(p.parent.relative_to(sweep_dir).as_posix()
                       for p in sweep_dir.rglob("metrics.json"))
