@@ -5,6 +5,7 @@ Trainer's logging."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import numpy as np
@@ -84,3 +85,9 @@ def test_finetuning_last_training_loss_is_the_last_steps(glue_dir, vocab_dir, tm
     assert summary["train/loss"] == pytest.approx(float(torch.tensor(losses[1:]).mean()),
                                                   rel=1e-5)
     assert summary["train/global_step"] == 3
+    # metrics.json's train.loss is Trainer's train_loss, the mean over every step: the model's
+    # card names it so, not as the final loss.
+    mean = json.loads((run_dir / "metrics.json").read_text())["train"]["loss"]
+    assert mean == pytest.approx(float(np.mean(losses)), rel=1e-5)
+    card = (run_dir / "model" / "README.md").read_text()
+    assert f"- mean training loss (every step): {round(mean, 4)}\n" in card
