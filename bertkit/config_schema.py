@@ -131,6 +131,8 @@ class RunSchema:
         None, "a number in (0, 1], or null for the whole schedule", above=0, max=1)
     mixed_precision: str = _setting("auto", choices="bertkit.training.arguments:PRECISIONS")
     data_source: str = _setting("auto", choices="bertkit.data.sources:DATA_SOURCES")
+    # auto, true or false (bertkit.training.progress)
+    progress_bars: Any = _setting("auto", choices="bertkit.training.progress:PROGRESS_BARS")
 
 
 @dataclass

@@ -29,6 +29,7 @@ from bertkit.jobs.two_stage import finetune_two_stage, is_two_stage
 from bertkit.tasks import task_family
 from bertkit.training.finetune import finetune
 from bertkit.training.models import check_local_files
+from bertkit.training.progress import apply_progress_bars
 from bertkit.training.run import hydra_run_dir
 
 
@@ -112,6 +113,7 @@ def run_job(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     # Before anything is read or written (the two checks above only read the settings).
     check_finished_run(cfg, Path(run_dir or hydra_run_dir()))
     check_local_files(cfg.model, fetched_only=True)  # model=minilm_l6: make minilm
+    apply_progress_bars(cfg)  # decided once for the job: bars on a terminal only (auto)
     if job == "finetune" and is_two_stage(cfg):
         return finetune_two_stage(cfg, run_dir or hydra_run_dir())
     if job == "finetune":

@@ -134,6 +134,14 @@ def _heldout_line(heldout: dict | None, sentence_task: str | None) -> str:
     return line + "\n"
 
 
+def _window_words(window: tuple[int, int] | None) -> str:
+    """Which steps the printed training scores are the mean of (the last log line's)."""
+    if window is None:
+        return "(no training step logged)"
+    first, last = window
+    return f"(step {last})" if first == last else f"(mean over steps {first}-{last})"
+
+
 def _training_lines(history: list[dict]) -> list[dict]:
     return [dict(line) for line in history if "mlm_loss" in line]
 
@@ -217,6 +225,8 @@ def _outcome(cfg: DictConfig, trainer, data: PretrainingData, run: TrainingRun,
     last = record["last_log"]
     heldout_final = (record["heldout"] or {}).get("final") or {}
 
+    window = trainer.last_logging_window
+
     def printout(where: str) -> str:
         sentence = objective_of(cfg.objective).sentence_task
         scores = f"MLM loss {last.get('mlm_loss', float('nan')):.4f}, MLM accuracy " \
@@ -225,8 +235,8 @@ def _outcome(cfg: DictConfig, trainer, data: PretrainingData, run: TrainingRun,
             scores += (f", {sentence.upper()} accuracy "
                        f"{last.get(f'{sentence}_accuracy', 0.0):.4f}")
         model_dir = run_dir / "model"
-        return (f"\npretraining on {cfg.corpus.name}: {scores} after "
-                f"{run.output.global_step} steps\n"
+        return (f"\npretraining on {cfg.corpus.name}: {scores} "
+                f"{_window_words(window)}, after {run.output.global_step} steps\n"
                 f"{_heldout_line(record['heldout'], sentence)}"
                 f"  metrics:  {run_dir / METRICS_FILE}\n"
                 f"  model:    {model_dir}\n"

@@ -8,6 +8,7 @@ or a sweep job reuses it.
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +38,10 @@ from bertkit.pretraining.phases import Phase, phase_steps
 from bertkit.pretraining.static_masking import static_masked_copies
 from bertkit.pretraining.wordpiece import ensure_trained_tokenizer, trained_tokenizer_dir
 from bertkit.training.models import load_tokenizer
+from bertkit.training.progress import every_bar_shown, preprocessing_stage
 from bertkit.training.static_shapes import static_shapes_pay
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -53,14 +57,33 @@ class PretrainingData:
     train_documents: int | None = None  # None: a stream
 
 
+# The stages of the data preparation, in order: each prints one line when it ends (its count
+# and time) in place of datasets' bars for each of its maps (bertkit.training.progress).
+READING, HOLDING_OUT, VOCABULARY, TOKENIZING, INSTANCES, HELDOUT_SET = STAGES = (
+    "pretraining data 1/6, reading the corpus",
+    "pretraining data 2/6, holding out documents",
+    "pretraining data 3/6, the vocabulary",
+    "pretraining data 4/6, tokenizing the documents",
+    "pretraining data 5/6, building the training instances",
+    "pretraining data 6/6, building the held-out set",
+)
+
 
 def prepare_pretraining_data(cfg: DictConfig, args: TrainingArguments) -> PretrainingData:
     started = time.perf_counter()
     # Held-out documents never reach the vocabulary nor the training data.
     documents, heldout_docs = split_corpus(cfg)
-    tokenizer = pretraining_tokenizer(cfg, documents)
+    with stage(cfg, VOCABULARY) as made:
+        tokenizer = pretraining_tokenizer(cfg, documents)
+        made.count, made.unit = len(tokenizer), "tokens" + (
+            "" if cfg.tokenizer_training.enabled else f" ({cfg.model.tokenizer}, as given)")
     train_dataset, phases, collator = build_training_data(cfg, documents, tokenizer, args)
-    heldout = None if heldout_docs is None else build_heldout(cfg, tokenizer, heldout_docs)
+    heldout = None
+    if heldout_docs is not None:
+        with stage(cfg, HELDOUT_SET) as made:
+            heldout = build_heldout(cfg, tokenizer, heldout_docs)
+            made.count = len(heldout.mlm) + (0 if heldout.pairs is None else len(heldout.pairs))
+            made.unit = "sequences"
     train_documents = len(documents) if isinstance(documents, datasets.Dataset) else None
     return PretrainingData(tokenizer, train_dataset, phases, collator,
                            time.perf_counter() - started, heldout, train_documents)
@@ -96,15 +119,30 @@ def pretraining_documents(cfg: DictConfig):
     return documents
 
 
+def stage(cfg: DictConfig, name: str):
+    """One of STAGES: one line at its end; datasets' bars of its maps with progress_bars=true
+    only."""
+    return preprocessing_stage(name, library_bars=every_bar_shown(cfg), log=logger)
+
+
+def _size(dataset) -> int | None:
+    return len(dataset) if isinstance(dataset, datasets.Dataset) else None  # a stream: unknown
+
+
 def split_corpus(cfg: DictConfig):
     """(training documents, held-out documents or None): the corpus split by heldout.fraction,
     as every pretraining run (and a benchmark scoring another model alike) splits it."""
-    documents = pretraining_documents(cfg)
+    with stage(cfg, READING) as made:
+        documents = pretraining_documents(cfg)
+        made.count, made.unit = _size(documents), "documents"
     heldout = heldout_settings(cfg)
     if isinstance(documents, datasets.Dataset):  # a stream's size is not known ahead
         check_corpus_size(len(documents), cfg.objective, heldout.fraction)
-    train, held = split_documents(documents, heldout.fraction, heldout.min_documents,
-                                  num_proc=cfg.preprocessing_num_workers)
+    with stage(cfg, HOLDING_OUT) as made:
+        train, held = split_documents(documents, heldout.fraction, heldout.min_documents,
+                                      num_proc=cfg.preprocessing_num_workers)
+        made.count = 0 if held is None else len(held)
+        made.unit = f"documents held out (heldout.fraction={heldout.fraction})"
     if held is not None:
         check_training_share(len(train), len(held), cfg.objective, heldout.fraction)
     return train, held
@@ -163,7 +201,9 @@ def build_training_data(cfg: DictConfig, documents, tokenizer: PreTrainedTokeniz
             [(length, _rule(cfg.masking, predictions)) for length, predictions, _ in settings],
             pad_to_multiple_of=pad_to, static=widths)
     if is_streaming(cfg.corpus):
-        tokenized = tokenize_documents(documents, tokenizer)
+        with stage(cfg, TOKENIZING) as made:  # lazily: as training reads the stream
+            tokenized = tokenize_documents(documents, tokenizer)
+            made.unit = "(a stream: tokenized as training reads it)"
         stream = streaming_instances(
             tokenized, tokenizer, objective=cfg.objective.name,
             max_seq_length=cfg.pretraining.max_seq_length,
@@ -171,7 +211,23 @@ def build_training_data(cfg: DictConfig, documents, tokenizer: PreTrainedTokeniz
             buffer_documents=cfg.pretraining.streaming_buffer_documents)
         return stream.remove_columns(["length"]), None, collator
 
-    tokenized = tokenize_documents(documents, tokenizer, num_proc=num_proc)
+    with stage(cfg, TOKENIZING) as made:
+        tokenized = tokenize_documents(documents, tokenizer, num_proc=num_proc)
+        made.count, made.unit = len(tokenized), "documents"
+    with stage(cfg, INSTANCES) as made:
+        parts, phases = _phase_instances(cfg, tokenized, tokenizer, args, static)
+        made.count = sum(len(part) for part in parts)
+        made.unit = (f"instances in {len(parts)} phase(s)"
+                     + (", statically masked" if static else ""))
+    return datasets.concatenate_datasets(parts), phases, collator
+
+
+def _phase_instances(cfg: DictConfig, tokenized: datasets.Dataset,
+                     tokenizer: PreTrainedTokenizerBase, args: TrainingArguments,
+                     static: bool) -> tuple[list[datasets.Dataset], list[Phase]]:
+    """Each phase's instances (masked when static) and its Phase for the sampler."""
+    num_proc = cfg.preprocessing_num_workers
+    settings = phase_settings(cfg)
     vocab = Vocabulary.from_tokenizer(tokenizer)
     objective = objective_of(cfg.objective)
     # Pairs: each duplicate cuts the documents anew (as Google's dupe_factor does); packed
@@ -198,4 +254,4 @@ def build_training_data(cfg: DictConfig, documents, tokenizer: PreTrainedTokeniz
         phases.append(Phase(offset, lengths, phase_step_count * samples_per_step))
         parts.append(instances)
         offset += len(instances)
-    return datasets.concatenate_datasets(parts), phases, collator
+    return parts, phases

@@ -18,6 +18,7 @@ from transformers import TrainingArguments
 from bertkit.errors import BertkitError
 from bertkit.secret_masking import mask_secrets
 from bertkit.training.distributed import launched, world_size
+from bertkit.training.progress import progress_bars_shown
 from bertkit.training.static_shapes import compile_setting
 
 logger = logging.getLogger(__name__)
@@ -117,6 +118,8 @@ def build_training_arguments(
     # benchmarks and pretraining, which build their arguments here, compile only when asked.
     options["torch_compile"] = compile_setting(cfg) is True
     check_sharding_launch(options)
+    if options.get("disable_tqdm") is None:  # progress_bars decides (training.progress)
+        options["disable_tqdm"] = not progress_bars_shown(cfg)
     precision = resolve_mixed_precision(cfg.mixed_precision)
     options["dataloader_num_workers"] = resolve_dataloader_workers(
         options.get("dataloader_num_workers", 0), torch.cuda.is_available(),

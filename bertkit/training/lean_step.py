@@ -21,6 +21,10 @@ made three or four per step; each is moved here to the device, or to logging ste
   compiled: one graph per shape), and a padded one as the 4D mask transformers would build,
   which it uses as given.
 
+The last step is a logging step too (LogLastStep): Trainer logs at every logging_steps only,
+so a run shorter than logging_steps (trainer.max_steps=3, logging_steps=100) ended on step 1's
+line, and the final losses printed and sent to W&B were step 1's.
+
 Trainer's own flags are turned off on the arguments this trainer holds (their values are kept
 and acted on here), so the rest of Trainer's loop is unchanged.
 """
@@ -29,7 +33,7 @@ from __future__ import annotations
 
 import torch
 from transformers import Trainer, TrainerCallback
-from transformers.trainer_utils import speed_metrics
+from transformers.trainer_utils import IntervalStrategy, speed_metrics
 
 from bertkit.trainer_internals import put_last
 from bertkit.training.padding_masks import attach_padding_masks, without_full_masks
@@ -64,6 +68,14 @@ class LeanStepTrainer(FixedRowsTrainer, Trainer):
             torch._dynamo.config.automatic_dynamic_shapes = False
         self._flush_callback = FlushAtLoggingSteps(self)
         self.add_callback(self._flush_callback)
+        self._last_step_callback = LogLastStep()
+        self.add_callback(self._last_step_callback)
+
+    @property
+    def last_logging_window(self) -> tuple[int, int] | None:
+        """(first, last) optimizer step of the last training log line: its losses are the
+        mean over these steps (Trainer's window); None before any line."""
+        return self._last_step_callback.window
 
     # -- the step -------------------------------------------------------------------------
     def training_step(self, model, inputs, num_items_in_batch=None):
@@ -116,7 +128,9 @@ class LeanStepTrainer(FixedRowsTrainer, Trainer):
 
     def train(self, *args, **kwargs):
         # Last among the callbacks, so that a stop or save that another callback decides at a
-        # step's end still finds the counters flushed into the state it saves.
+        # step's end still finds the counters flushed into the state it saves; the last-step
+        # log just before, so that it sees every stop decided at the step's end.
+        put_last(self, self._last_step_callback)
         put_last(self, self._flush_callback)
         return super().train(*args, **kwargs)
 
@@ -167,6 +181,41 @@ class _DeviceWindow:
         tokens, nonfinite = (int(value) for value in values.tolist())
         self.reset()
         return tokens, nonfinite
+
+
+class LogLastStep(TrainerCallback):
+    """Makes the step that ends training a logging step, so that the last training line (and
+    with it the final losses) covers the steps up to the end: at max_steps, or where another
+    callback stops the run at a step's end (time budget, train_fraction, preemption), or, for
+    a stop decided after the step's log (early stopping, at an evaluation), at the epoch's end
+    that follows. Keeps the window of the last training line: (first step, last step)."""
+
+    def __init__(self):
+        self.window: tuple[int, int] | None = None
+        self._last_logged = 0
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self._last_logged = state.global_step  # Trainer's window starts here on a resume too
+        return control
+
+    def on_step_end(self, args, state, control, **kwargs):
+        return self._log_if_ending(args, state, control)
+
+    def on_epoch_end(self, args, state, control, **kwargs):
+        return self._log_if_ending(args, state, control)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and "loss" in logs:  # a training line (not evaluation, held-out or closing)
+            self.window = (self._last_logged + 1, state.global_step)
+            self._last_logged = state.global_step
+        return control
+
+    @staticmethod
+    def _log_if_ending(args, state, control):
+        ending = control.should_training_stop or state.global_step >= state.max_steps
+        if ending and args.logging_strategy != IntervalStrategy.NO:
+            control.should_log = True
+        return control
 
 
 class FlushAtLoggingSteps(TrainerCallback):

@@ -146,6 +146,12 @@ def _usage(cfg: DictConfig, family: str) -> str | None:
         feature_based=bool(OmegaConf.select(cfg, "model.feature_based.enabled", default=False)))
 
 
+# A finetune's training facts in its card: metrics.json's train key -> the card's name.
+FINETUNE_TRAINING_FACTS = {"steps": "steps", "planned_steps": "planned_steps",
+                           "complete": "complete", "loss": "mean training loss (every step)",
+                           "training_seconds": "training_seconds"}
+
+
 def finetune_facts(cfg: DictConfig, record: dict) -> CardFacts:
     """A finetune's card from its metrics.json record (bertkit.data.metrics_file)."""
     family, task = record["family"], cfg.task
@@ -162,8 +168,10 @@ def finetune_facts(cfg: DictConfig, record: dict) -> CardFacts:
                       f"{' and the labelled test split(s)' if record.get('test') else ''}, as in "
                       f"the run's metrics.json; main metric: {record['main_metric']}."),
         hyperparameters=record.get("hyperparameters", {}), seed=record["seed"],
-        training={key: train[key] for key in ("steps", "planned_steps", "complete", "loss",
-                                              "training_seconds") if key in train},
+        # metrics.json's train.loss is Trainer's train_loss: the mean over every step, not the
+        # last step's, and the card says so.
+        training={FINETUNE_TRAINING_FACTS[key]: train[key] for key in FINETUNE_TRAINING_FACTS
+                  if key in train},
         usage=_usage(cfg, family))
 
 

@@ -17,7 +17,7 @@ from transformers import PreTrainedModel, TrainingArguments
 from bertkit.errors import BertkitError
 from bertkit.secret_masking import mask_secrets, masked_argv
 from bertkit.training.models import count_parameters
-from bertkit.training.wandb_sweep import SWEEP_TAG_PREFIX
+from bertkit.training.wandb_sweep import SWEEP_TAG_PREFIX, later_job_of_multirun
 from bertkit.wandb_credentials import has_wandb_credentials
 
 logger = logging.getLogger(__name__)
@@ -77,7 +77,10 @@ def start_wandb_run(cfg: DictConfig, run_dir: Path, hyperparameters: dict):
         return None
     import wandb
 
-    if mode == "offline":
+    # A sweep prints W&B's banner (version, where the run is saved, its closing summary and
+    # sync lines) and the offline notice once, for its first job, not for every job.
+    quiet = later_job_of_multirun()
+    if mode == "offline" and not quiet:
         logger.warning("W&B: no credentials found (WANDB_API_KEY or `wandb login`): logging "
                        "offline under %s/wandb; upload later with `wandb sync`", run_dir)
     log = cfg.logger
@@ -105,4 +108,5 @@ def start_wandb_run(cfg: DictConfig, run_dir: Path, hyperparameters: dict):
             mode=mode,
             config=settings,
             reinit="finish_previous",
+            settings=wandb.Settings(silent=True) if quiet else None,
         )

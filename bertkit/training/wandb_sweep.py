@@ -42,6 +42,13 @@ def in_multirun() -> bool:
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
+def later_job_of_multirun() -> bool:
+    """A multirun's job after its first (hydra.job.num > 0): W&B's banner and closing
+    summary were printed for the first; each job's own printout still says where its run
+    went (bertkit.training.lifecycle.finish_wandb)."""
+    return in_multirun() and int(HydraConfig.get().job.get("num") or 0) > 0
+
+
 def fit(text: str, limit: int) -> str:
     """text, or its start and a digest of the whole when longer than limit (still unique)."""
     if len(text) <= limit:
