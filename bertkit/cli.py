@@ -42,7 +42,7 @@ from bertkit.data.metrics_file import FAILED_FILE
 from bertkit.errors import BertkitError
 from bertkit.jobs import JOBS, check_finished_run, run_job
 from bertkit.secret_masking import mask_logs, mask_secrets, mask_text, remember_secrets
-from bertkit.training import wandb_sweep
+from bertkit.training import sweep_dirs, wandb_sweep
 from bertkit.training.distributed import join_submitit_tasks, run_stamp
 from bertkit.training.preemption import Preempted
 
@@ -64,9 +64,11 @@ def register_resolvers() -> None:
     if not OmegaConf.has_resolver("bertkit_sweep_stamp"):
         OmegaConf.register_new_resolver("bertkit_sweep_stamp", sweep_stamp)
     # A multirun's W&B id, groups and names (conf/logger/wandb.yaml): not cached, each job's own.
+    # A multirun job's directory, its swept settings (conf/config.yaml's hydra.sweep.subdir).
     for resolver, function in (("bertkit_sweep_id", wandb_sweep.sweep_id),
                                ("bertkit_wandb_group", wandb_sweep.group),
-                               ("bertkit_wandb_name", wandb_sweep.name)):
+                               ("bertkit_wandb_name", wandb_sweep.name),
+                               ("bertkit_job_dir", sweep_dirs.job_dir)):
         if not OmegaConf.has_resolver(resolver):
             OmegaConf.register_new_resolver(resolver, function)
 

@@ -6,8 +6,10 @@ read by bertkit-report without family-specific patches.
     main_metric, main_value               the task's headline dev score (what the report ranks)
     validation      {split: {metric: value}}  dev splits (GLUE MNLI has two)
     test            {split: {metric: value}}  labelled test splits (CoNLL-2003), else {}
-    train           loss, steps, planned_steps, complete, seconds, training_seconds (across
-                    resumes), budget (with budget.minutes), and the family's sizes
+    train           loss, steps, epochs (really trained: fractional, below num_train_epochs
+                    when max_steps or a stop ended the run first), planned_steps, complete,
+                    seconds, training_seconds (across resumes), budget (with budget.minutes),
+                    and the family's sizes
     hyperparameters the paper's names (learning_rate, train_batch_size, ...) and the family's
     files           name -> path of the prediction files
     details         the family's own facts (data counts, decoding time, best checkpoint);

@@ -1,4 +1,4 @@
-"""bertkit-report OUTPUTS_DIR [--out REPORT_DIR] [--compare GLOB_A GLOB_B ...] [--decimals N]
+"""bertkit-report OUTPUTS_DIR [--out REPORT_DIR] [--compare A B ...] [--decimals N]
                   [--source {auto,files,wandb}] [--reference KEY ...] [--references FILE]
 bertkit-report SWEEP_DIR --wandb-workspace ENTITY/PROJECT [--dry-run] [--workspace-name NAME]
                   [--workspace-layout FILE] [--out REPORT_DIR]
@@ -44,10 +44,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="a run directory or any parent of run directories")
     parser.add_argument("--out", type=Path, default=None, metavar="REPORT_DIR",
                         help="where to write the report (default: OUTPUTS_DIR/report)")
-    parser.add_argument("--compare", nargs=2, metavar=("GLOB_A", "GLOB_B"), default=None,
+    parser.add_argument("--compare", nargs=2, metavar=("A", "B"), default=None,
                         action="append",
-                        help="significance of B vs A; globs match run directories relative "
-                             "to OUTPUTS_DIR (fnmatch, '*' also matches '/'). Repeatable "
+                        help="significance of B vs A. Each side selects runs by settings, "
+                             "KEY=VALUE items separated by spaces or commas in one argument "
+                             "('finetuning=llrd', 'learning_rate=2e-5 seed=1'; KEY: any "
+                             "setting of the runs' configs, its full key, a group for its "
+                             "choice or an unambiguous suffix; VALUE as a Hydra override "
+                             "reads it), or is a glob over run directories relative to "
+                             "OUTPUTS_DIR (fnmatch, '*' also matches '/'). Repeatable "
                              "(e.g. each arm against one baseline): Holm's p and ASO's "
                              "correction then count every comparison of the table")
     parser.add_argument("--paired", action="store_true",

@@ -55,6 +55,12 @@ def ignored(key: str) -> bool:
     return bare == key and any(fnmatchcase(key, p) for p in patterns["grid"])
 
 
+def neutral(key: str) -> bool:
+    """Whether key cannot change a result (result_neutral.yaml's neutral: log settings, a
+    cache's path, ...), under pretraining. too."""
+    return any(fnmatchcase(key.removeprefix(PRETRAINING), p) for p in _patterns()["neutral"])
+
+
 def flatten(node: object, prefix: str = "") -> dict[str, object]:
     """{"trainer": {"max_steps": 3}} -> {"trainer.max_steps": 3}; lists and empty mappings
     are values."""

@@ -18,7 +18,7 @@ from pathlib import Path
 from bertkit.data.metrics_file import INPUT_FINGERPRINTS, METRICS_FILE, SCHEMA_VERSION, upgrade
 from bertkit.data.readback import read_json, read_yaml
 from bertkit.errors import BertkitError
-from bertkit.reporting.identity import MODEL_KEY, PRETRAINING, run_settings
+from bertkit.reporting.identity import MODEL_KEY, PRETRAINING, flatten, run_settings
 
 CONFIG_FILE = "config.yaml"  # the run's resolved config, beside its metrics.json
 
@@ -44,11 +44,17 @@ class RunResult:
     steps: int | None = None
     planned_steps: int | None = None
     complete: bool = True
+    # The epochs really trained (metrics.json's train.epochs): fewer than the grid point's
+    # num_train_epochs when max_steps or a stop ended the run first. None: not recorded.
+    epochs_trained: float | None = None
     source: str = METRICS_FILE  # or "wandb": rebuilt from the run's W&B log
     # What can split the report's rows (identity.py): the resolved config's settings, or
     # metrics.json's hyperparameters for a run without config.yaml (settings_source says).
     settings: dict[str, object] = field(default_factory=dict)
     settings_source: str = CONFIG_FILE
+    # Every setting of the run, flattened ("trainer.learning_rate": 2e-05), the seed and the
+    # grid included, besides those of `settings`: what --compare's KEY=VALUE selections match.
+    config: dict[str, object] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -82,8 +88,10 @@ def read_downstream_runs(pretraining_dir: Path) -> list[RunResult]:
         if run is not None:
             settings = {k: v for k, v in run.settings.items()
                         if k not in (MODEL_KEY, "model.tokenizer")}
-            runs.append(replace(run, recipe=arm, model=model,
-                                settings={**settings, MODEL_KEY: model, **arm_settings}))
+            settings = {**settings, MODEL_KEY: model, **arm_settings}
+            arm_config = {f"{PRETRAINING}{k}": v for k, v in flatten(pretrained or {}).items()}
+            runs.append(replace(run, recipe=arm, model=model, settings=settings,
+                                config={**run.config, **arm_config, **settings}))
     return runs
 
 
@@ -120,6 +128,8 @@ def read_run(path: Path) -> RunResult | None:
         config = {**hyper, "recipe": {"name": str(data.get("recipe", ""))},
                   "model": {"name_or_path": str(data.get("model", ""))}}
         settings_source = METRICS_FILE
+    settings = run_settings(config, data_fingerprint=_data_fingerprint(data),
+                            input_fingerprints=_input_fingerprints(data))
     return RunResult(
         run_dir=path.parent,
         recipe=str(data.get("recipe", "")),
@@ -131,10 +141,11 @@ def read_run(path: Path) -> RunResult | None:
         grid_point=(float(hyper["learning_rate"]), int(hyper["train_batch_size"]),
                     float(hyper["num_train_epochs"])),
         metrics=flatten_validation(data["validation"]),
-        settings=run_settings(config, data_fingerprint=_data_fingerprint(data),
-                              input_fingerprints=_input_fingerprints(data)),
+        settings=settings,
         settings_source=settings_source,
+        config={**flatten(config), **settings},
         **_progress(path, data.get("train")),
+        epochs_trained=_epochs_trained(data.get("train"), hyper),
     )
 
 
@@ -177,6 +188,29 @@ def _progress(path: Path, train: object) -> dict:
             "planned_steps": (train.get("planned_steps")
                               if _is_number(train.get("planned_steps")) else None),
             "complete": complete}
+
+
+def _epochs_trained(train: object, hyper: dict) -> float | None:
+    """train.epochs. A record written before it was kept: on a schedule of epochs
+    (max_steps <= 0), num_train_epochs times the share of the planned steps trained (early
+    stopping ends it before); capped by max_steps, the steps over an epoch's steps (the
+    training examples in batches of train_batch_size, as Trainer counts them). None where the
+    record cannot tell (SQuAD and NER count windows and features, not examples)."""
+    if not isinstance(train, dict):
+        return None
+    if _is_number(train.get("epochs")):
+        return float(train["epochs"])
+    steps, planned, epochs = train.get("steps"), train.get("planned_steps"), \
+        hyper.get("num_train_epochs")
+    if not all(_is_number(v) and v > 0 for v in (steps, epochs)):
+        return None
+    max_steps = hyper.get("max_steps")
+    if not (_is_number(max_steps) and max_steps > 0):
+        return epochs * steps / planned if _is_number(planned) and planned > 0 else None
+    examples, batch = train.get("examples"), hyper.get("train_batch_size")
+    if not all(_is_number(v) and v > 0 for v in (examples, batch)):
+        return None
+    return min(float(epochs), steps / math.ceil(examples / batch))
 
 
 def read_failed(path: Path) -> FailedRun:

@@ -103,13 +103,29 @@ def _best_grid_points(report: dict) -> list[str]:
             scale, s, g = tasks[task]["scale"], best["summary"], best["grid_point"]
             spread = ("" if s["n"] < 2 else f" ± {fmt(s['std'] * scale, d)}")
             body.append([system["system"], tasks[task]["header"], f"{g['learning_rate']:g}",
-                         str(g["train_batch_size"]), f"{g['num_train_epochs']:g}", str(s["n"]),
+                         str(g["train_batch_size"]), epochs_cell(g["num_train_epochs"],
+                                                                 best.get("epochs_trained")),
+                         str(s["n"]),
                          fmt(s["mean"] * scale, d) + spread, fmt(s["median"] * scale, d),
                          f"{best['grid_points_tried']} ({best['runs_tried']} runs)"])
     return ["## Best grid point per task", "",
             markdown_table(["System", "Task", "learning_rate", "batch size", "epochs",
                             "seeds", "mean ± std", "median", "grid points tried"],
                            body).rstrip("\n")]
+
+
+def epochs_cell(planned: float, trained: list | None) -> str:
+    """The epochs a grid point's seeds trained: the grid's num_train_epochs when they trained
+    them all (or did not record it), else what they trained of it ("0.04 of 3": max_steps or
+    a stop ended them first), a range where the seeds differ."""
+    shown = sorted({f"{t:.{EPOCH_DIGITS}g}" for t in trained or () if t is not None},
+                   key=float)
+    if not shown or shown == [f"{planned:.{EPOCH_DIGITS}g}"]:
+        return f"{planned:g}"
+    return f"{shown[0]}{'–' + shown[-1] if len(shown) > 1 else ''} of {planned:g}"
+
+
+EPOCH_DIGITS = 3  # significant digits of the epochs trained: 0.0435 -> 0.0435, 2.9999 -> 3
 
 
 def _failed_jobs(failed: list[dict]) -> list[str]:
@@ -124,8 +140,8 @@ def _significance(comparisons: list[dict], tasks: dict, d: int) -> list[str]:
     first = comparisons[0]  # the settings are the same for every pair
     confidence = f"{100 * first['confidence']:g}%"
     out = ["", "## Significance", ""]
-    out += [f"- {_pair(c)}: A: runs matching `{c['glob_a']}` ({c['n_runs_a']} runs); B: runs "
-            f"matching `{c['glob_b']}` ({c['n_runs_b']} runs)." for c in comparisons]
+    out += [f"- {_pair(c)}: A: {_describe(c, 'a')} ({c['n_runs_a']} runs); B: "
+            f"{_describe(c, 'b')} ({c['n_runs_b']} runs)." for c in comparisons]
     out += ["", "Per task, each group's seeds at its best dev grid point; difference = "
             "mean(B) − mean(A), two-sided p-value; Holm p: adjusted over every row of the "
             f"table. ε_min: the Almost Stochastic Order test (deepsig) that B is better than A "
@@ -152,10 +168,7 @@ def _significance(comparisons: list[dict], tasks: dict, d: int) -> list[str]:
                          fmt(c["mean_b"] * scale, d), fmt(c["difference"] * scale, d),
                          f"[{fmt(c['ci_low'] * scale, d)}, {fmt(c['ci_high'] * scale, d)}]",
                          _p(c["p_value"]), _p(c["p_holm"]), c["test"],
-                         f"{c['aso_epsilon']:.2f}" + (" (B better)" if c["b_better_by_aso"]
-                                                       else ""),
-                         f"{c['aso_epsilon_a_over_b']:.2f}" + (
-                             " (A better)" if c["a_better_by_aso"] else ""),
+                         *_aso_cells(c),
                          f"[{fmt(c['bootstrap_low'] * scale, d)}, "
                          f"{fmt(c['bootstrap_high'] * scale, d)}]",
                          "> 10000" if c["seeds_needed"] is None else str(c["seeds_needed"])])
@@ -167,6 +180,10 @@ def _significance(comparisons: list[dict], tasks: dict, d: int) -> list[str]:
                                   body).rstrip("\n"))
     else:
         out.append("No task has runs in both groups.")
+    notes += [f"- {_pair(comparison)}, {task}: tied: both groups have the same scores, so "
+              f"there is no difference between them (ASO is not run)."
+              for comparison in comparisons for task, c in comparison["tasks"].items()
+              if c.get("tied")]
     if notes:
         out += ["", *notes]
     for comparison in comparisons:
@@ -175,8 +192,25 @@ def _significance(comparisons: list[dict], tasks: dict, d: int) -> list[str]:
     return out
 
 
+def _aso_cells(c: dict) -> list[str]:
+    """ε_min both ways, each with its verdict; "no difference" for tied groups."""
+    if c.get("tied"):
+        return [TIED, TIED]
+    return [f"{c['aso_epsilon']:.2f}" + (" (B better)" if c["b_better_by_aso"] else ""),
+            f"{c['aso_epsilon_a_over_b']:.2f}" + (" (A better)" if c["a_better_by_aso"] else "")]
+
+
+TIED = "no difference (tied)"
+
+
 def _pair(comparison: dict) -> str:
-    return f"`{comparison['glob_b']}` vs `{comparison['glob_a']}`"
+    """B vs A, each side named by its selection (settings) or its glob."""
+    return (f"`{comparison.get('label_b', comparison['glob_b'])}` vs "
+            f"`{comparison.get('label_a', comparison['glob_a'])}`")
+
+
+def _describe(comparison: dict, side: str) -> str:
+    return comparison.get(f"describe_{side}", f"runs matching `{comparison[f'glob_{side}']}`")
 
 
 def _p(value: float) -> str:

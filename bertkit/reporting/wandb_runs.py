@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bertkit.errors import BertkitError
-from bertkit.reporting.identity import run_settings
+from bertkit.reporting.identity import flatten, run_settings
 from bertkit.reporting.results import GRID_KEYS, FailedRun, RunResult
 from bertkit.reporting.wandb_log import read_offline_run
 
@@ -163,9 +163,13 @@ def _run_result(path: Path, run_dir: Path, config: dict, bertkit: dict,
         steps=_number_or_none(summary.get("train/global_step")),
         planned_steps=_number_or_none(summary.get("train/planned_steps")),
         complete=complete,
+        # Trainer's W&B callback logs the epoch reached as train/epoch.
+        epochs_trained=(float(summary["train/epoch"]) if _is_number(summary.get("train/epoch"))
+                        else None),
         source=WANDB_SOURCE,
         settings=run_settings(bertkit),
         settings_source="W&B config",
+        config={**flatten(bertkit), **run_settings(bertkit)},
     )
 
 

@@ -26,7 +26,6 @@ import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from fnmatch import fnmatch
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +44,7 @@ from bertkit.reporting.references import (
 )
 from bertkit.reporting.results import GRID_KEYS, RunResult
 from bertkit.reporting.sections import one_line, render_markdown, safe_name
+from bertkit.reporting.selection import resolve_side
 from bertkit.reporting.statistics import (
     aso_epsilon,
     best_grid_point,
@@ -53,6 +53,7 @@ from bertkit.reporting.statistics import (
     expected_max_curve,
     holm_adjust,
     seeds_needed,
+    tied,
 )
 from bertkit.reporting.tables import column_header, glue_table_csv, glue_table_markdown
 from bertkit.secret_masking import mask_secrets
@@ -88,6 +89,9 @@ def _best(runs: Sequence[RunResult], root: Path, split: RowSplit | None = None) 
         "summary": summary,
         "seeds": [r.seed for r in chosen],
         "values": [r.main_value for r in chosen],
+        # What each seed really trained (None: not recorded): below the grid point's
+        # num_train_epochs when max_steps or a stop ended it first.
+        "epochs_trained": [r.epochs_trained for r in chosen],
         "run_dirs": [relative_dir(r.run_dir, root) for r in chosen],
     }
 
@@ -126,7 +130,8 @@ def build_report(
 ) -> dict:
     """Everything the report shows, as plain data (the content of report.json).
 
-    compare: (GLOB_A, GLOB_B) pairs, one per --compare; Holm's adjustment and ASO's
+    compare: (A, B) pairs, one per --compare, each side a glob over run directories or
+    KEY=VALUE settings (selection.py); Holm's adjustment and ASO's
     Bonferroni correction count every task of every pair, so a table of arms against one
     baseline is corrected as a whole. paired / confidence: of those tests; significance: the
     rest of their settings (ASO threshold, the difference the seeds-needed line is for, ...),
@@ -311,10 +316,10 @@ def _compare_all(runs, root: Path, pairs: Sequence[Sequence[str]], task_info: di
     gathered = [_tests(runs, root, glob_a, glob_b, settings, split)
                 for glob_a, glob_b in pairs]
     holm = holm_adjust({(i, task): test[4]["p_value"]
-                        for i, (_, tests, _) in enumerate(gathered)
+                        for i, (_, _, tests, _) in enumerate(gathered)
                         for task, test in tests.items()})  # one family: every row
     comparisons = []
-    for i, ((glob_a, glob_b), (groups, tests, skipped)) in enumerate(
+    for i, ((glob_a, glob_b), (sides, groups, tests, skipped)) in enumerate(
             zip(pairs, gathered, strict=True)):
         results = {task: {"a": best_a, "b": best_b, "scale": task_info[task]["scale"], **stats,
                           "p_holm": holm[(i, task)],
@@ -322,6 +327,13 @@ def _compare_all(runs, root: Path, pairs: Sequence[Sequence[str]], task_info: di
                                       settings, len(holm))}
                    for task, (best_a, best_b, values_a, values_b, stats) in tests.items()}
         comparisons.append({"glob_a": glob_a, "glob_b": glob_b,
+                            # The sides as the table names them; their settings when they
+                            # are KEY=VALUE selections (None: a glob), full keys.
+                            "label_a": sides["a"].label, "label_b": sides["b"].label,
+                            "describe_a": sides["a"].describe(),
+                            "describe_b": sides["b"].describe(),
+                            "selection_a": sides["a"].settings,
+                            "selection_b": sides["b"].settings,
                             **dataclasses.asdict(settings), "n_runs_a": len(groups["a"]),
                             "n_runs_b": len(groups["b"]), "tasks": results,
                             "skipped": skipped})
@@ -330,14 +342,12 @@ def _compare_all(runs, root: Path, pairs: Sequence[Sequence[str]], task_info: di
 
 def _tests(runs, root: Path, glob_a: str, glob_b: str, settings: Significance,
            split: RowSplit):
-    """One pair's groups, its t-tests by task (the best grid points, their values and
-    compare_groups' result) and the tasks it could not test, with why."""
-    groups = {}
-    for label, pattern in (("a", glob_a), ("b", glob_b)):
-        chosen = [r for r in runs if fnmatch(relative_dir(r.run_dir, root), pattern)]
-        if not chosen:
-            raise BertkitError(f"--compare: {pattern!r} matches no run directory under {root}")
-        groups[label] = chosen
+    """One pair's sides (selection.Side) and groups, its t-tests by task (the best grid
+    points, their values and compare_groups' result) and the tasks it could not test, with
+    why."""
+    groups, sides = {}, {}
+    for label, text in (("a", glob_a), ("b", glob_b)):
+        sides[label], groups[label] = resolve_side(text, runs, root, relative_dir)
     tests, skipped = {}, {}
     for task in sorted({r.task for r in groups["a"]} & {r.task for r in groups["b"]}):
         best_a, best_b = (_configuration([r for r in groups[g] if r.task == task], root, split)
@@ -351,7 +361,7 @@ def _tests(runs, root: Path, glob_a: str, glob_b: str, settings: Significance,
                 values_a, values_b, confidence=settings.confidence, paired=settings.paired))
         except BertkitError as err:
             skipped[task] = str(err)
-    return groups, tests, skipped
+    return sides, groups, tests, skipped
 
 
 def _configuration(runs: Sequence[RunResult], root: Path, split: RowSplit) -> dict:
@@ -365,17 +375,20 @@ def _configuration(runs: Sequence[RunResult], root: Path, split: RowSplit) -> di
 
 def _beyond_t(values_a, values_b, stats: dict, scale: float, settings: Significance,
               comparisons: int) -> dict:
-    """ASO, the bootstrap interval and the seeds-needed line of one task's comparison."""
+    """ASO, the bootstrap interval and the seeds-needed line of one task's comparison. Tied
+    groups (the same scores) are no difference, said so: ASO is not asked (its ε_min would
+    read 1 both ways, and deepsig warns of a division by zero)."""
+    same = tied(values_a, values_b)
     if settings.paired:  # compare_groups checked that the seeds match
         keys = sorted(values_a)
         values_a, values_b = [values_a[k] for k in keys], [values_b[k] for k in keys]
     values_a, values_b = list(values_a), list(values_b)
     # Both directions: ε_min near 1 only says B is not better; whether A is better (a method
     # that hurts) is the test with the roles swapped.
-    epsilon, epsilon_a = (aso_epsilon(x, y, confidence=settings.confidence,
-                                      num_comparisons=comparisons, seed=settings.seed,
-                                      bootstrap_iterations=settings.aso_iterations)
-                          for x, y in ((values_a, values_b), (values_b, values_a)))
+    epsilon, epsilon_a = (None, None) if same else (
+        aso_epsilon(x, y, confidence=settings.confidence, num_comparisons=comparisons,
+                    seed=settings.seed, bootstrap_iterations=settings.aso_iterations)
+        for x, y in ((values_a, values_b), (values_b, values_a)))
     low, high = bootstrap_difference_ci(values_a, values_b, settings.confidence,
                                         paired=settings.paired, resamples=settings.resamples,
                                         seed=settings.seed)
@@ -384,10 +397,10 @@ def _beyond_t(values_a, values_b, stats: dict, scale: float, settings: Significa
         float(np.std(values_a, ddof=1)), float(np.std(values_b, ddof=1)),
         settings.detect / scale, alpha=1 - settings.confidence, power=settings.power,
         paired_std=float(np.std(differences, ddof=1)) if differences is not None else None)
-    return {"aso_epsilon": epsilon, "aso_comparisons": comparisons,
-            "b_better_by_aso": epsilon < settings.aso_threshold,
+    return {"tied": same, "aso_epsilon": epsilon, "aso_comparisons": comparisons,
+            "b_better_by_aso": not same and epsilon < settings.aso_threshold,
             "aso_epsilon_a_over_b": epsilon_a,
-            "a_better_by_aso": epsilon_a < settings.aso_threshold,
+            "a_better_by_aso": not same and epsilon_a < settings.aso_threshold,
             "bootstrap_low": low, "bootstrap_high": high, "seeds_needed": needed}
 
 

@@ -62,6 +62,9 @@ class TrainingRun:
     training_seconds: float | None = None  # the training clock at the end, earlier runs' included
     budget: dict | None = None  # {"minutes", "ended_by_budget"} when budget.minutes is set
     hyperparameters: dict = field(default_factory=dict)  # as recorded in W&B and metrics.json
+    # The epochs really trained (Trainer's state.epoch, fractional): max_steps, early
+    # stopping, train_fraction or a time budget end a run before num_train_epochs.
+    epochs: float | None = None
 
     def train_record(self, **sizes) -> dict:
         """metrics.json's "train": the loss, how far training went of its schedule (successive
@@ -73,7 +76,8 @@ class TrainingRun:
             else {"training_seconds": round(self.training_seconds, 2)}
         budget = {"budget": self.budget} if self.budget is not None else {}
         return {"loss": self.output.training_loss, "steps": self.output.global_step,
-                "planned_steps": self.planned_steps, "complete": self.complete,
+                "epochs": self.epochs, "planned_steps": self.planned_steps,
+                "complete": self.complete,
                 "seconds": round(self.seconds, 2), **clock, **budget, **sizes, **throughput}
 
 
@@ -159,7 +163,8 @@ def train(cfg: DictConfig, run_dir: Path, trainer: Trainer, hyperparameters: dic
     complete = stopper is None or state.global_step >= state.max_steps
     return TrainingRun(main, wandb_run, output, seconds, state.max_steps, complete,
                        meter.record if meter is not None else None, training_seconds,
-                       budget.record() if budget is not None else None, hyperparameters)
+                       budget.record() if budget is not None else None, hyperparameters,
+                       state.epoch)
 
 
 def _train_or_explain(trainer: Trainer, checkpoint: str | None):

@@ -80,7 +80,7 @@ def test_finished_failed_and_unfinished_runs(tmp_path):
         run_dir=good, recipe="glue", task="mnli", model="bert-base-uncased", seed=1,
         main_metric="accuracy", main_value=0.8125, grid_point=(2e-5, 32, 3.0),
         metrics=MNLI_SCORES, steps=120, planned_steps=120, complete=True, source="wandb",
-        settings=runs[0].settings, settings_source="W&B config")
+        settings=runs[0].settings, settings_source="W&B config", config=runs[0].config)
     assert runs[0].settings["model.name_or_path"] == "bert-base-uncased"
     assert runs[1].metrics == {"validation/f1": 0.9}
     assert runs[2].metrics == {"validation/f1": 88.25, "validation/exact_match": 81.0}
@@ -237,8 +237,9 @@ def test_report_from_wandb_logs_equals_report_from_metrics_json(glue_dir, vocab_
 
     def comparable(run):
         settings = {k: v for k, v in run.settings.items() if k not in by_content}
+        config = {k: v for k, v in run.config.items() if k not in by_content}
         return dataclasses.replace(run, run_dir=None, source=None, settings_source=None,
-                                   settings=settings)
+                                   settings=settings, config=config)
 
     assert [comparable(r) for r in runs_files] == [comparable(r) for r in runs_wandb]
     assert {r.settings["task.data_dir"] for r in runs_wandb} == {str(data)}
