@@ -102,7 +102,7 @@ def test_no_secret_in_any_file_or_log_of_a_finetune_a_pretraining_and_a_sweep(
     printed.append(bertkit("-m", *tiny_run_overrides("rte", data, vocab_dir, **{
         "logger": "wandb", "trainer.learning_rate": "1e-3,-1"}), *secret_settings,
         f"hydra.sweep.dir={sweep}", env=env, status=1))
-    assert b"  rte/1 [trainer.learning_rate=-1]: " in printed[-1].stderr
+    assert b"  rte/trainer.learning_rate=-1 [trainer.learning_rate=-1]: " in printed[-1].stderr
     assert report_main([str(sweep), "--out", str(out / "report")]) == 0
 
     # Every file any of them left, and everything printed.
@@ -118,13 +118,17 @@ def test_no_secret_in_any_file_or_log_of_a_finetune_a_pretraining_and_a_sweep(
 
     # The writers ran, and the mask stands where each key was.
     names = {path.relative_to(out).as_posix() for path in files}
-    for run in ("finetune", "pretraining", "sweep/rte/0"):
+    for run in ("finetune", "pretraining", "sweep/rte/trainer.learning_rate=0.001"):
         assert {f"{run}/{name}" for name in ("config.yaml", "metrics.json", "model/README.md",
                                              "model/training_args.bin", ".hydra/config.yaml",
                                              ".hydra/hydra.yaml", ".hydra/overrides.yaml")} <= names
-    assert {"sweep/multirun.yaml", "sweep/rte/1/failed.json", "report/report.md"} <= names
+    assert {"sweep/multirun.yaml", "sweep/rte/trainer.learning_rate=-1/failed.json",
+            "report/report.md"} <= names
     assert any(name.startswith("finetune/checkpoints/checkpoint-") for name in names)
-    for run in (finetune, pretraining, sweep / "rte" / "0"):
+    # The sweep's job directories are named by their swept setting (hydra.sweep.subdir).
+    job = sweep / "rte" / "trainer.learning_rate=0.001"
+    refused = sweep / "rte" / "trainer.learning_rate=-1"
+    for run in (finetune, pretraining, job):
         config = yaml.safe_load((run / "config.yaml").read_text())
         assert config["trainer"]["hub_token"] == MASK
         assert config["service"] == {"password": MASK, "api_key": MASK,
@@ -136,9 +140,9 @@ def test_no_secret_in_any_file_or_log_of_a_finetune_a_pretraining_and_a_sweep(
         assert f"'+trainer.hub_token={MASK}'" in (run / "model" / "README.md").read_text()
         saved = torch.load(run / "model" / "training_args.bin", weights_only=False)
         assert saved.hub_token == MASK
-    failed = json.loads((sweep / "rte" / "1" / "failed.json").read_text())
+    failed = json.loads((refused / "failed.json").read_text())
     assert f"+trainer.hub_token={MASK}" in failed["overrides"]
-    for run in (finetune, sweep / "rte" / "0"):
+    for run in (finetune, job):
         (log,) = (run / "wandb").glob("offline-run-*/run-*.wandb")
         logged = read_offline_run(log.parent)["config"]["bertkit"]
         assert logged["trainer"]["hub_token"] == MASK and logged["service"]["password"] == MASK

@@ -8,11 +8,13 @@ import json
 import shutil
 
 import pytest
+from omegaconf import OmegaConf
 
 from bertkit.config_schema import input_keys
 from bertkit.errors import BertkitError
 from bertkit.reporting.cli import main
 from bertkit.reporting.collect import collect_runs
+from bertkit.reporting.identity import NEUTRAL_FILE
 from bertkit.reporting.results import FailedRun, RunResult
 from bertkit.reporting.wandb_log import find_log
 from bertkit.reporting.writer import build_report
@@ -231,9 +233,12 @@ def test_report_from_wandb_logs_equals_report_from_metrics_json(glue_dir, vocab_
     runs_wandb, _ = collect_runs(sweep, source="wandb")
     # The W&B config holds the resolved config, as config.yaml does: the same settings, but
     # for the inputs a run reads (the schema's input_keys: data, tokenizer, checkpoint,
-    # corpus), which metrics.json names by their content and the W&B config by their paths.
+    # corpus) and where its data came from (result_neutral.yaml's data_location: data_source,
+    # task.max_*_samples), which metrics.json names by their content and the W&B config by
+    # their paths and values.
     assert {r.settings_source for r in runs_wandb} == {"W&B config"}
-    by_content = {"data.fingerprint", "data_source", *input_keys()}
+    data_location = OmegaConf.load(NEUTRAL_FILE).data_location
+    by_content = {"data.fingerprint", *data_location, *input_keys()}
 
     def comparable(run):
         settings = {k: v for k, v in run.settings.items() if k not in by_content}
