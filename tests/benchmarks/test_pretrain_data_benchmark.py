@@ -86,13 +86,15 @@ def share_of(lengths: list[int], order: list[int]) -> tuple[int, int]:
 @pytest.mark.parametrize(("objective", "num_proc"),
                          [("mlm_nsp", 1), ("mlm_nsp", 2), ("mlm", "null")])
 def test_benchmark_times_every_stage_and_counts_exactly(objective, num_proc, vocab_dir, tmp_path,
-                                                        monkeypatch):
+                                                        tmp_path_factory, monkeypatch):
     corpus = tmp_path / "corpus.txt"
     write_corpus(corpus)
     cfg = compose_config(bench_overrides(corpus, vocab_dir, tmp_path, objective=objective,
                                          **{"bench.num_proc": num_proc}))
-    scratch = tmp_path / "tmp"  # where the benchmark's temporary cache directories go
-    scratch.mkdir()
+    # Where the benchmark's temporary cache directories go: a short path, because num_proc > 1
+    # starts a multiprocess Manager whose socket lives there, and a Unix socket's path is cut
+    # at 108 bytes (tmp_path with this test's name and a three-digit pytest-N ran past it).
+    scratch = tmp_path_factory.mktemp("t")
     monkeypatch.setattr("tempfile.tempdir", str(scratch))
     run_dir = tmp_path / "run"
 
