@@ -197,6 +197,10 @@ def _groups(a: Sequence[float] | Mapping, b: Sequence[float] | Mapping,
     return xa, xb
 
 
+# deepsig's warning for a bootstrap sample whose two groups are identical (aso_epsilon).
+DEEPSIG_ZERO_DISTANCE = "Division by zero encountered in violation ratio"
+
+
 def aso_epsilon(a: Sequence[float], b: Sequence[float], confidence: float = 0.95,
                 num_comparisons: int = 1, seed: int = 0,
                 bootstrap_iterations: int = 1000) -> float:
@@ -220,9 +224,6 @@ def aso_epsilon(a: Sequence[float], b: Sequence[float], confidence: float = 0.95
         return float(aso(xb, xa, confidence_level=confidence, num_comparisons=num_comparisons,
                          num_bootstrap_iterations=bootstrap_iterations, show_progress=False,
                          seed=seed))
-
-
-DEEPSIG_ZERO_DISTANCE = "Division by zero encountered in violation ratio"
 
 
 def tied(a: Sequence[float] | Mapping, b: Sequence[float] | Mapping) -> bool:
