@@ -311,6 +311,10 @@ class PretrainingSchema:
     max_seq_length: int = _setting(128, min=3, max=UNBOUNDED)
     short_seq_prob: float = _setting(0.1, **SHARE)
     streaming_buffer_documents: int = _setting(1000, **COUNT)
+    # Vocabulary rows rounded up to a multiple of this (1: not padded); a power of two past
+    # 1024 rows is no tensor-core shape anyone needs.
+    pad_vocab_to_multiple_of: int = _setting(64, "a positive number of rows (1: no padding), "
+                                                 "at most 1024", min=1, max=1024)
 
 
 @dataclass

@@ -182,7 +182,8 @@ def masked_lm_loss(model, batches: list[dict]) -> float:
                                 token_type_ids=batch.get("token_type_ids"), return_dict=False)[0]
             labels = batch["labels"] if "labels" in batch else per_position_labels(batch)
             masked = labels != IGNORE_INDEX
-            logits = model.cls.predictions(hidden[masked]).float()
+            head = getattr(model, "vocabulary_logits", None)  # bertkit's: without padding rows
+            logits = head(hidden[masked]) if head else model.cls.predictions(hidden[masked]).float()
             total += float(functional.cross_entropy(logits, labels[masked], reduction="sum"))
             count += int(masked.sum())
     return total / max(count, 1)
@@ -199,6 +200,8 @@ def _trainer(cfg: DictConfig, way: str, args, data: _Data, indices: list[int], c
                                      phases=[Phase(0, lengths, len(indices))])
         trainer, _ = build_pretraining_trainer(cfg, args, subset)
         return trainer, trainer.model
+    # bertkit's initial weights, unpadded (the plain way's vocabulary is the tokenizer's):
+    # pad_vocabulary leaves the real rows as they are, so both ways start alike.
     initial = load_pretraining_model(cfg.model, prepared.tokenizer).state_dict()
     model = plain_model(cfg.model, prepared.tokenizer, initial)
     trainer = Trainer(model=model, args=args, train_dataset=data.padded.select(indices),
@@ -226,7 +229,8 @@ def _train(cfg: DictConfig, way: str, steps: int, data: _Data, run_dir: Path,
               "memory_kind": memory.kind, "training_loss": run.output.training_loss,
               "num_parameters": count_parameters(model),
               "attn_implementation": model.config._attn_implementation,
-              "config": model.config, "meter": run.meter}
+              "config": model.config, "vocab_rows": getattr(model, "vocab_rows", None),
+              "meter": run.meter}
     if timed:
         result["mlm_loss"] = masked_lm_loss(model, data.eval_batches)
     del trainer, model
@@ -240,13 +244,18 @@ def _flops(way: str, config, counts: dict) -> tuple[float, float]:
     bertkit's on the masked positions, the plain one on every real position (useful) and on
     every position fed, padding too (hardware)."""
     masked = counts["masked_tokens"]
+    # Useful: the vocabulary the model predicts; hardware: the rows the head multiplies,
+    # bertkit's padded to pretraining.pad_vocab_to_multiple_of included.
+    padded = config
+    config = BertConfig(**{**config.to_dict(), "vocab_size": counts["vocab_rows"]}) \
+        if counts.get("vocab_rows") else config
     useful_head = masked if way == "bertkit" else counts["real_tokens"]
     # bertkit's head runs on its fixed slots (unused ones too); the plain way's on every position.
     hardware_head = counts["mlm_slots"] if way == "bertkit" else counts["positions"]
     useful = training_flops(config, real_tokens=counts["real_tokens"],
                             sum_squared_lengths=counts["sum_squared_lengths"],
                             predicted_tokens=useful_head, sequences=counts["sequences"])
-    hardware = training_flops(config, real_tokens=counts["positions"],
+    hardware = training_flops(padded, real_tokens=counts["positions"],
                               sum_squared_lengths=counts["sum_squared_widths"],
                               predicted_tokens=hardware_head, sequences=counts["sequences"])
     return useful, hardware

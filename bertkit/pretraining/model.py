@@ -5,6 +5,12 @@ x 30,522 logits) and then ignores 85% of them. Google's and NVIDIA's BERT gather
 positions first; so does this subclass. Same parameters and state-dict keys as
 BertForPreTraining, so its checkpoints load into any BERT class (and it saves itself under
 that name). The loss is the paper's: mean MLM loss + mean NSP (or SOP) loss.
+
+Its vocabulary rows may be padded (pad_vocabulary; pretraining.pad_vocab_to_multiple_of, 64 by
+default) so that the MLM decoder's GEMM and the word embeddings have a tensor-core-friendly
+shape, as NVIDIA's and MosaicML's BERT recipes do: the padding rows are zero, never predicted
+(their logits are sliced off before the softmax), never looked up (every id is below them), and
+never saved (checkpoints and model/ hold the unpadded BertForPreTraining).
 """
 
 from __future__ import annotations
@@ -44,6 +50,16 @@ class MaskedOnlyBertForPreTraining(BertForPreTraining):
     # The vocabulary projection runs on the labelled positions only: what
     # bertkit.training.throughput counts its FLOPs on (transformers' class: every position).
     mlm_on_labelled_positions_only = True
+    # The state-dict entries with a row (or an entry) per vocabulary id.
+    VOCABULARY_ENTRIES = ("bert.embeddings.word_embeddings.weight", "cls.predictions.bias",
+                          "cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        # The vocabulary the model predicts and saves: config.vocab_size, until pad_vocabulary
+        # adds rows that only round the matrices' shape.
+        self.vocab_rows = config.vocab_size
+        self.register_load_state_dict_pre_hook(_pad_loaded_vocabulary)
 
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None,
@@ -67,7 +83,7 @@ class MaskedOnlyBertForPreTraining(BertForPreTraining):
         else:
             raise ValueError("MaskedOnlyBertForPreTraining needs labels or mlm_positions and "
                              "mlm_labels")
-        logits = self.cls.predictions(predicted).float()
+        logits = self.vocabulary_logits(predicted)
         token_losses = functional.cross_entropy(logits, targets, reduction="none",
                                                 ignore_index=IGNORE_INDEX)
         weights = targets != IGNORE_INDEX
@@ -96,15 +112,80 @@ class MaskedOnlyBertForPreTraining(BertForPreTraining):
         output.loss = loss
         return output
 
-    def save_pretrained(self, save_directory, *args, **kwargs):
-        """Saved as BertForPreTraining: the weights are exactly that class's."""
-        super().save_pretrained(save_directory, *args, **kwargs)
-        self.config.architectures = [BertForPreTraining.__name__]
-        self.config.save_pretrained(save_directory)
+    def vocabulary_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The MLM head's logits (fp32) over the vocabulary's real rows: padding rows are
+        sliced off, so they never win argmax nor take probability mass in the loss."""
+        return self.cls.predictions(hidden)[..., :self.vocab_rows].float()
+
+    def pad_vocabulary(self, multiple: int) -> None:
+        """Rounds the word embeddings (tied to the MLM decoder) and the decoder's bias up to a
+        multiple of `multiple` rows (1: as they are) with transformers'
+        resize_token_embeddings, the new rows zero. They get no gradient (never looked up,
+        their logits sliced off), so AdamW and weight decay leave them zero: saving without
+        them and padding again with zeros on load (checkpoints, resume) loses nothing."""
+        rows = self.vocab_rows
+        if self.config.vocab_size != rows:
+            raise ValueError(f"the vocabulary is already padded ({rows} rows to "
+                             f"{self.config.vocab_size})")
+        if multiple <= 1 or rows % multiple == 0:
+            return
+        with torch.random.fork_rng(devices=[]):  # the same random state as unpadded after it
+            self.resize_token_embeddings(pad_to_multiple_of=multiple, mean_resizing=False)
+        with torch.no_grad():
+            self.get_input_embeddings().weight[rows:].zero_()
+            self.cls.predictions.bias[rows:].zero_()
+
+    @property
+    def vocab_padding_parameters(self) -> int:
+        """Parameters in the padding rows (not the model's: it is saved without them)."""
+        padding = self.config.vocab_size - self.vocab_rows
+        return padding * (self.config.hidden_size + 1)
+
+    def save_pretrained(self, save_directory, *args, state_dict=None, **kwargs):
+        """Saved as BertForPreTraining without the vocabulary's padding rows: the weights and
+        config.json are exactly that class's at the unpadded vocabulary size."""
+        padded = self.config.vocab_size
+        if padded != self.vocab_rows:
+            state_dict = self.state_dict() if state_dict is None else state_dict
+            state_dict = {name: value[:self.vocab_rows] if _vocabulary_entry(name) else value
+                          for name, value in state_dict.items()}
+        self.config.vocab_size = self.vocab_rows
+        try:
+            super().save_pretrained(save_directory, *args, state_dict=state_dict, **kwargs)
+            self.config.architectures = [BertForPreTraining.__name__]
+            self.config.save_pretrained(save_directory)
+        finally:
+            self.config.vocab_size = padded
 
 
-def load_pretraining_model(model: DictConfig, tokenizer: PreTrainedTokenizerBase):
-    """From random init by model.config (pretraining), or a checkpoint to pretrain further."""
+def _vocabulary_entry(name: str) -> bool:
+    """A state-dict key with a row per vocabulary id (a wrapper's prefix aside)."""
+    return any(name == entry or name.endswith("." + entry)
+               for entry in MaskedOnlyBertForPreTraining.VOCABULARY_ENTRIES)
+
+
+def _pad_loaded_vocabulary(module, state_dict, prefix, *args) -> None:
+    """load_state_dict's pre-hook: an unpadded state dict (what save_pretrained writes, which
+    Trainer's resume loads) gets the padding rows back, zero (what they always are)."""
+    rows = module.config.vocab_size
+    for entry in module.VOCABULARY_ENTRIES:
+        value = state_dict.get(prefix + entry)
+        if value is not None and value.shape[0] == module.vocab_rows < rows:
+            state_dict[prefix + entry] = functional.pad(
+                value, (0, 0) * (value.dim() - 1) + (0, rows - module.vocab_rows))
+
+
+def load_pretraining_model(model: DictConfig, tokenizer: PreTrainedTokenizerBase,
+                           pad_vocab_to_multiple_of: int = 1) -> MaskedOnlyBertForPreTraining:
+    """From random init by model.config (pretraining), or a checkpoint to pretrain further;
+    its vocabulary rows then padded to a multiple of pad_vocab_to_multiple_of
+    (pretraining.pad_vocab_to_multiple_of; 1: not padded), the real rows' weights unchanged."""
+    loaded = _load(model, tokenizer)
+    loaded.pad_vocabulary(pad_vocab_to_multiple_of)
+    return loaded
+
+
+def _load(model: DictConfig, tokenizer: PreTrainedTokenizerBase) -> MaskedOnlyBertForPreTraining:
     dropout = dropout_settings(model)
     if model.name_or_path:
         name = str(model.name_or_path)

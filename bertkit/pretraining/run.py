@@ -117,7 +117,8 @@ def pretraining_hyperparameters(cfg: DictConfig, args: TrainingArguments, model)
         "long_phase_fraction": long_phase.fraction,
         "long_phase_max_seq_length": long_phase.max_seq_length if long_phase.fraction else None,
         "corpus": cfg.corpus.name,
-        "vocab_size": model.config.vocab_size,
+        "vocab_size": model.vocab_rows,  # as saved: without the padding rows
+        "pad_vocab_to_multiple_of": cfg.pretraining.pad_vocab_to_multiple_of,
     }
 
 
@@ -174,7 +175,8 @@ def pretrain(cfg: DictConfig, run_dir: Path | None = None) -> dict:
 def build_pretraining_trainer(cfg: DictConfig, args: TrainingArguments,
                               data: PretrainingData) -> tuple[PretrainingTrainer, dict]:
     """(the trainer, the hyperparameters recorded in W&B and metrics.json)."""
-    model = load_pretraining_model(cfg.model, data.tokenizer)
+    model = load_pretraining_model(cfg.model, data.tokenizer,
+                                   cfg.pretraining.pad_vocab_to_multiple_of)
     trainer = PretrainingTrainer(
         model=model, args=args, train_dataset=data.train_dataset,
         data_collator=data.collator, processing_class=data.tokenizer,

@@ -17,7 +17,12 @@ neither is counted. Attention adds QKᵀ and AV, 2·s²·H multiply-accumulates 
 sequence of s tokens: 12·L·H·s per token with the backward pass (PaLM's 6N + 12·L·H·S).
 
 Everything is counted on real tokens, never on padding: MFU measures useful work, so padding
-lowers it. Heads: the MLM transform and vocabulary projection (H² + H·V) on the predicted
+lowers it. The same goes for the vocabulary: V is config.vocab_size of the model as saved, the
+tokenizer's size (BERT's 30,522), not the rows pretraining pads it to for tensor cores
+(pretraining.pad_vocab_to_multiple_of: 30,528); the padded rows' logits are computed and thrown
+away, work a faster shape buys but no useful FLOP (throughput.model_shape and bench_pretrain's
+useful FLOPs pass the unpadded size; bench_pretrain's hardware FLOPs the padded one).
+Heads: the MLM transform and vocabulary projection (H² + H·V) on the predicted
 positions only, which is what bertkit's MaskedOnlyBertForPreTraining computes (transformers'
 BertForPreTraining projects every position: pass predicted_tokens = every position for it); the
 pooler and a 2-way sequence head (NSP or SOP, H² + 2H) once per sequence. Finetuning heads are not

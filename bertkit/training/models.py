@@ -240,7 +240,10 @@ def attention_setting(model: DictConfig) -> dict:
 
 
 def count_parameters(model: PreTrainedModel) -> int:
-    return sum(p.numel() for p in model.parameters())
+    """The model's parameters as saved: a pretraining model's vocabulary padding rows
+    (bertkit.pretraining.model, pad_vocabulary) are left out, as its checkpoints leave them."""
+    return sum(p.numel() for p in model.parameters()) - getattr(
+        model, "vocab_padding_parameters", 0)
 
 
 def load_with_head(model: DictConfig, tokenizer: PreTrainedTokenizerBase, auto_class,

@@ -108,7 +108,11 @@ def model_shape(model: torch.nn.Module) -> ModelShape | None:
         vocabulary = "all"  # transformers' BertForPreTraining / BertForMaskedLM
     else:
         vocabulary = None
-    return ModelShape(bert.config, bert.pooler is not None, vocabulary,
+    config = bert.config
+    rows = getattr(base, "vocab_rows", config.vocab_size)
+    if rows != config.vocab_size:  # the FLOPs count the vocabulary predicted, not its padding
+        config = BertConfig(**{**config.to_dict(), "vocab_size": rows})
+    return ModelShape(config, bert.pooler is not None, vocabulary,
                       backward=any(p.requires_grad for p in bert.parameters()))
 
 
