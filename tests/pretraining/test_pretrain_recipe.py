@@ -9,6 +9,7 @@ import datasets
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file
 from transformers import AutoTokenizer, BertForPreTraining
 
 from bertkit.errors import BertkitError
@@ -220,3 +221,30 @@ def test_wikitext2_with_the_bert_vocabulary_learns(tmp_path):
     start, final = heldout["curve"][0], heldout["final"]
     assert start["step"] == 0 and final["step"] == 250
     assert start["mlm_loss"] > 9.5 and final["mlm_loss"] < start["mlm_loss"] - 2.0
+
+
+@pytest.mark.slow
+def test_a_padded_vocabulary_resumes_to_the_uninterrupted_run_and_saves_unpadded(tmp_path):
+    """pretraining.pad_vocab_to_multiple_of=64 (the default): checkpoints and model/ hold the
+    tokenizer's rows only; resume=true pads them back and ends with the uninterrupted weights."""
+    overrides = {"trainer.max_steps": 6, "trainer.save_strategy": "steps",
+                 "trainer.save_steps": 2, "heldout.fraction": 0.0}
+    whole = pretrain(compose_config(small_run(**overrides)), tmp_path / "whole")
+    cut = tmp_path / "cut"
+    pretrain(compose_config(small_run(**overrides, train_fraction=0.5)), cut)
+    resumed = pretrain(compose_config(small_run(**overrides, resume=True)), cut)
+    assert resumed["train"]["steps"] == whole["train"]["steps"] == 6
+    assert resumed["last_log"]["mlm_loss"] == pytest.approx(whole["last_log"]["mlm_loss"])
+    tokens = len(AutoTokenizer.from_pretrained(cut / "model"))
+    assert tokens % 64 != 0  # so that the run padded
+    assert resumed["hyperparameters"]["vocab_size"] == tokens
+    checkpoints = sorted((cut / "checkpoints").glob("checkpoint-*"))
+    assert checkpoints  # what the resume started from
+    for directory in (cut / "model", *checkpoints):
+        assert json.loads((directory / "config.json").read_text())["vocab_size"] == tokens
+    assert BertForPreTraining.from_pretrained(cut / "model").config.vocab_size == tokens
+    reference = load_file(tmp_path / "whole" / "model" / "model.safetensors")
+    weights = load_file(cut / "model" / "model.safetensors")
+    assert weights.keys() == reference.keys()
+    for name, tensor in reference.items():
+        torch.testing.assert_close(weights[name], tensor, rtol=0, atol=1e-6, msg=name)
