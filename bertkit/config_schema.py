@@ -105,7 +105,8 @@ class TrainerSchema:
     # auto (finetuning's default): compiled on a GPU for runs of compile_min_steps or more
     # (bertkit.training.static_shapes.decide_compile); true or false as given.
     torch_compile: Any = _argument("torch_compile", choices=("auto", True, False))
-    torch_compile_mode: str | None = _argument("torch_compile_mode")
+    torch_compile_mode: str | None = _argument(
+        "torch_compile_mode", choices="bertkit.training.static_shapes:COMPILE_MODES")
     ddp_find_unused_parameters: bool | None = _argument("ddp_find_unused_parameters")
     disable_tqdm: bool | None = _argument("disable_tqdm")
     push_to_hub: bool = _argument("push_to_hub")

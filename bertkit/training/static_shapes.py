@@ -185,6 +185,12 @@ def use_padded_rows(trainer, padded: PaddedRows) -> None:
 
 # -- where static shapes pay, and whether to compile -------------------------------------------
 
+# trainer.torch_compile_mode's choices: torch.compile's modes (torch._inductor.list_mode_options;
+# "lite" is left out, newer than the torch 2.11 the GPU card ran). reduce-overhead records CUDA
+# graphs; max-autotune also times Triton/ATen kernels per GEMM shape (minutes of compile) and
+# records CUDA graphs; max-autotune-no-cudagraphs searches without them.
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
 def compile_setting(cfg: DictConfig):
     """trainer.torch_compile as given: True, False or "auto"."""
     return OmegaConf.select(cfg, "trainer.torch_compile", default=False)

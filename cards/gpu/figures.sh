@@ -61,6 +61,8 @@ SST2="task=sst2 task.data_dir=.gpudata/glue/SST-2"
 # the compile happens; the whole-run figures keep it, as a first run of a grid pays it).
 COMPILED="trainer.torch_compile=true bench.warmup_steps=0 bench.repeats=1"
 GRAPHS="$COMPILED trainer.torch_compile_mode=reduce-overhead"
+# max-autotune: Inductor also times GEMM kernels per shape (longer compile), and records CUDA graphs.
+AUTOTUNE="$COMPILED trainer.torch_compile_mode=max-autotune"
 
 # 1. GLUE finetuning at batch 32: eager, compiled, compiled with CUDA graphs (both ways alike).
 step glue_mrpc_eager 45 $BK $GLUE $MRPC bench.repeats=2 $EXTRA hydra.run.dir=/tmp/runs/glue_mrpc_eager
@@ -68,8 +70,14 @@ step glue_mrpc_cudagraphs 100 $BK $GLUE $MRPC $GRAPHS $EXTRA hydra.run.dir=/tmp/
 step glue_mrpc_compiled 100 $BK $GLUE $MRPC $COMPILED $EXTRA hydra.run.dir=/tmp/runs/glue_mrpc_compiled
 step glue_sst2_eager 60 $BK $GLUE $SST2 bench.repeats=2 $EXTRA hydra.run.dir=/tmp/runs/glue_sst2_eager
 step glue_sst2_cudagraphs 100 $BK $GLUE $SST2 $GRAPHS $EXTRA hydra.run.dir=/tmp/runs/glue_sst2_cudagraphs
-# 2. Pretraining at 128 tokens, batch 256, compiled with CUDA graphs (padding-free is not on main).
+# 2. Pretraining at 128 tokens, batch 256, compiled with CUDA graphs (padding-free is not on main;
+# the vocabulary padded to 30,528 rows, bertkit's default).
 step pretrain128_cudagraphs 110 $BK $P128 $GRAPHS $EXTRA hydra.run.dir=/tmp/runs/pretrain128_cudagraphs
+# 3. The same with max-autotune (its compile is not yet measured: the estimate is a guess), and
+# with CUDA graphs but the vocabulary unpadded (bertkit pads it to a multiple of 64 by default).
+step pretrain128_autotune 300 $BK $P128 $AUTOTUNE $EXTRA hydra.run.dir=/tmp/runs/pretrain128_autotune
+step pretrain128_cudagraphs_vocab_unpadded 110 $BK $P128 $GRAPHS pretraining.pad_vocab_to_multiple_of=1 \
+  $EXTRA hydra.run.dir=/tmp/runs/pretrain128_cudagraphs_vocab_unpadded
 # 4. The profiles of the compiled GLUE step and the compiled pretraining step (default mode:
 # its kernels stay visible one by one).
 step profile_glue 60 python3 cards/gpu/profile_step.py "$RES/profile_glue_mrpc_compiled.txt" \
