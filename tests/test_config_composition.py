@@ -10,8 +10,11 @@ from hydra.errors import ConfigCompositionException, MissingConfigException
 from omegaconf import OmegaConf
 
 from bertkit.config_paths import recipes_dir
+from bertkit.config_schema import check_ranges
 from bertkit.config_tree import config_dir
+from bertkit.errors import BertkitError
 from bertkit.tasks.glue.metrics import METRICS
+from bertkit.training.models import dropout_settings
 from tests.conftest import GLUE_TASKS, PROTOCOLS, compose_config
 
 PAPER_FINETUNING = {
@@ -204,3 +207,32 @@ def test_a_protocol_sets_its_task_and_wins_over_the_recipe(recipe, protocol):
     # A command-line setting still wins over the protocol's.
     assert compose_config([f"recipe={recipe}", f"experiment={protocol}",
                            "trainer.learning_rate=3e-5"]).trainer.learning_rate == 3e-5
+
+
+def test_the_speed_over_fidelity_preset_composes_and_is_never_the_default():
+    fast = compose_config(["experiment=pretrain_speed_over_fidelity"])
+    check_ranges(fast)
+    assert fast.recipe.job == "pretrain" and fast.recipe.name == "pretrain_speed_over_fidelity"
+    assert fast.model.hidden_dropout_prob == fast.model.attention_probs_dropout_prob == 0.0
+    assert dropout_settings(fast.model) == {"hidden_dropout_prob": 0.0,
+                                            "attention_probs_dropout_prob": 0.0}
+    assert fast.trainer.torch_compile is True
+    assert fast.trainer.torch_compile_mode == "reduce-overhead"
+    assert fast.pretraining.pad_vocab_to_multiple_of == 64
+    # The rest is the paper's recipe.
+    assert fast.trainer.learning_rate == 1e-4 and fast.masking.kind == "static"
+    default = compose_config(["recipe=pretrain"])
+    assert dropout_settings(default.model) == {"hidden_dropout_prob": 0.1,
+                                               "attention_probs_dropout_prob": 0.1}
+    assert default.trainer.torch_compile is False and default.trainer.torch_compile_mode is None
+    assert default.pretraining.pad_vocab_to_multiple_of == 64
+
+
+def test_torch_compile_mode_takes_torch_compiles_modes_only():
+    for mode in ("max-autotune", "reduce-overhead", "max-autotune-no-cudagraphs"):
+        check_ranges(compose_config(["recipe=pretrain", f"trainer.torch_compile_mode={mode}"]))
+    with pytest.raises(BertkitError, match=r"^trainer.torch_compile_mode='max-autotun'.*"
+                                           r"max-autotune"):
+        check_ranges(compose_config(["recipe=pretrain", "trainer.torch_compile_mode=max-autotun"]))
+    with pytest.raises(BertkitError, match=r"pretraining.pad_vocab_to_multiple_of"):
+        check_ranges(compose_config(["recipe=pretrain", "pretraining.pad_vocab_to_multiple_of=0"]))
