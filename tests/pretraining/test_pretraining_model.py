@@ -177,9 +177,12 @@ def test_padded_vocabulary_gives_the_unpadded_losses_and_gradients(slotted):
             assert grad[50:].abs().sum() == 0  # the padding rows learn nothing
             grad = grad[:50]
         torch.testing.assert_close(grad, parameter.grad, rtol=1e-5, atol=1e-7)
-    # The head's logits over the real rows only: argmax never picks a padding row.
-    hidden = torch.randn(7, 16)
-    assert padded.vocabulary_logits(hidden).shape == (7, 50)
+    # The padding rows' logits are -inf: argmax never picks one; the mask is no parameter.
+    logits = padded.vocabulary_logits(torch.randn(7, 16))
+    assert logits.shape == (7, 64) and logits.dtype == torch.float32
+    assert torch.isneginf(logits[:, 50:]).all() and torch.isfinite(logits[:, :50]).all()
+    assert "vocab_padding_mask" not in padded.state_dict()
+    assert all(torch.isfinite(parameter).all() for parameter in padded.parameters())
 
 
 def test_padding_rows_stay_zero_under_adamw_with_weight_decay():
