@@ -311,6 +311,10 @@ class PretrainingSchema:
     max_seq_length: int = _setting(128, min=3, max=UNBOUNDED)
     short_seq_prob: float = _setting(0.1, **SHARE)
     streaming_buffer_documents: int = _setting(1000, **COUNT)
+    # auto, true or false (bertkit.pretraining.padding_free)
+    padding_free: Any = _setting("auto", choices="bertkit.pretraining.padding_free:SETTINGS")
+    # A padding-free batch's sequence slots per row of the batch: at least one.
+    sequence_slots_per_row: float = _setting(2.0, min=1, max=UNBOUNDED)
 
 
 @dataclass
