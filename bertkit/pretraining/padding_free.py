@@ -53,9 +53,9 @@ MAX_LENGTH = "max_sequence_length"  # the key of a packed batch: its phase's len
 
 
 def padding_free_wanted(setting, on_gpu: bool | None = None) -> bool:
-    """pretraining.padding_free: true or false as given; auto: on a GPU (module docstring of
-    docs/speed.md, "Padding-free pretraining"), off on a CPU, where eager batches are padded to
-    their longest row only and grouped by length, so little of them is padding."""
+    """pretraining.padding_free: true or false as given; auto: on a GPU, off on a CPU, where
+    eager batches are padded to their longest row only and grouped by length, so little of
+    them is padding (docs/speed.md, "Padding-free pretraining")."""
     if setting in (True, False):
         return setting
     return torch.cuda.is_available() if on_gpu is None else on_gpu

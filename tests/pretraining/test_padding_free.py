@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from transformers import BertConfig
+from transformers import BertConfig, BertForPreTraining
 
 from bertkit.pretraining import padding_free
 from bertkit.pretraining.dynamic_masking import DynamicMaskingCollator, StaticMasksCollator
@@ -210,3 +210,23 @@ def test_a_tiny_run_feeds_almost_no_padding(tmp_path):
     assert sequences[False] == 12 * 8 and sequences[True] > sequences[False]
     # Every sentence slot scored is a real pair: the NSP count is the sequences fed.
     assert packed["last_log"]["nsp_accuracy"] >= 0
+
+
+def test_a_resumed_padding_free_run_sees_the_batches_the_whole_run_sees(tmp_path):
+    """The batch sampler is deterministic: resumed halfway, a run's later steps are the
+    uninterrupted run's (the same losses), and its model loads in plain transformers."""
+    settings = {"pretraining.padding_free": True, "trainer.max_steps": 8,
+                "trainer.save_strategy": "steps", "trainer.save_steps": 2}
+    whole = pretrain(compose_config(small_run(**settings)), tmp_path / "whole")
+    pretrain(compose_config(small_run(**settings, train_fraction=0.5)), tmp_path / "resumed")
+    resumed = pretrain(compose_config(small_run(**settings, resume=True)), tmp_path / "resumed")
+
+    def losses(record):
+        return {line["step"]: (line["mlm_loss"], line["nsp_loss"]) for line in record["log"]}
+
+    later = {step: value for step, value in losses(whole).items() if step > 4}
+    assert set(later) == {5, 6, 7, 8}
+    for step, (mlm, nsp) in later.items():
+        assert losses(resumed)[step] == pytest.approx((mlm, nsp), rel=1e-5), step
+    plain = BertForPreTraining.from_pretrained(tmp_path / "resumed" / "model")
+    assert plain.config._attn_implementation != padding_free.ATTENTION
