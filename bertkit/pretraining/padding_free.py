@@ -52,13 +52,17 @@ ATTENTION = "bertkit_padding_free"  # the attention implementation's registered 
 MAX_LENGTH = "max_sequence_length"  # the key of a packed batch: its phase's length (an int)
 
 
-def padding_free_wanted(setting, on_gpu: bool | None = None) -> bool:
-    """pretraining.padding_free: true or false as given; auto: on a GPU, off on a CPU, where
-    eager batches are padded to their longest row only and grouped by length, so little of
-    them is padding (docs/speed.md, "Padding-free pretraining")."""
+def padding_free_wanted(setting, attention_dropout: float) -> bool:
+    """pretraining.padding_free: true or false as given. auto: on where PyTorch's
+    variable-length kernel runs the training step, a GPU with no attention dropout (the kernel
+    has none), so that no layer computes a padding position; off elsewhere. With BERT's
+    attention dropout a GPU step takes the sequence-by-sequence attention, whose gathers and
+    spare slots may cost what the padding saved: not on by default until a GPU measures it
+    (docs/speed.md, "Padding-free pretraining"). On a CPU eager batches are padded to their
+    longest row only and grouped by length, so little of them is padding."""
     if setting in (True, False):
         return setting
-    return torch.cuda.is_available() if on_gpu is None else on_gpu
+    return torch.cuda.is_available() and attention_dropout == 0 and _varlen_kernel() is not None
 
 
 @dataclass(frozen=True)
@@ -269,14 +273,13 @@ def sequence_boundaries(sequence_lengths: torch.Tensor, tokens: int,
     return torch.cat([zero, ends, padding]).to(torch.int32)
 
 
-def _varlen_available(query: torch.Tensor) -> bool:
-    if not query.is_cuda or query.dtype not in (torch.float16, torch.bfloat16):
-        return False
+def _varlen_kernel():
+    """torch.nn.attention.varlen.varlen_attn, or None where this torch has none."""
     try:
-        from torch.nn.attention.varlen import varlen_attn  # noqa: F401
+        from torch.nn.attention.varlen import varlen_attn
     except ImportError:
-        return False
-    return True
+        return None
+    return varlen_attn
 
 
 def _by_sequence(query, key, value, boundaries, sequences: int, width: int, dropout: float,
@@ -318,10 +321,10 @@ def padding_free_attention(module, query, key, value, attention_mask, dropout: f
                                       dropout=dropout, scaling=scaling, **kwargs)
     width = kwargs["max_length_q"]
     q, k, v = (states[0].transpose(0, 1) for states in (query, key, value))
-    if dropout == 0.0 and _varlen_available(q):
-        from torch.nn.attention.varlen import varlen_attn
-
-        out = varlen_attn(q, k, v, boundaries, boundaries, width, width, scale=scaling)
+    varlen = _varlen_kernel()
+    if dropout == 0.0 and q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) \
+            and varlen is not None:
+        out = varlen(q, k, v, boundaries, boundaries, width, width, scale=scaling)
     else:
         out = _by_sequence(q, k, v, boundaries, kwargs["sequence_slots"], width, dropout,
                            scaling)

@@ -205,7 +205,8 @@ def build_training_data(cfg: DictConfig, documents, tokenizer: PreTrainedTokeniz
     # Batches at their phase's length where static shapes pay (bertkit.training.arguments).
     widths = static_shapes_pay(cfg)
     shapes = None
-    if padding_free_wanted(cfg.pretraining.padding_free) and not is_streaming(cfg.corpus):
+    if padding_free_wanted(cfg.pretraining.padding_free, cfg.model.attention_probs_dropout_prob) \
+            and not is_streaming(cfg.corpus):
         shapes = pack_shapes([(length, predictions) for length, predictions, _ in settings],
                              args.per_device_train_batch_size,
                              cfg.pretraining.sequence_slots_per_row)

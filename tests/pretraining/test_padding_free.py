@@ -230,3 +230,15 @@ def test_a_resumed_padding_free_run_sees_the_batches_the_whole_run_sees(tmp_path
         assert losses(resumed)[step] == pytest.approx((mlm, nsp), rel=1e-5), step
     plain = BertForPreTraining.from_pretrained(tmp_path / "resumed" / "model")
     assert plain.config._attn_implementation != padding_free.ATTENTION
+
+
+@pytest.mark.parametrize(("gpu", "dropout", "kernel", "expected"), [
+    (True, 0.0, True, True), (True, 0.1, True, False), (True, 0.0, False, False),
+    (False, 0.0, True, False)])
+def test_auto_is_on_where_the_variable_length_kernel_trains(monkeypatch, gpu, dropout, kernel,
+                                                           expected):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
+    monkeypatch.setattr(padding_free, "_varlen_kernel", lambda: object() if kernel else None)
+    assert padding_free.padding_free_wanted("auto", dropout) is expected
+    assert padding_free.padding_free_wanted(True, dropout) is True
+    assert padding_free.padding_free_wanted(False, dropout) is False
