@@ -286,6 +286,7 @@ class MaskingSchema:
 
     kind: str = _setting("dynamic", choices="bertkit.pretraining.run:MASKING_KINDS")
     unit: str = _setting("token", choices="bertkit.pretraining.masking:UNITS")
+    convention: str = _setting("google", choices="bertkit.pretraining.masking:CONVENTIONS")
     mlm_probability: float = _setting(0.15, above=0, below=1)
     mask_token_fraction: float = _setting(0.8, **SHARE)
     random_token_fraction: float = _setting(0.1, **SHARE)
