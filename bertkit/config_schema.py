@@ -286,6 +286,7 @@ class MaskingSchema:
 
     kind: str = _setting("dynamic", choices="bertkit.pretraining.run:MASKING_KINDS")
     unit: str = _setting("token", choices="bertkit.pretraining.masking:UNITS")
+    convention: str = _setting("google", choices="bertkit.pretraining.masking:CONVENTIONS")
     mlm_probability: float = _setting(0.15, above=0, below=1)
     mask_token_fraction: float = _setting(0.8, **SHARE)
     random_token_fraction: float = _setting(0.1, **SHARE)
@@ -416,6 +417,7 @@ class BenchSchema:
     batch_size: int = _setting(32, **COUNT)
     baseline_max_length: int = _setting(128, min=3, max=UNBOUNDED)
     eval_instances: int = _setting(256, **COUNT)
+    instances: int = _setting(120000, **COUNT)  # bench_masking
     mlm_probability: float = _setting(0.15, above=0, below=1)
     num_proc: int | None = _setting(1, **COUNT)  # null: in the main process
     num_threads: int | None = _setting(None, **COUNT)

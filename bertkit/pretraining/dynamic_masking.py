@@ -13,8 +13,8 @@ from bertkit.pretraining.masking import (
     IGNORE_INDEX,
     MaskingRule,
     Vocabulary,
+    candidates_and_budgets,
     mask_sequence,
-    prediction_budget,
     replace_chosen,
 )
 from bertkit.pretraining.padding_free import PackShape, packed_batch
@@ -89,6 +89,8 @@ class DynamicMaskingCollator(StaticShapeCollator):
         """rules: one rule, or (longest sequence, rule) pairs by increasing length, e.g. the
         paper's phases: 20 predictions up to 128 tokens, 80 up to 512."""
         self.rules = [(None, rules)] if isinstance(rules, MaskingRule) else list(rules)
+        if len({rule.convention for _, rule in self.rules}) > 1:
+            raise ValueError("one masking.convention for every phase of a collator")
         super().__init__(tokenizer, [(length, rule.max_predictions_per_seq)
                                      for length, rule in self.rules], pad_to_multiple_of, static,
                          packed)
@@ -112,16 +114,14 @@ class DynamicMaskingCollator(StaticShapeCollator):
         return masked, labels != IGNORE_INDEX, ids
 
     def _mask_tokens(self, ids: np.ndarray, rules: list[MaskingRule], rng: np.random.Generator):
-        special = self.vocab.special[ids]  # [CLS], [SEP] and the padding
-        budget = prediction_budget((~special).sum(axis=1),
-                                   np.array([rule.mlm_probability for rule in rules]),
-                                   np.array([rule.max_predictions_per_seq for rule in rules]))
+        candidates, budget = candidates_and_budgets(ids, self.vocab, rules)  # never padding
         keys = rng.random(ids.shape)
-        keys[special] = 2.0  # after every candidate
+        keys[~candidates] = 2.0  # after every candidate
         chosen = _lowest(keys, budget)
         column = np.array([[rule.mask_token_fraction, rule.random_token_fraction]
                            for rule in rules])
-        masked = replace_chosen(ids, chosen, self.vocab, column[:, :1], column[:, 1:], rng)
+        masked = replace_chosen(ids, chosen, self.vocab, column[:, :1], column[:, 1:], rng,
+                                rules[0].convention)
         return masked, chosen, ids
 
 

@@ -119,6 +119,7 @@ def pretraining_hyperparameters(cfg: DictConfig, args: TrainingArguments, model)
         "random_token_fraction": masking.random_token_fraction,
         "max_predictions_per_seq": masking.max_predictions_per_seq,
         "masking_unit": masking.unit,
+        "masking_convention": masking.convention,
         "short_seq_prob": cfg.pretraining.short_seq_prob,
         "long_phase_fraction": long_phase.fraction,
         "long_phase_max_seq_length": long_phase.max_seq_length if long_phase.fraction else None,
