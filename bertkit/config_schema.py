@@ -425,7 +425,8 @@ class BenchSchema:
 
 @dataclass
 class BenchWorkloadSchema:
-    """bench.glue and bench.pretraining (bench_step's synthetic batches)."""
+    """bench.glue, bench.pretraining and bench.pretraining_packed (bench_step's synthetic
+    batches)."""
 
     batch_size: int = _setting(32, **COUNT)
     batches: int = _setting(8, **COUNT)
@@ -435,6 +436,8 @@ class BenchWorkloadSchema:
     num_labels: int = _setting(2, **COUNT)
     mlm_slots: int = _setting(20, **COUNT)
     mlm_used: int = _setting(19, **COUNT)
+    # pretraining_packed's: pretraining.sequence_slots_per_row's bounds
+    sequence_slots_per_row: float = _setting(2.0, min=1, max=UNBOUNDED)
 
 
 @dataclass
@@ -505,6 +508,7 @@ SETTINGS = {"": RunSchema, "task": TaskSchema, "budget": BudgetSchema,
             "corpus.synthetic": SyntheticSchema, "tokenizer_training": TokenizerTrainingSchema,
             "bench": BenchSchema, "bench.model": BertConfigSchema,
             "bench.glue": BenchWorkloadSchema, "bench.pretraining": BenchWorkloadSchema,
+            "bench.pretraining_packed": BenchWorkloadSchema,
             "bench.plain": BenchPlainSchema, "parity": ParitySchema,
             "bench_sweep": BenchSweepSchema, "bench_grid": BenchGridSchema,
             "throughput.peak_tflops.*": PeakTflopsSchema}

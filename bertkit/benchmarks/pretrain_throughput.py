@@ -53,9 +53,9 @@ from bertkit.benchmarks.side_by_side import (
 )
 from bertkit.errors import BertkitError
 from bertkit.pretraining.batches import per_position_labels
-from bertkit.pretraining.masking import IGNORE_INDEX
+from bertkit.pretraining.masking import IGNORE_INDEX, masking_rule_from_config, most_predictions
 from bertkit.pretraining.model import load_pretraining_model
-from bertkit.pretraining.padding_free import PackingPlan, most_predictions
+from bertkit.pretraining.padding_free import PackingPlan
 from bertkit.pretraining.phases import Phase
 from bertkit.pretraining.run import build_pretraining_trainer, check_pretraining_config
 from bertkit.pretraining.training_data import is_streaming, prepare_pretraining_data
@@ -204,8 +204,8 @@ def _trainer(cfg: DictConfig, way: str, args, data: _Data, indices: list[int], c
         lengths = np.asarray(instances["length"])
         packing = prepared.packing  # padding-free: the subset's instances' masked counts
         if packing is not None:
-            packing = PackingPlan(packing.shapes[:1], [most_predictions(
-                lengths, cfg.masking.mlm_probability, cfg.masking.max_predictions_per_seq)])
+            packing = PackingPlan(packing.shapes[:1], [
+                most_predictions(lengths, masking_rule_from_config(cfg.masking))])
         subset = dataclasses.replace(prepared, train_dataset=instances, collator=collate,
                                      phases=[Phase(0, lengths, len(indices))], packing=packing)
         trainer, _ = build_pretraining_trainer(cfg, args, subset)

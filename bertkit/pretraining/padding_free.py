@@ -85,19 +85,10 @@ def pack_shapes(phases: Sequence[tuple[int, int]], batch_size: int,
 @dataclass(frozen=True)
 class PackingPlan:
     """What PackedBatches needs beside the phases: each phase's PackShape and its instances'
-    most masked tokens (most_predictions)."""
+    most masked tokens (bertkit.pretraining.masking.most_predictions)."""
 
     shapes: list[PackShape]
     predictions: list[np.ndarray]
-
-
-def most_predictions(lengths, rule_probability: float, max_predictions: int) -> np.ndarray:
-    """Each sequence's most masked tokens, from its length with [CLS] and [SEP]: Google's count
-    min(max_predictions, max(1, round(length x p))), which no masking rule exceeds (a rule that
-    counts the maskable tokens only counts fewer)."""
-    lengths = np.asarray(lengths)
-    return np.minimum(max_predictions,
-                      np.maximum(1, np.round(lengths * rule_probability))).astype(np.int64)
 
 
 # -- The order: packed micro-batches ---------------------------------------------------------
@@ -150,7 +141,7 @@ class PackedBatches(BatchRebalanceSampler):
     def __init__(self, phases: Sequence[Phase], shapes: Sequence[PackShape],
                  predictions: Sequence[np.ndarray], batches: Sequence[int], seed: int,
                  rank: int = 0, world_size: int = 1):
-        """predictions: each phase's instances' most masked tokens (most_predictions);
+        """predictions: each phase's instances' most masked tokens (masking.most_predictions);
         batches: each phase's micro-batches over all processes."""
         # BatchRebalanceSampler.__init__ is not called: its state is its rebalancing's.
         self.phases = [np.asarray(phase.lengths, dtype=np.int64) for phase in phases]

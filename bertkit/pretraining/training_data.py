@@ -32,11 +32,14 @@ from bertkit.pretraining.heldout import (
     split_documents,
 )
 from bertkit.pretraining.instances import streaming_instances, tokenize_documents
-from bertkit.pretraining.masking import Vocabulary, masking_rule_from_config
+from bertkit.pretraining.masking import (
+    Vocabulary,
+    masking_rule_from_config,
+    most_predictions,
+)
 from bertkit.pretraining.objective import objective_of
 from bertkit.pretraining.padding_free import (
     PackingPlan,
-    most_predictions,
     pack_shapes,
     padding_free_wanted,
 )
@@ -239,7 +242,7 @@ def build_training_data(cfg: DictConfig, documents, tokenizer: PreTrainedTokeniz
         made.unit = (f"instances in {len(parts)} phase(s)"
                      + (", statically masked" if static else ""))
     packing = None if shapes is None else PackingPlan(shapes, [
-        most_predictions(phase.lengths, cfg.masking.mlm_probability, predictions)
+        most_predictions(phase.lengths, _rule(cfg.masking, predictions))
         for phase, (_, predictions, _) in zip(phases, settings, strict=True)])
     return datasets.concatenate_datasets(parts), phases, collator, packing
 

@@ -12,7 +12,13 @@ from transformers import BertConfig, BertForPreTraining
 
 from bertkit.pretraining import padding_free
 from bertkit.pretraining.dynamic_masking import DynamicMaskingCollator, StaticMasksCollator
-from bertkit.pretraining.masking import IGNORE_INDEX, MaskingRule, Vocabulary, mask_sequence
+from bertkit.pretraining.masking import (
+    IGNORE_INDEX,
+    MaskingRule,
+    Vocabulary,
+    mask_sequence,
+    most_predictions,
+)
 from bertkit.pretraining.model import MaskedOnlyBertForPreTraining, use_padding_free_attention
 from bertkit.pretraining.phases import Phase, PhasedSampler
 from bertkit.pretraining.run import pretrain
@@ -160,7 +166,7 @@ def test_batches_fit_their_budget_follow_a_plain_shuffle_and_hold_little_padding
     lengths = np.where(rng.random(5000) < 0.1, rng.integers(8, 129, 5000),
                        rng.integers(100, 129, 5000))
     shape = padding_free.pack_shapes([(128, 20)], 32, sequences_per_row=2)[0]
-    predictions = padding_free.most_predictions(lengths, 0.15, 20)
+    predictions = most_predictions(lengths, rule(20))
     sampler = padding_free.PackedBatches([Phase(0, lengths, 0)], [shape], [predictions],
                                          batches=[120], seed=1)
     batches = list(sampler)
