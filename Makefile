@@ -79,7 +79,7 @@ run_all_end = if [ -n "$$failed" ]; then \
   printf 'make $@: these commands failed:%s\n' "$$failed" >&2; exit 1; fi
 
 .PHONY: install demo test test-all lint glue glue-grid $(addprefix glue-,$(GLUE_TASKS)) bench-glue squad \
-	squad2 swag ner pretrain pretrain-ablation bench-pretrain-data bench-pretrain bench-step bench-pretrain-quality minilm bench-parity bench-parity-calibrated methods-table bench-sweep bench-grid \
+	squad2 swag ner pretrain pretrain-ablation bench-pretrain-data bench-masking bench-pretrain bench-step bench-pretrain-quality minilm bench-parity bench-parity-calibrated methods-table bench-sweep bench-grid \
 	squad-dev-halves clean
 
 install: $(VENV)/.installed
@@ -167,6 +167,11 @@ pretrain-ablation: install
 # MB/s of each pretraining preprocessing stage, and masking vs DataCollatorForLanguageModeling.
 bench-pretrain-data: install
 	$(BIN)/bertkit recipe=bench_pretrain_data $(O)
+
+# bertkit's masking (each masking.convention) vs Google's create_pretraining_data.py, statistic
+# for statistic, on 120,000 NSP instances from WikiText-2 (masking.json, cards/pretrain.md).
+bench-masking: install
+	$(BIN)/bertkit recipe=bench_masking $(O)
 
 # Pretraining samples/s and tokens/s of the plain Hugging Face way (BertForPreTraining, padded
 # to 128, random batches) vs bertkit's, same model, instances and steps (bench_pretrain.json).

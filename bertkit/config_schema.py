@@ -287,6 +287,7 @@ class MaskingSchema:
 
     kind: str = _setting("dynamic", choices="bertkit.pretraining.run:MASKING_KINDS")
     unit: str = _setting("token", choices="bertkit.pretraining.masking:UNITS")
+    convention: str = _setting("google", choices="bertkit.pretraining.masking:CONVENTIONS")
     mlm_probability: float = _setting(0.15, above=0, below=1)
     mask_token_fraction: float = _setting(0.8, **SHARE)
     random_token_fraction: float = _setting(0.1, **SHARE)
@@ -316,6 +317,10 @@ class PretrainingSchema:
     # 1024 rows is no tensor-core shape anyone needs.
     pad_vocab_to_multiple_of: int = _setting(64, "a positive number of rows (1: no padding), "
                                                  "at most 1024", min=1, max=1024)
+    # auto, true or false (bertkit.pretraining.padding_free)
+    padding_free: Any = _setting("auto", choices="bertkit.pretraining.padding_free:SETTINGS")
+    # A padding-free batch's sequence slots per row of the batch: at least one.
+    sequence_slots_per_row: float = _setting(2.0, min=1, max=UNBOUNDED)
 
 
 @dataclass
@@ -417,6 +422,7 @@ class BenchSchema:
     batch_size: int = _setting(32, **COUNT)
     baseline_max_length: int = _setting(128, min=3, max=UNBOUNDED)
     eval_instances: int = _setting(256, **COUNT)
+    instances: int = _setting(120000, **COUNT)  # bench_masking
     mlm_probability: float = _setting(0.15, above=0, below=1)
     num_proc: int | None = _setting(1, **COUNT)  # null: in the main process
     num_threads: int | None = _setting(None, **COUNT)
@@ -424,7 +430,8 @@ class BenchSchema:
 
 @dataclass
 class BenchWorkloadSchema:
-    """bench.glue and bench.pretraining (bench_step's synthetic batches)."""
+    """bench.glue, bench.pretraining and bench.pretraining_packed (bench_step's synthetic
+    batches)."""
 
     batch_size: int = _setting(32, **COUNT)
     batches: int = _setting(8, **COUNT)
@@ -434,6 +441,8 @@ class BenchWorkloadSchema:
     num_labels: int = _setting(2, **COUNT)
     mlm_slots: int = _setting(20, **COUNT)
     mlm_used: int = _setting(19, **COUNT)
+    # pretraining_packed's: pretraining.sequence_slots_per_row's bounds
+    sequence_slots_per_row: float = _setting(2.0, min=1, max=UNBOUNDED)
 
 
 @dataclass
@@ -504,6 +513,7 @@ SETTINGS = {"": RunSchema, "task": TaskSchema, "budget": BudgetSchema,
             "corpus.synthetic": SyntheticSchema, "tokenizer_training": TokenizerTrainingSchema,
             "bench": BenchSchema, "bench.model": BertConfigSchema,
             "bench.glue": BenchWorkloadSchema, "bench.pretraining": BenchWorkloadSchema,
+            "bench.pretraining_packed": BenchWorkloadSchema,
             "bench.plain": BenchPlainSchema, "parity": ParitySchema,
             "bench_sweep": BenchSweepSchema, "bench_grid": BenchGridSchema,
             "throughput.peak_tflops.*": PeakTflopsSchema}

@@ -15,6 +15,7 @@ import torch
 from transformers import TrainerCallback
 
 from bertkit.pretraining.masking import IGNORE_INDEX
+from bertkit.training.padding_masks import SEQUENCE_LENGTHS
 
 RSS_SAMPLE_SECONDS = 0.02
 T = TypeVar("T")
@@ -88,6 +89,10 @@ class BatchCounter:
 
     def __init__(self):
         self.shapes: list[tuple[int, int]] = []
+        # Each batch's attention blocks: its (rows, width), or a padding-free batch's (sequence
+        # slots, phase length), what the sequence-by-sequence attention computes (the
+        # variable-length kernel computes less).
+        self.blocks: list[tuple[int, int]] = []
         self.sums = None
         self.slots = 0  # the MLM head's rows on bertkit's fixed slots, unused ones included
 
@@ -102,20 +107,29 @@ class BatchCounter:
         # bertkit's batches: masked slots (mlm_labels, -100 unused), no mask when unpadded.
         slots = kwargs.get("mlm_labels")
         labels = slots if slots is not None else kwargs["labels"]
-        lengths = mask.sum(dim=1, dtype=torch.int64) if mask is not None \
-            else torch.full((ids.shape[0],), ids.shape[1], device=ids.device)
+        packed = kwargs.get(SEQUENCE_LENGTHS)  # a padding-free batch: one row of sequences
+        if packed is not None:
+            lengths = packed.to(torch.int64)
+            sequences = (lengths > 0).sum()
+            self.blocks.append((packed.shape[0], int(kwargs["max_sequence_length"])))
+        else:
+            lengths = mask.sum(dim=1, dtype=torch.int64) if mask is not None \
+                else torch.full((ids.shape[0],), ids.shape[1], device=ids.device)
+            sequences = torch.full((), ids.shape[0], device=ids.device)
+            self.blocks.append(tuple(ids.shape))
         sums = torch.stack([lengths.sum(), (lengths * lengths).sum(),
-                            (labels != IGNORE_INDEX).sum()])
+                            (labels != IGNORE_INDEX).sum(), sequences.to(torch.int64)])
         self.sums = sums if self.sums is None else self.sums + sums
         self.shapes.append(tuple(ids.shape))
         self.slots += slots.numel() if slots is not None else 0
 
     def totals(self) -> dict[str, int]:
-        real, squared, masked = (self.sums.tolist() if self.sums is not None else (0, 0, 0))
-        return {"sequences": sum(rows for rows, _ in self.shapes), "real_tokens": int(real),
+        real, squared, masked, sequences = (self.sums.tolist() if self.sums is not None
+                                            else (0, 0, 0, 0))
+        return {"sequences": int(sequences), "real_tokens": int(real),
                 "positions": sum(rows * width for rows, width in self.shapes),
                 "sum_squared_lengths": int(squared),
-                "sum_squared_widths": sum(rows * width * width for rows, width in self.shapes),
+                "sum_squared_widths": sum(rows * width * width for rows, width in self.blocks),
                 "masked_tokens": int(masked), "mlm_slots": self.slots}
 
 

@@ -29,7 +29,7 @@ from bertkit.pretraining.dynamic_masking import DynamicMaskingCollator
 from bertkit.pretraining.instances import tokenize_documents
 from bertkit.pretraining.masking import Vocabulary, masking_rule_from_config
 from bertkit.pretraining.objective import objective_of
-from bertkit.pretraining.phases import Phase, PhasedLengthGroupedSampler
+from bertkit.pretraining.phases import Phase, PhasedSampler
 from bertkit.pretraining.static_masking import static_masked_copies
 from bertkit.training.models import load_tokenizer
 from bertkit.training.run import hydra_run_dir
@@ -55,7 +55,7 @@ def random_order(n: int, seed: int) -> list[int]:
 
 def grouped_order(lengths: Sequence[int], batch_size: int, seed: int) -> list[int]:
     """One pass over the instances as training draws them (one phase, grouped by length)."""
-    sampler = PhasedLengthGroupedSampler([Phase(0, lengths, len(lengths))], batch_size, seed)
+    sampler = PhasedSampler([Phase(0, lengths, len(lengths))], batch_size, seed)
     return list(sampler)
 
 

@@ -1,13 +1,15 @@
 """The bench_pretrain job: pretraining throughput of the plain Hugging Face way
 (BertForPreTraining, padded to max_seq_length, random batches, DataCollatorForLanguageModeling)
-and of bertkit's (the MLM head on masked positions, dynamic masking per batch, length-grouped
-batches), from the same initial weights, instances, steps and precision, alternating in one
-process. docs/speed.md ("How bench-pretrain compares") says what is held equal, what is
-timed and how MFU is counted. Writes bench_pretrain.json and prints a markdown table.
+and of bertkit's (the MLM head on masked positions, dynamic masking per batch, batches at the
+phase length or padding-free), from the same initial weights, instances, steps and
+precision, alternating in one process. docs/speed.md ("How bench-pretrain compares") says
+what is held equal, what is timed and how MFU is counted. Writes bench_pretrain.json and
+prints a markdown table.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 import statistics
@@ -51,8 +53,9 @@ from bertkit.benchmarks.side_by_side import (
 )
 from bertkit.errors import BertkitError
 from bertkit.pretraining.batches import per_position_labels
-from bertkit.pretraining.masking import IGNORE_INDEX
+from bertkit.pretraining.masking import IGNORE_INDEX, masking_rule_from_config, most_predictions
 from bertkit.pretraining.model import load_pretraining_model
+from bertkit.pretraining.padding_free import PackingPlan
 from bertkit.pretraining.phases import Phase
 from bertkit.pretraining.run import build_pretraining_trainer, check_pretraining_config
 from bertkit.pretraining.training_data import is_streaming, prepare_pretraining_data
@@ -71,7 +74,8 @@ DESCRIPTIONS = {
              "random batches, DataCollatorForLanguageModeling, Trainer",
     "bertkit": "MaskedOnlyBertForPreTraining (head on masked positions), dynamic masking with "
                "batches padded to the phase length with fixed masked slots (one shape "
-               "per phase), length-grouped batches, PretrainingTrainer",
+               "per phase; grouped by length on an eager CPU, a plain shuffle otherwise), or "
+               "padding-free with pretraining.padding_free, PretrainingTrainer",
 }
 
 
@@ -164,7 +168,10 @@ def _prepare(cfg: DictConfig, run_dir: Path, steps: int) -> _Data:
     rows = evaluated.select_columns(columns).to_list()
     batch = int(cfg.bench.batch_size)
     torch.manual_seed(args.seed)  # the collator masks from torch's RNG
-    eval_batches = [prepared.collator(rows[start:start + batch])
+    # Padded, for both ways (the plain model takes no padding-free batch).
+    padded_collator = copy.copy(prepared.collator)
+    padded_collator.packed = None
+    eval_batches = [padded_collator(rows[start:start + batch])
                     for start in range(0, len(rows), batch)]
     return _Data(prepared, padded, eval_batches)
 
@@ -196,8 +203,12 @@ def _trainer(cfg: DictConfig, way: str, args, data: _Data, indices: list[int], c
     if way == "bertkit":
         instances = prepared.train_dataset.select(indices)
         lengths = np.asarray(instances["length"])
+        packing = prepared.packing  # padding-free: the subset's instances' masked counts
+        if packing is not None:
+            packing = PackingPlan(packing.shapes[:1], [
+                most_predictions(lengths, masking_rule_from_config(cfg.masking))])
         subset = dataclasses.replace(prepared, train_dataset=instances, collator=collate,
-                                     phases=[Phase(0, lengths, len(indices))])
+                                     phases=[Phase(0, lengths, len(indices))], packing=packing)
         trainer, _ = build_pretraining_trainer(cfg, args, subset)
         return trainer, trainer.model
     # bertkit's initial weights, unpadded (the plain way's vocabulary is the tokenizer's):
@@ -346,6 +357,7 @@ def _result(cfg: DictConfig, probe, data: _Data, ways: dict, runs: dict,
                     "bertkit_mlm_probability": masking.mlm_probability,
                     "bertkit_max_predictions_per_seq": masking.max_predictions_per_seq},
         "pad_to_multiple_of": cfg.pad_to_multiple_of if (probe.bf16 or probe.fp16) else None,
+        "padding_free": data.prepared.packing is not None,
         "timing": "wall time of trainer.train() per timed run (CUDA synchronised), median over "
                   "repeats in alternating order; each way first ran warmup_steps steps on a "
                   "throwaway model (not timed)",

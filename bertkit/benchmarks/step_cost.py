@@ -2,7 +2,12 @@
 loop with nothing around the step; `plain`: transformers.Trainer; `bertkit`: bertkit's trainer
 and the callbacks every run carries), on the same small BERT and pre-built batches, in one
 process; host syncs per step from a separate untimed run per way. docs/speed.md ("How
-bench-step compares") says what is timed. Writes bench_step.json and prints a markdown table."""
+bench-step compares") says what is timed. Writes bench_step.json and prints a markdown table.
+
+The pretraining_packed workload feeds the pretraining workload's sequences (lengths drawn
+alike) as padding-free batches (bertkit.pretraining.padding_free) of the same token budget: the
+CPU proxy of what packing gains on a GPU, in real tokens per step and the padded share, beside
+what a step costs here."""
 
 from __future__ import annotations
 
@@ -37,8 +42,10 @@ from bertkit.benchmarks.side_by_side import (
     run_ways,
 )
 from bertkit.errors import BertkitError
+from bertkit.pretraining import padding_free
 from bertkit.pretraining.masking import IGNORE_INDEX
-from bertkit.pretraining.model import MaskedOnlyBertForPreTraining
+from bertkit.pretraining.model import MaskedOnlyBertForPreTraining, use_padding_free_attention
+from bertkit.pretraining.phases import Phase
 from bertkit.pretraining.trainer import PretrainingTrainer
 from bertkit.training.arguments import build_training_arguments
 from bertkit.training.budget import ClockCallback
@@ -53,9 +60,10 @@ logger = logging.getLogger(__name__)
 
 RESULT_FILE = "bench_step.json"
 WAYS = ("bare", "plain", "bertkit")
-WORKLOADS = ("pretraining", "glue")
+WORKLOADS = ("pretraining", "pretraining_packed", "glue")
 RATIOS = (("bertkit", "bare"), ("plain", "bare"), ("bertkit", "plain"))
-BERTKIT_TRAINERS = {"pretraining": PretrainingTrainer, "glue": LengthGroupedTrainer}
+BERTKIT_TRAINERS = {"pretraining": PretrainingTrainer, "pretraining_packed": PretrainingTrainer,
+                    "glue": LengthGroupedTrainer}
 PAD_ID = 0  # ids are drawn from [1, vocab_size)
 
 
@@ -96,13 +104,52 @@ def pretraining_batch(settings: DictConfig, vocab_size: int, rng) -> dict[str, n
             "next_sentence_label": rng.integers(0, 2, size=len(lengths))}
 
 
+def packed_pretraining_batch(settings: DictConfig, vocab_size: int, rng) -> dict:
+    """What bertkit's padding-free collator feeds: sequences of the pretraining workload's
+    lengths, as many as PackedBatches fits in batch_size x seq_length tokens, end to end; each
+    with mlm_used x its length / seq_length masked slots (at least 1), a random NSP label."""
+    batch, width = int(settings.batch_size), int(settings.seq_length)
+    pool = np.concatenate([_rows(settings, rng)[0] for _ in range(4)])
+    predictions = np.maximum(1, np.round(int(settings.mlm_used) * pool / width)).astype(int)
+    shape = padding_free.pack_shapes([(width, int(settings.mlm_slots))], batch,
+                                     float(settings.sequence_slots_per_row))[0]
+    chosen = next(iter(padding_free.PackedBatches(
+        [Phase(0, pool, batch)], [shape], [predictions], [1], seed=int(rng.integers(2**31)))))
+    lengths, count = pool[chosen], len(chosen)
+    total, starts = int(lengths.sum()), np.cumsum(pool[chosen]) - pool[chosen]
+    position = np.zeros(shape.tokens, dtype=np.int64)
+    position[:total] = np.arange(total) - np.repeat(starts, lengths)
+    ids = np.full(shape.tokens, PAD_ID)
+    ids[:total] = rng.integers(PAD_ID + 1, vocab_size, size=total)
+    split = np.repeat(rng.integers(1, lengths - 1), lengths)
+    types = np.zeros(shape.tokens, dtype=np.int64)
+    types[:total] = position[:total] >= split
+    slots = np.zeros(shape.predictions, dtype=np.int64)
+    labels = np.full(shape.predictions, IGNORE_INDEX)
+    used = 0
+    for start, length, predicted in zip(starts, lengths, predictions[chosen], strict=True):
+        inside = start + 1 + rng.permutation(length - 2)[:predicted]  # not [CLS] nor the last
+        slots[used:used + len(inside)] = np.sort(inside)
+        labels[used:used + len(inside)] = rng.integers(PAD_ID + 1, vocab_size, len(inside))
+        used += len(inside)
+    sequence_lengths = np.zeros(shape.sequences, dtype=np.int64)
+    sequence_lengths[:count] = lengths
+    sentence = np.full(shape.sequences, IGNORE_INDEX)
+    sentence[:count] = rng.integers(0, 2, size=count)
+    return {"input_ids": ids[None], "token_type_ids": types[None], "position_ids": position[None],
+            padding_free.SEQUENCE_LENGTHS: sequence_lengths, padding_free.MAX_LENGTH: width,
+            "mlm_positions": slots[None], "mlm_labels": labels[None],
+            "next_sentence_label": sentence}
+
+
 def glue_batch(settings: DictConfig, vocab_size: int, rng) -> dict[str, np.ndarray]:
     lengths, position = _rows(settings, rng)
     batch = _encoder_inputs(lengths, position, vocab_size, rng)
     return {**batch, "labels": rng.integers(0, int(settings.num_labels), size=len(lengths))}
 
 
-BATCHES = {"pretraining": pretraining_batch, "glue": glue_batch}
+BATCHES = {"pretraining": pretraining_batch, "pretraining_packed": packed_pretraining_batch,
+           "glue": glue_batch}
 
 
 def build_batches(cfg: DictConfig, workload: str) -> list[dict[str, torch.Tensor]]:
@@ -110,9 +157,18 @@ def build_batches(cfg: DictConfig, workload: str) -> list[dict[str, torch.Tensor
     settings = cfg.bench[workload]
     rng = np.random.default_rng(int(cfg.seed))
     vocab_size = int(cfg.bench.model.vocab_size)
-    return [{name: torch.from_numpy(np.ascontiguousarray(value, dtype=np.int64))
+    return [{name: value if isinstance(value, int)  # a packed batch's phase length
+             else torch.from_numpy(np.ascontiguousarray(value, dtype=np.int64))
              for name, value in BATCHES[workload](settings, vocab_size, rng).items()}
             for _ in range(int(settings.batches))]
+
+
+def real_tokens(batch: dict) -> tuple[int, int]:
+    """(real tokens, positions) of a batch: padded by its attention mask, packed by its
+    sequences' lengths."""
+    lengths = batch.get(padding_free.SEQUENCE_LENGTHS)
+    real = batch["attention_mask"].sum() if lengths is None else lengths.sum()
+    return int(real), batch["input_ids"].numel()
 
 
 class StepIndices(torch.utils.data.Dataset):
@@ -151,7 +207,10 @@ def initial_model(cfg: DictConfig, workload: str) -> torch.nn.Module:
         config = BertConfig(pad_token_id=PAD_ID, num_labels=int(cfg.bench.glue.num_labels),
                             **options)
         return BertForSequenceClassification(config)
-    return MaskedOnlyBertForPreTraining(BertConfig(pad_token_id=PAD_ID, **options))
+    model = MaskedOnlyBertForPreTraining(BertConfig(pad_token_id=PAD_ID, **options))
+    if workload == "pretraining_packed":
+        use_padding_free_attention(model)
+    return model
 
 
 def _arguments(cfg: DictConfig, workload: str, steps: int, run_dir: Path):
@@ -205,7 +264,8 @@ class BareLoop:
                                        num_training_steps=steps)
 
     def step(self, batch: dict) -> None:
-        batch = {name: value.to(self.args.device) for name, value in batch.items()}
+        batch = {name: value.to(self.args.device) if isinstance(value, torch.Tensor) else value
+                 for name, value in batch.items()}
         loss = self.model(**batch).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.args.max_grad_norm)
@@ -281,8 +341,9 @@ def _check(cfg: DictConfig) -> tuple[Schedule, list[str]]:
         # Each limit named by the key the user set: [CLS], [SEP] and (pretraining) the used
         # MLM slots fit the shortest row, the longest fits the model's positions.
         key, positions = f"bench.{workload}", int(bench.model.max_position_embeddings)
+        pretraining = workload.startswith("pretraining")
         least, why = ((int(settings.mlm_used) + 2, f"{key}.mlm_used + 2")
-                      if workload == "pretraining" else (3, "[CLS], a token and [SEP]"))
+                      if pretraining else (3, "[CLS], a token and [SEP]"))
         if int(settings.min_length) < least:
             raise BertkitError(f"{key}.min_length={settings.min_length}: expected at least "
                                f"{least} ({why})")
@@ -293,8 +354,8 @@ def _check(cfg: DictConfig) -> tuple[Schedule, list[str]]:
             raise BertkitError(f"{key}.seq_length={settings.seq_length} exceeds the {positions} "
                                f"positions of bench.model.max_position_embeddings: lower "
                                f"{key}.seq_length to at most {positions}")
-        if workload == "pretraining" and int(settings.mlm_used) > int(settings.mlm_slots):
-            raise BertkitError("bench.pretraining: mlm_used must be at most mlm_slots")
+        if pretraining and int(settings.mlm_used) > int(settings.mlm_slots):
+            raise BertkitError(f"{key}: mlm_used must be at most mlm_slots")
     one_batch_a_step(cfg.trainer, "as the bare loop runs")
     return schedule, workloads
 
@@ -319,14 +380,16 @@ def _workload(cfg: DictConfig, workload: str, schedule: Schedule, run_dir: Path)
         each = [1000 * value / schedule.steps for value in seconds[way]]
         ways[way] = {"ms_per_step": statistics.median(each), "ms_per_step_each_repeat": each,
                      **syncs}
-    masks = torch.cat([batch["attention_mask"] for batch in batches])
+    real, positions = (sum(counts) for counts in zip(*map(real_tokens, batches), strict=True))
     return {
         "model_class": type(initial).__name__,
         "num_parameters": count_parameters(initial),
-        **{key: value for key, value in OmegaConf.to_container(bench[workload]).items()
+        **{key: value for key, value in OmegaConf.to_container(bench[workload],
+                                                                resolve=True).items()
            if key != "trainer"},
-        "real_token_share": float(masks.float().mean()),
-        "trainer_settings": OmegaConf.to_container(bench[workload].trainer),
+        "real_token_share": real / positions,
+        "real_tokens_per_step": real / len(batches),
+        "trainer_settings": OmegaConf.to_container(bench[workload].trainer, resolve=True),
         "ways": ways,
         "ratio": {f"{a}/{b}": ratio(ways[a]["ms_per_step"], ways[b]["ms_per_step"])
                   for a, b in RATIOS},
@@ -385,17 +448,36 @@ def table(result: dict, path: Path | None = None) -> str:
         f"{model['hidden_size']} BERT (vocab {model['vocab_size']:,}), {result['device_name']}, "
         f"{result['torch_threads']} thread(s), torch {result['torch']}, transformers "
         f"{result['transformers']}\n",
-        *markdown_head("workload", "batch", "bare ms/step", "plain ms/step", "bertkit ms/step",
-                       "bertkit/bare", "plain/bare", "bertkit/plain",
-                       "syncs/step bare / plain / bertkit"),
+        *markdown_head("workload", "batch", "real tokens/step", "padding", "bare ms/step",
+                       "plain ms/step", "bertkit ms/step", "bertkit/bare", "plain/bare",
+                       "bertkit/plain", "syncs/step bare / plain / bertkit"),
     ]
     for name, workload in result["workloads"].items():
         ways, ratio = workload["ways"], workload["ratio"]
         syncs = " / ".join(f"{ways[way]['syncs_per_step']:g}" for way in WAYS)
         lines.append(f"| {name} | {workload['batch_size']} x {workload['seq_length']} "
+                     f"| {workload['real_tokens_per_step']:,.0f} "
+                     f"| {1 - workload['real_token_share']:.1%} "
                      + "".join(f"| {ways[way]['ms_per_step']:.1f} " for way in WAYS)
                      + "".join(f"| {ratio[f'{a}/{b}']:.2f}x " for a, b in RATIOS)
                      + f"| {syncs} |")
+    lines.extend(packing_lines(result["workloads"]))
     if path is not None:
         lines.append(f"\nresult: {path}")
     return "\n".join(lines)
+
+
+def packing_lines(workloads: dict) -> list[str]:
+    """The CPU proxy of padding-free batches: useful work per step, and per ms of bertkit's
+    step here (a GPU's step costs about what its positions cost; a CPU's also pays the
+    sequence slots' attention)."""
+    if not {"pretraining", "pretraining_packed"} <= set(workloads):
+        return []
+    padded, packed = workloads["pretraining"], workloads["pretraining_packed"]
+    per_ms = {name: w["real_tokens_per_step"] / w["ways"]["bertkit"]["ms_per_step"]
+              for name, w in (("padded", padded), ("packed", packed))}
+    return [f"\npadding-free vs padded, same token budget: "
+            f"{packed['real_tokens_per_step'] / padded['real_tokens_per_step']:.3f}x the real "
+            f"tokens per step (padding {1 - padded['real_token_share']:.1%} -> "
+            f"{1 - packed['real_token_share']:.1%}); on this device "
+            f"{per_ms['packed'] / per_ms['padded']:.3f}x the real tokens per ms of bertkit's step"]

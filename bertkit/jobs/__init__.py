@@ -54,6 +54,8 @@ JOBS = {
                         reuses_its_runs=True),
     "bench_pretrain_data": Job("bertkit.benchmarks.pretrain_data:benchmark_pretrain_data",
                                "bench.json"),
+    "bench_masking": Job("bertkit.benchmarks.masking_fidelity:benchmark_masking",
+                         "masking.json"),
     "bench_pretrain": Job("bertkit.benchmarks.pretrain_throughput:benchmark_pretrain_throughput",
                           "bench_pretrain.json"),
     "bench_pretrain_quality": Job(

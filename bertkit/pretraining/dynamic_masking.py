@@ -13,10 +13,11 @@ from bertkit.pretraining.masking import (
     IGNORE_INDEX,
     MaskingRule,
     Vocabulary,
+    candidates_and_budgets,
     mask_sequence,
-    prediction_budget,
     replace_chosen,
 )
+from bertkit.pretraining.padding_free import PackShape, packed_batch
 
 
 def padding_collator(tokenizer: PreTrainedTokenizerBase, pad_to_multiple_of: int | None):
@@ -34,15 +35,23 @@ class StaticShapeCollator:
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase,
                  phases: Sequence[tuple[int | None, int]], pad_to_multiple_of: int | None = None,
-                 static: bool = True):
-        """static=False: each batch padded to its longest row (PhaseShapes)."""
+                 static: bool = True, packed: Sequence[PackShape] | None = None):
+        """static=False: each batch padded to its longest row (PhaseShapes). packed: the
+        phases' shapes of padding-free batches (bertkit.pretraining.padding_free), the
+        sequences masked as in a padded batch, then laid end to end."""
         self.vocab = Vocabulary.from_tokenizer(tokenizer)
         self.pad_id = tokenizer.pad_token_id
         self.shapes = PhaseShapes(phases, pad_to_multiple_of, static)
+        self.packed = None if packed is None else list(packed)
 
     def __call__(self, features) -> dict:
         columns = Columns(features)
-        width, slots = self.shapes.shape(int(columns.lengths.max()))
+        longest = int(columns.lengths.max())
+        if self.packed is not None:
+            masked, chosen, original = self.mask(
+                columns, columns.padded("input_ids", longest, self.pad_id))
+            return packed_batch(columns, masked, chosen, original, self.packed, self.pad_id)
+        width, slots = self.shapes.shape(longest)
         ids = columns.padded("input_ids", width, self.pad_id)
         masked, chosen, original = self.mask(columns, ids)
         positions, labels = slots_of(chosen, original, slots)
@@ -75,12 +84,16 @@ class DynamicMaskingCollator(StaticShapeCollator):
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase,
                  rules: MaskingRule | Sequence[tuple[int, MaskingRule]],
-                 pad_to_multiple_of: int | None = None, static: bool = True):
+                 pad_to_multiple_of: int | None = None, static: bool = True,
+                 packed: Sequence[PackShape] | None = None):
         """rules: one rule, or (longest sequence, rule) pairs by increasing length, e.g. the
         paper's phases: 20 predictions up to 128 tokens, 80 up to 512."""
         self.rules = [(None, rules)] if isinstance(rules, MaskingRule) else list(rules)
+        if len({rule.convention for _, rule in self.rules}) > 1:
+            raise ValueError("one masking.convention for every phase of a collator")
         super().__init__(tokenizer, [(length, rule.max_predictions_per_seq)
-                                     for length, rule in self.rules], pad_to_multiple_of, static)
+                                     for length, rule in self.rules], pad_to_multiple_of, static,
+                         packed)
 
     def rule_for(self, length: int) -> MaskingRule:
         for longest, rule in self.rules:
@@ -101,16 +114,14 @@ class DynamicMaskingCollator(StaticShapeCollator):
         return masked, labels != IGNORE_INDEX, ids
 
     def _mask_tokens(self, ids: np.ndarray, rules: list[MaskingRule], rng: np.random.Generator):
-        special = self.vocab.special[ids]  # [CLS], [SEP] and the padding
-        budget = prediction_budget((~special).sum(axis=1),
-                                   np.array([rule.mlm_probability for rule in rules]),
-                                   np.array([rule.max_predictions_per_seq for rule in rules]))
+        candidates, budget = candidates_and_budgets(ids, self.vocab, rules)  # never padding
         keys = rng.random(ids.shape)
-        keys[special] = 2.0  # after every candidate
+        keys[~candidates] = 2.0  # after every candidate
         chosen = _lowest(keys, budget)
         column = np.array([[rule.mask_token_fraction, rule.random_token_fraction]
                            for rule in rules])
-        masked = replace_chosen(ids, chosen, self.vocab, column[:, :1], column[:, 1:], rng)
+        masked = replace_chosen(ids, chosen, self.vocab, column[:, :1], column[:, 1:], rng,
+                                rules[0].convention)
         return masked, chosen, ids
 
 

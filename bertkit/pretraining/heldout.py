@@ -42,7 +42,8 @@ MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 STATISTICS = ("mlm_loss_sum", "mlm_correct", "mlm_count", "sentence_loss_sum",
               "sentence_correct", "sentence_count")
 MASKING_KEYS = ("mlm_probability", "mask_token_fraction", "random_token_fraction",
-                "max_predictions_per_seq", "unit", "span_geometric_p", "span_max_words")
+                "max_predictions_per_seq", "unit", "span_geometric_p", "span_max_words",
+                "convention")
 
 
 # Settings

@@ -23,6 +23,7 @@ from torch.nn import functional
 from transformers import BertConfig, BertForPreTraining, PreTrainedTokenizerBase
 from transformers.utils import ModelOutput
 
+from bertkit.pretraining import padding_free
 from bertkit.pretraining.masking import IGNORE_INDEX
 from bertkit.training.models import (
     attention_setting,
@@ -69,13 +70,24 @@ class MaskedOnlyBertForPreTraining(BertForPreTraining):
                 token_type_ids: torch.Tensor | None = None,
                 next_sentence_label: torch.Tensor | None = None,
                 mlm_positions: torch.Tensor | None = None,
-                mlm_labels: torch.Tensor | None = None) -> PreTrainingStepOutput:
+                mlm_labels: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None,
+                sequence_lengths: torch.Tensor | None = None,
+                max_sequence_length: int | None = None) -> PreTrainingStepOutput:
         """The masked positions come as per-position `labels` (-100 elsewhere), or as
         bertkit's fixed slots (mlm_positions, mlm_labels: [batch, slots], -100 in the unused
-        ones; bertkit.pretraining.batches): one shape per phase, no data-dependent indexing."""
-        sequence_output, pooled_output = self.bert(
-            input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-            return_dict=False)[:2]
+        ones; bertkit.pretraining.batches): one shape per phase, no data-dependent indexing.
+
+        A padding-free batch (bertkit.pretraining.padding_free) is one row of sequences end to
+        end, each slot of sequence_lengths one sequence (0: unused), position_ids restarting
+        at each; its sentence labels are per slot (-100: unused), scored on each [CLS]."""
+        if sequence_lengths is None:
+            sequence_output, pooled_output = self.bert(
+                input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                position_ids=position_ids, return_dict=False)[:2]
+        else:
+            sequence_output, pooled_output = self._packed_encoder(
+                input_ids, token_type_ids, position_ids, sequence_lengths, max_sequence_length)
         if mlm_positions is not None:
             index = mlm_positions[..., None].expand(-1, -1, sequence_output.shape[-1])
             predicted = sequence_output.gather(1, index).flatten(0, 1)
@@ -104,16 +116,36 @@ class MaskedOnlyBertForPreTraining(BertForPreTraining):
             # (find_unused_parameters=false) sees a gradient for every parameter.
             loss = loss + 0.0 * sentence_logits.sum()
         else:
+            # A padding-free batch's unused sequence slots are labelled -100: not scored.
             sentence_losses = functional.cross_entropy(sentence_logits, next_sentence_label,
-                                                       reduction="none")
-            loss = loss + sentence_losses.mean()
+                                                       reduction="none",
+                                                       ignore_index=IGNORE_INDEX)
+            scored = next_sentence_label != IGNORE_INDEX
+            sentence_count = scored.sum()
+            loss = loss + sentence_losses.sum() / sentence_count.clamp(min=1)
             output.sentence_loss_sum = sentence_losses.detach().sum()
-            output.sentence_correct = (sentence_logits.detach().argmax(-1)
-                                       == next_sentence_label).sum()
-            output.sentence_count = torch.full((), next_sentence_label.numel(),
-                                               device=next_sentence_label.device)
+            output.sentence_correct = ((sentence_logits.detach().argmax(-1)
+                                        == next_sentence_label) & scored).sum()
+            output.sentence_count = sentence_count
         output.loss = loss
         return output
+
+    def _packed_encoder(self, input_ids, token_type_ids, position_ids, sequence_lengths,
+                        max_sequence_length):
+        """(hidden states [1, tokens, hidden], pooled [sequence slots, hidden]) of a
+        padding-free batch: each sequence attends to itself (padding_free_attention), and the
+        pooler reads each sequence's first token, its [CLS]."""
+        if self.config._attn_implementation != padding_free.ATTENTION:
+            raise ValueError("a padding-free batch needs the model's attention set to "
+                             f"{padding_free.ATTENTION} (use_padding_free_attention)")
+        tokens = input_ids.shape[-1]
+        attention = padding_free.attention_inputs(sequence_lengths, tokens, max_sequence_length)
+        sequence_output = self.bert(input_ids, token_type_ids=token_type_ids,
+                                    position_ids=position_ids, return_dict=False,
+                                    **attention)[0]
+        starts = attention["cu_seq_lens_q"][:sequence_lengths.shape[0]].to(torch.int64)
+        first_tokens = sequence_output[0, starts.clamp(max=tokens - 1)]
+        return sequence_output, self.bert.pooler(first_tokens[:, None, :])
 
     def vocabulary_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """The MLM head's logits (fp32): the padding rows' at -inf, so they never win argmax
@@ -184,6 +216,13 @@ def _pad_loaded_vocabulary(module, state_dict, prefix, *args) -> None:
         if value is not None and value.shape[0] == module.vocab_rows < rows:
             state_dict[prefix + entry] = functional.pad(
                 value, (0, 0) * (value.dim() - 1) + (0, rows - module.vocab_rows))
+
+
+def use_padding_free_attention(model: MaskedOnlyBertForPreTraining) -> None:
+    """The model's attention becomes padding_free_attention: padding-free batches attend
+    within each sequence, padded ones (the held-out sets) run SDPA as before."""
+    padding_free.register_attention()
+    model.set_attn_implementation(padding_free.ATTENTION)
 
 
 def load_pretraining_model(model: DictConfig, tokenizer: PreTrainedTokenizerBase,

@@ -33,7 +33,7 @@ from bertkit.pretraining.heldout import (
     heldout_settings,
 )
 from bertkit.pretraining.heldout_evaluation import HeldoutEvaluation, heldout_record
-from bertkit.pretraining.model import load_pretraining_model
+from bertkit.pretraining.model import load_pretraining_model, use_padding_free_attention
 from bertkit.pretraining.objective import objective_of
 from bertkit.pretraining.trainer import PretrainingTrainer
 from bertkit.pretraining.training_data import (
@@ -93,6 +93,12 @@ def check_pretraining_config(cfg: DictConfig) -> None:
             raise BertkitError("pretraining.long_phase.fraction>0 with corpus.hub.streaming=true: "
                                "the 512-token phase needs its own stored instances; set "
                                "pretraining.long_phase.fraction=0 or corpus.hub.streaming=false")
+        if cfg.pretraining.padding_free is True:
+            raise BertkitError("pretraining.padding_free=true with corpus.hub.streaming=true: "
+                               "padding-free batches are drawn from the stored instances of "
+                               "each phase, which a stream does not have; set "
+                               "pretraining.padding_free=auto or false, or "
+                               "corpus.hub.streaming=false")
         if heldout_enabled(heldout_settings(cfg)):
             raise BertkitError("heldout.fraction>0 with corpus.hub.streaming=true: the held-out "
                                "documents are chosen from the stored corpus before training, "
@@ -113,6 +119,7 @@ def pretraining_hyperparameters(cfg: DictConfig, args: TrainingArguments, model)
         "random_token_fraction": masking.random_token_fraction,
         "max_predictions_per_seq": masking.max_predictions_per_seq,
         "masking_unit": masking.unit,
+        "masking_convention": masking.convention,
         "short_seq_prob": cfg.pretraining.short_seq_prob,
         "long_phase_fraction": long_phase.fraction,
         "long_phase_max_seq_length": long_phase.max_seq_length if long_phase.fraction else None,
@@ -177,10 +184,13 @@ def build_pretraining_trainer(cfg: DictConfig, args: TrainingArguments,
     """(the trainer, the hyperparameters recorded in W&B and metrics.json)."""
     model = load_pretraining_model(cfg.model, data.tokenizer,
                                    cfg.pretraining.pad_vocab_to_multiple_of)
+    if data.packing is not None:
+        use_padding_free_attention(model)
     trainer = PretrainingTrainer(
         model=model, args=args, train_dataset=data.train_dataset,
         data_collator=data.collator, processing_class=data.tokenizer,
-        phases=data.phases, sentence_task=objective_of(cfg.objective).sentence_task)
+        phases=data.phases, sentence_task=objective_of(cfg.objective).sentence_task,
+        group_by_length=data.group_by_length, packing=data.packing)
     return trainer, pretraining_hyperparameters(cfg, args, model)
 
 
@@ -206,6 +216,9 @@ def _outcome(cfg: DictConfig, trainer, data: PretrainingData, run: TrainingRun,
         "objective": cfg.objective.name,
         "masking": cfg.masking.kind,
         "seed": trainer.args.seed,
+        # The share of the positions fed in training that were padding (this run's part).
+        "padding_fraction": trainer.padding_fraction,
+        "padding_free": data.packing is not None,
         "first_log": lines[0] if lines else {},
         "last_log": lines[-1] if lines else {},
         "train": run.train_record(tokens_seen=trainer.state.num_input_tokens_seen),

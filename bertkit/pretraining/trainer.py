@@ -1,6 +1,7 @@
 """Trainer for MLM + NSP/SOP pretraining: logs each objective's loss and accuracy separately,
 the share of real (non-padding) tokens, the current sequence length, and samples in the
-paper's sequence-length phases.
+paper's sequence-length phases, padded (PhasedSampler) or padding-free (PackedBatches,
+bertkit.pretraining.padding_free).
 
 Statistics are summed over the steps between two log lines and over all processes, so the
 logged MLM loss is the mean over every masked token of the window, not a mean of means.
@@ -12,7 +13,13 @@ import datasets
 import torch
 
 from bertkit.pretraining.batches import ArrowRows
-from bertkit.pretraining.phases import Phase, PhasedLengthGroupedSampler
+from bertkit.pretraining.padding_free import (
+    MAX_LENGTH,
+    SEQUENCE_LENGTHS,
+    PackedBatches,
+    PackingPlan,
+)
+from bertkit.pretraining.phases import Phase, PhasedSampler
 from bertkit.training.model_card import HubTrainer
 
 # The instance columns the collators read (the rest, e.g. "length", is not fetched).
@@ -23,7 +30,10 @@ STATISTICS = ("mlm_loss_sum", "mlm_correct", "mlm_count", "sentence_loss_sum",
 
 class PretrainingTrainer(HubTrainer):
     def __init__(self, *args, phases: list[Phase] | None = None,
-                 sentence_task: str | None = "nsp", **kwargs):
+                 sentence_task: str | None = "nsp", group_by_length: bool = True,
+                 packing: PackingPlan | None = None, **kwargs):
+        """group_by_length: the padded batches' order (bertkit.pretraining.phases); packing:
+        padding-free batches, in a plain shuffle."""
         train_dataset = kwargs.get("train_dataset")
         if isinstance(train_dataset, datasets.Dataset):  # batches as Arrow tables
             kwargs["train_dataset"] = ArrowRows(train_dataset.remove_columns(
@@ -31,14 +41,32 @@ class PretrainingTrainer(HubTrainer):
         super().__init__(*args, **kwargs)
         self.phases = phases
         self.sentence_task = sentence_task
+        self.group_by_length = group_by_length
+        self.packing = packing
         self._window: dict[str, torch.Tensor] = {}
         self._longest_in_window = 0
+        self._run_tokens: dict[str, torch.Tensor] = {}  # real and fed positions, this train()
 
     def _get_train_sampler(self, train_dataset=None):
         if self.phases is None:
             return super()._get_train_sampler(train_dataset)
-        return PhasedLengthGroupedSampler(self.phases, self.args.per_device_train_batch_size,
-                                          seed=self.args.data_seed or self.args.seed)
+        seed = self.args.data_seed or self.args.seed
+        if self.packing is not None:
+            rows = self.args.per_device_train_batch_size
+            return PackedBatches(self.phases, self.packing.shapes, self.packing.predictions,
+                                 [phase.num_samples // rows for phase in self.phases], seed,
+                                 rank=self.args.process_index, world_size=self.args.world_size)
+        return PhasedSampler(self.phases, self.args.per_device_train_batch_size, seed=seed,
+                             group_by_length=self.group_by_length)
+
+    @property
+    def padding_fraction(self) -> float | None:
+        """The share of the positions fed in training that were padding (this train() call);
+        None before any step."""
+        if not self._run_tokens:
+            return None
+        real, fed = (self._run_tokens[name].item() for name in ("real_tokens", "batch_tokens"))
+        return 1.0 - real / max(fed, 1.0)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         outputs = model(**inputs)
@@ -49,12 +77,18 @@ class PretrainingTrainer(HubTrainer):
             ids = inputs["input_ids"]
             # torch.full fills on the device: no copy from the host, no wait for it.
             batch["batch_tokens"] = torch.full((), ids.numel(), device=ids.device)
-            batch["real_tokens"] = mask.sum() if mask is not None else batch["batch_tokens"]
+            if SEQUENCE_LENGTHS in inputs:  # padding-free: the sequences' tokens
+                batch["real_tokens"] = inputs[SEQUENCE_LENGTHS].sum()
+            else:
+                batch["real_tokens"] = mask.sum() if mask is not None else batch["batch_tokens"]
             for name, value in batch.items():
                 value = value.detach().to(torch.float64)
                 self._window[name] = self._window[name] + value if name in self._window \
                     else value
-            self._longest_in_window = max(self._longest_in_window, ids.shape[1])
+                if name in ("real_tokens", "batch_tokens"):
+                    self._run_tokens[name] = self._run_tokens.get(name, 0) + value
+            self._longest_in_window = max(self._longest_in_window,
+                                          inputs.get(MAX_LENGTH, ids.shape[1]))
         return (outputs.loss, outputs) if return_outputs else outputs.loss
 
     def _window_statistics(self) -> dict[str, float]:

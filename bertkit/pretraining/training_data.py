@@ -32,8 +32,17 @@ from bertkit.pretraining.heldout import (
     split_documents,
 )
 from bertkit.pretraining.instances import streaming_instances, tokenize_documents
-from bertkit.pretraining.masking import Vocabulary, masking_rule_from_config
+from bertkit.pretraining.masking import (
+    Vocabulary,
+    masking_rule_from_config,
+    most_predictions,
+)
 from bertkit.pretraining.objective import objective_of
+from bertkit.pretraining.padding_free import (
+    PackingPlan,
+    pack_shapes,
+    padding_free_wanted,
+)
 from bertkit.pretraining.phases import Phase, phase_steps
 from bertkit.pretraining.static_masking import static_masked_copies
 from bertkit.pretraining.wordpiece import ensure_trained_tokenizer, trained_tokenizer_dir
@@ -55,6 +64,10 @@ class PretrainingData:
     seconds: float
     heldout: HeldoutSet | None = None  # None: heldout.fraction=0
     train_documents: int | None = None  # None: a stream
+    # Padding-free batches (bertkit.pretraining.padding_free), or None: padded ones, grouped
+    # by length or not (bertkit.pretraining.phases).
+    packing: PackingPlan | None = None
+    group_by_length: bool = True
 
 
 # The stages of the data preparation, in order: each prints one line when it ends (its count
@@ -77,7 +90,8 @@ def prepare_pretraining_data(cfg: DictConfig, args: TrainingArguments) -> Pretra
         tokenizer = pretraining_tokenizer(cfg, documents)
         made.count, made.unit = len(tokenizer), "tokens" + (
             "" if cfg.tokenizer_training.enabled else f" ({cfg.model.tokenizer}, as given)")
-    train_dataset, phases, collator = build_training_data(cfg, documents, tokenizer, args)
+    train_dataset, phases, collator, packing = build_training_data(cfg, documents, tokenizer,
+                                                                   args)
     heldout = None
     if heldout_docs is not None:
         with stage(cfg, HELDOUT_SET) as made:
@@ -86,7 +100,8 @@ def prepare_pretraining_data(cfg: DictConfig, args: TrainingArguments) -> Pretra
             made.unit = "sequences"
     train_documents = len(documents) if isinstance(documents, datasets.Dataset) else None
     return PretrainingData(tokenizer, train_dataset, phases, collator,
-                           time.perf_counter() - started, heldout, train_documents)
+                           time.perf_counter() - started, heldout, train_documents, packing,
+                           group_by_length=not static_shapes_pay(cfg))
 
 
 def is_streaming(corpus: DictConfig) -> bool:
@@ -184,22 +199,29 @@ def _rule(masking: DictConfig, max_predictions: int):
 
 def build_training_data(cfg: DictConfig, documents, tokenizer: PreTrainedTokenizerBase,
                         args: TrainingArguments):
-    """(train dataset, phases for the sampler or None when streaming, collator)."""
+    """(train dataset, phases for the sampler or None when streaming, collator, the
+    padding-free batches' plan or None)."""
     num_proc = cfg.preprocessing_num_workers
     pad_to = cfg.pad_to_multiple_of if (args.bf16 or args.fp16) else None
     settings = phase_settings(cfg)
     static = cfg.masking.kind == "static"
     # Batches at their phase's length where static shapes pay (bertkit.training.arguments).
     widths = static_shapes_pay(cfg)
+    shapes = None
+    if padding_free_wanted(cfg.pretraining.padding_free, cfg.model.attention_probs_dropout_prob) \
+            and not is_streaming(cfg.corpus):
+        shapes = pack_shapes([(length, predictions) for length, predictions, _ in settings],
+                             args.per_device_train_batch_size,
+                             cfg.pretraining.sequence_slots_per_row)
     if static:
         collator = StaticMasksCollator(
             tokenizer, [(length, predictions) for length, predictions, _ in settings], pad_to,
-            static=widths)
+            static=widths, packed=shapes)
     else:
         collator = DynamicMaskingCollator(
             tokenizer,
             [(length, _rule(cfg.masking, predictions)) for length, predictions, _ in settings],
-            pad_to_multiple_of=pad_to, static=widths)
+            pad_to_multiple_of=pad_to, static=widths, packed=shapes)
     if is_streaming(cfg.corpus):
         with stage(cfg, TOKENIZING) as made:  # lazily: as training reads the stream
             tokenized = tokenize_documents(documents, tokenizer)
@@ -209,7 +231,7 @@ def build_training_data(cfg: DictConfig, documents, tokenizer: PreTrainedTokeniz
             max_seq_length=cfg.pretraining.max_seq_length,
             short_seq_prob=cfg.pretraining.short_seq_prob, seed=cfg.seed,
             buffer_documents=cfg.pretraining.streaming_buffer_documents)
-        return stream.remove_columns(["length"]), None, collator
+        return stream.remove_columns(["length"]), None, collator, None
 
     with stage(cfg, TOKENIZING) as made:
         tokenized = tokenize_documents(documents, tokenizer, num_proc=num_proc)
@@ -219,7 +241,10 @@ def build_training_data(cfg: DictConfig, documents, tokenizer: PreTrainedTokeniz
         made.count = sum(len(part) for part in parts)
         made.unit = (f"instances in {len(parts)} phase(s)"
                      + (", statically masked" if static else ""))
-    return datasets.concatenate_datasets(parts), phases, collator
+    packing = None if shapes is None else PackingPlan(shapes, [
+        most_predictions(phase.lengths, _rule(cfg.masking, predictions))
+        for phase, (_, predictions, _) in zip(phases, settings, strict=True)])
+    return datasets.concatenate_datasets(parts), phases, collator, packing
 
 
 def _phase_instances(cfg: DictConfig, tokenized: datasets.Dataset,

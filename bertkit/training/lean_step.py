@@ -36,7 +36,11 @@ from transformers import Trainer, TrainerCallback
 from transformers.trainer_utils import IntervalStrategy, speed_metrics
 
 from bertkit.trainer_internals import put_last
-from bertkit.training.padding_masks import attach_padding_masks, without_full_masks
+from bertkit.training.padding_masks import (
+    SEQUENCE_LENGTHS,
+    attach_padding_masks,
+    without_full_masks,
+)
 from bertkit.training.static_shapes import FixedRowsTrainer
 
 
@@ -91,6 +95,8 @@ class LeanStepTrainer(FixedRowsTrainer, Trainer):
         mask = inputs.get("attention_mask")
         if self.count_tokens == "non_padding" and mask is not None:
             return mask.sum()
+        if self.count_tokens == "non_padding" and SEQUENCE_LENGTHS in inputs:
+            return inputs[SEQUENCE_LENGTHS].sum()
         return ids.numel()  # "all", or a batch without padding (its mask was dropped)
 
     def floating_point_ops(self, inputs) -> int:

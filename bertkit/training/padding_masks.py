@@ -15,6 +15,9 @@ import torch
 from transformers import BertModel
 
 MASK = "attention_mask"
+# A padding-free batch's key (bertkit.pretraining.padding_free): each sequence's length, 0 in an
+# unused slot; such a batch has no attention mask, its real tokens are these lengths' sum.
+SEQUENCE_LENGTHS = "sequence_lengths"
 # The kernels whose 4D mask is built here; FlashAttention-2 and flex attention take the 2D
 # mask (flash unpads with it), and keep transformers' own path.
 FOUR_D = ("sdpa", "eager")

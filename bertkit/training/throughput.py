@@ -38,6 +38,7 @@ from transformers import BertConfig, BertModel, Trainer, TrainerCallback
 
 from bertkit.trainer_internals import callbacks_of, put_first
 from bertkit.training.flops import peak_flops, training_flops
+from bertkit.training.padding_masks import SEQUENCE_LENGTHS
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +46,9 @@ PREFIX = "throughput/"
 IGNORE_INDEX = -100  # labels of positions without a prediction
 GIB = 2**30
 # Counted per micro-batch: on the device (data-dependent) and on the host (shapes).
-DEVICE_COUNTS = ("real_tokens", "squared_lengths", "predicted_tokens")
+# packed_sequences: the sequences of padding-free batches (counted on the device; added to
+# samples and sequences when a window closes).
+DEVICE_COUNTS = ("real_tokens", "squared_lengths", "predicted_tokens", "packed_sequences")
 HOST_COUNTS = ("positions", "samples", "sequences")
 
 
@@ -150,7 +153,10 @@ class ThroughputMeter(TrainerCallback):
             return  # R3F's noisy pass feeds inputs_embeds
         rows = ids.reshape(-1, ids.shape[-1])
         mask = kwargs.get("attention_mask")
-        if mask is not None:
+        packed = kwargs.get(SEQUENCE_LENGTHS)
+        if packed is not None:  # one row of sequences end to end: each slot's length
+            lengths = packed.to(torch.int64)
+        elif mask is not None:
             lengths = mask.reshape(-1, mask.shape[-1]).sum(-1, dtype=torch.int64)
         else:
             lengths = torch.full((rows.shape[0],), rows.shape[1], dtype=torch.int64,
@@ -164,14 +170,16 @@ class ThroughputMeter(TrainerCallback):
             predicted = lengths.sum()
         else:
             predicted = torch.zeros((), dtype=torch.int64, device=ids.device)
+        sequences = (lengths > 0).sum() if packed is not None else torch.zeros_like(predicted)
         counts = torch.stack([lengths.sum(), (lengths * lengths).sum(),
-                              predicted.to(torch.int64)])
+                              predicted.to(torch.int64), sequences.to(torch.int64)])
         self._device_counts = counts if self._device_counts is None \
             else self._device_counts + counts
         host = self._host_counts
         host["positions"] += rows.numel()
-        host["samples"] += ids.shape[0]
-        host["sequences"] += rows.shape[0]
+        if packed is None:
+            host["samples"] += ids.shape[0]
+            host["sequences"] += rows.shape[0]
 
     # -- time -------------------------------------------------------------------------------
     def _now(self) -> float:
@@ -203,6 +211,9 @@ class ThroughputMeter(TrainerCallback):
             vector = torch.cat([table[:, :-1].sum(0), table[:, -1].max()[None]])
         values = dict(zip((*DEVICE_COUNTS, *HOST_COUNTS, "memory"), vector.tolist(),
                           strict=True))
+        packed = values.pop("packed_sequences")
+        values["samples"] += packed
+        values["sequences"] += packed
         seconds = self._seconds
         self._start_window()
         return values, seconds
@@ -269,8 +280,7 @@ class ThroughputMeter(TrainerCallback):
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         self.shape = model_shape(model)
         self.record = None
-        self._totals = dict.fromkeys((*DEVICE_COUNTS, "positions", "samples", "sequences",
-                                      "memory"), 0)
+        self._totals = dict.fromkeys((*DEVICE_COUNTS[:-1], *HOST_COUNTS, "memory"), 0)
         self._total_seconds = 0.0
         self._start_window()
         self._handle = model.register_forward_pre_hook(self._count, with_kwargs=True)

@@ -25,7 +25,7 @@ from bertkit.pretraining.instances import (
     pair_instances_dataset,
     tokenize_documents,
 )
-from bertkit.pretraining.phases import Phase, PhasedLengthGroupedSampler
+from bertkit.pretraining.phases import Phase, PhasedSampler
 from bertkit.training.models import load_tokenizer
 from tests.conftest import compose_config, real_data_dir
 from tests.glue_fixtures import WORDS
@@ -137,7 +137,7 @@ def test_benchmark_times_every_stage_and_counts_exactly(objective, num_proc, voc
     # The shares, from the lengths: the sampler's order for the grouped batches, a seeded
     # permutation for the random ones.
     shares = result["real_token_share"]
-    grouped_order = list(PhasedLengthGroupedSampler([Phase(0, lengths, n)], BATCH, cfg.seed))
+    grouped_order = list(PhasedSampler([Phase(0, lengths, n)], BATCH, cfg.seed))
     assert sorted(grouped_order) == list(range(n))
     random_order = torch.randperm(n, generator=torch.Generator().manual_seed(cfg.seed)).tolist()
     for key, order in (("grouped_by_length", grouped_order), ("random", random_order)):

@@ -16,6 +16,7 @@ from bertkit.benchmarks.step_cost import (
     FeedBatches,
     benchmark_step_cost,
     build_batches,
+    table,
 )
 from bertkit.errors import BertkitError
 from bertkit.jobs import run_job
@@ -55,7 +56,7 @@ def test_three_ways_on_both_workloads(tmp_path):
     result = run_job(cfg, run_dir)
 
     assert json.loads((run_dir / RESULT_FILE).read_text()) == result
-    assert set(result["workloads"]) == {"pretraining", "glue"}
+    assert set(result["workloads"]) == {"pretraining", "pretraining_packed", "glue"}
     for name, workload in result["workloads"].items():
         ways = workload["ways"]
         assert set(ways) == set(WAYS)
@@ -70,6 +71,14 @@ def test_three_ways_on_both_workloads(tmp_path):
         assert ways["plain"]["steps_counted"] == 2  # the last step logs and is left out
         assert 0 < workload["real_token_share"] < 1  # the padding-mask path is exercised
     assert result["workloads"]["pretraining"]["model_class"] == "MaskedOnlyBertForPreTraining"
+    # The CPU proxy of padding-free batches: the same token budget, more of it real.
+    padded, packed = (result["workloads"][name] for name in ("pretraining", "pretraining_packed"))
+    assert packed["batch_size"] == BATCH and packed["seq_length"] == LENGTH
+    assert packed["real_token_share"] > padded["real_token_share"]
+    assert packed["real_tokens_per_step"] == pytest.approx(
+        packed["real_token_share"] * BATCH * LENGTH)
+    ratio = packed["real_tokens_per_step"] / padded["real_tokens_per_step"]
+    assert f"{ratio:.3f}x the real tokens per step" in table(result)
     assert result["steps"] == STEPS and result["torch_threads"] == 1
     assert result["trainer"]["optim"] == "adamw_torch_fused"
     assert result["torch"] == torch.__version__ and result["model"]["vocab_size"] == 64
@@ -93,6 +102,29 @@ def test_pretraining_batches_fill_the_slots_inside_each_row():
             assert len(set(row[mask].tolist())) == USED  # distinct positions
         assert ((batch["input_ids"] == 0) == (batch["attention_mask"] == 0)).all()
     assert torch.equal(build_batches(cfg, "pretraining")[1]["input_ids"], batches[1]["input_ids"])
+
+
+def test_packed_batches_lay_the_pretraining_lengths_end_to_end():
+    cfg = compose_config(bench_overrides())
+    for batch in build_batches(cfg, "pretraining_packed"):
+        assert batch["input_ids"].shape == batch["position_ids"].shape == (1, BATCH * LENGTH)
+        lengths = batch["sequence_lengths"][batch["sequence_lengths"] > 0]
+        total = int(lengths.sum())
+        assert total <= BATCH * LENGTH and len(lengths) > BATCH // 2
+        assert ((lengths >= USED + 2) & (lengths <= LENGTH)).all()  # the workload's lengths
+        assert batch["position_ids"][0, :total].tolist() == \
+            [p for n in lengths.tolist() for p in range(n)]
+        ids = batch["input_ids"][0]
+        assert (ids[total:] == 0).all() and (ids[:total] > 0).all()
+        used = batch["mlm_labels"] != IGNORE_INDEX
+        positions = batch["mlm_positions"][used]
+        starts = torch.cumsum(lengths, 0) - lengths
+        # Every masked slot is inside a sequence, never its [CLS] nor its last token.
+        owner = torch.searchsorted(starts, positions, right=True) - 1
+        inside = positions - starts[owner]
+        assert ((inside > 0) & (inside < lengths[owner] - 1)).all()
+        scored = batch["next_sentence_label"] != IGNORE_INDEX
+        assert int(scored.sum()) == len(lengths)
 
 
 def test_the_collator_hands_over_copies_of_the_batches_in_turn():

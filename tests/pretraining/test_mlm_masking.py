@@ -26,8 +26,28 @@ LENGTH = 128
 def rule(**changes) -> MaskingRule:
     values = dict(mlm_probability=0.15, mask_token_fraction=0.8, random_token_fraction=0.1,
                   max_predictions_per_seq=LENGTH, unit="token", span_geometric_p=0.2,
-                  span_max_words=10)
+                  span_max_words=10, convention="google")
     return MaskingRule(**{**values, **changes})
+
+
+def excluded_ids(tokenizer, convention: str) -> set[int]:
+    """Ids never chosen: Google's code skips only [CLS] and [SEP] (bertkit's padding too);
+    non_special skips every special token."""
+    if convention == "google":
+        return {tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id}
+    return set(tokenizer.all_special_ids)
+
+
+def expected_count(ids, tokenizer, convention: str, most: int = LENGTH, p: float = 0.15) -> int:
+    """Re-derived: google counts the sequence's tokens with [CLS] and [SEP]
+    (create_masked_lm_predictions' num_to_predict, int(round(len(tokens) * p))), non_special
+    its non-special tokens; Python's round (half-to-even); never more than the candidates."""
+    real = [int(i) for i in ids if i != tokenizer.pad_token_id]
+    candidates = [i for i in real if i not in excluded_ids(tokenizer, convention)]
+    counted = len(real) if convention == "google" else len(candidates)
+    if not candidates:
+        return 0
+    return min(most, max(1, int(round(counted * p))), len(candidates))
 
 
 @pytest.fixture(scope="module")
@@ -69,32 +89,37 @@ def word_spans(ids: np.ndarray, vocab: Vocabulary) -> list[list[int]]:
     return spans
 
 
-def test_token_masking_statistics(tokenizer):
+@pytest.mark.parametrize("convention", ["google", "non_special"])
+def test_token_masking_statistics(tokenizer, convention):
     vocab = Vocabulary.from_tokenizer(tokenizer)
     rng = np.random.default_rng(1)
-    predicted = candidates = as_mask = unchanged = 0
+    excluded = np.isin(np.arange(len(tokenizer)), list(excluded_ids(tokenizer, convention)))
+    # Random replacements: the whole vocabulary under google, the non-special ids otherwise.
+    pool = len(tokenizer) if convention == "google" else len(tokenizer) - len(SPECIALS)
+    predicted = counted = as_mask = unchanged = 0
     for ids in sequences(tokenizer, 3000):
-        masked, labels = mask_sequence(ids, vocab, rule(), rng)
-        special = vocab.special[ids]
+        masked, labels = mask_sequence(ids, vocab, rule(convention=convention), rng)
+        never = excluded[ids]
         chosen = labels != IGNORE_INDEX
-        n = int((~special).sum())
-        # Exactly Google's count per sequence, and never a special token or padding.
-        assert chosen.sum() == max(1, round(n * 0.15))
-        assert not (chosen & special).any()
-        assert (masked[special] == ids[special]).all()
+        # Exactly the convention's count per sequence, and never an excluded token or padding.
+        assert chosen.sum() == expected_count(ids, tokenizer, convention)
+        assert not (chosen & never).any()
+        assert (masked[never] == ids[never]).all()
         assert (labels[chosen] == ids[chosen]).all()
         assert (masked[~chosen] == ids[~chosen]).all()
-        assert not vocab.special[masked[chosen & (masked != vocab.mask_id)]].any()
+        if convention == "non_special":
+            assert not vocab.special[masked[chosen & (masked != vocab.mask_id)]].any()
         predicted += chosen.sum()
-        candidates += n
+        counted += int((ids != tokenizer.pad_token_id).sum()) if convention == "google" \
+            else int((~vocab.special[ids]).sum())
         as_mask += (masked[chosen] == vocab.mask_id).sum()
         unchanged += (masked[chosen] == ids[chosen]).sum()
-    assert predicted / candidates == pytest.approx(0.15, abs=0.003)
+    assert predicted / counted == pytest.approx(0.15, abs=0.003)
     assert as_mask / predicted == pytest.approx(0.8, abs=0.01)
-    # "Unchanged" also catches the 1-in-150 random draws that hit the original token.
-    assert unchanged / predicted == pytest.approx(0.1 + 0.1 / 150, abs=0.01)
+    # "Unchanged" also catches the 1-in-pool random draws that hit the original token.
+    assert unchanged / predicted == pytest.approx(0.1 + 0.1 / pool, abs=0.01)
     random_share = 1 - (as_mask + unchanged) / predicted
-    assert random_share == pytest.approx(0.1 - 0.1 / 150, abs=0.01)
+    assert random_share == pytest.approx(0.1 - 0.1 / pool, abs=0.01)
 
 
 def test_max_predictions_per_seq_caps_the_count(tokenizer):
@@ -102,8 +127,7 @@ def test_max_predictions_per_seq_caps_the_count(tokenizer):
     rng = np.random.default_rng(2)
     for ids in sequences(tokenizer, 500):
         _, labels = mask_sequence(ids, vocab, rule(max_predictions_per_seq=5), rng)
-        n = int((~vocab.special[ids]).sum())
-        assert (labels != IGNORE_INDEX).sum() == min(5, max(1, round(n * 0.15)))
+        assert (labels != IGNORE_INDEX).sum() == expected_count(ids, tokenizer, "google", most=5)
 
 
 def test_whole_word_masking_never_masks_part_of_a_word(tokenizer):
@@ -113,8 +137,7 @@ def test_whole_word_masking_never_masks_part_of_a_word(tokenizer):
     for ids in sequences(tokenizer, 1000, pieces=True):
         _, labels = mask_sequence(ids, vocab, rule(unit="whole_word"), rng)
         chosen = labels != IGNORE_INDEX
-        budget = max(1, round(int((~vocab.special[ids]).sum()) * 0.15))
-        assert 0 < chosen.sum() <= budget
+        assert 0 < chosen.sum() <= expected_count(ids, tokenizer, "google")
         for word in word_spans(ids, vocab):
             assert chosen[word].all() or not chosen[word].any()
         # The same data with token masking does split words: the test can tell them apart.
@@ -137,7 +160,7 @@ def test_span_masking_masks_contiguous_runs_of_whole_words(tokenizer):
             hit = [chosen[w].all() for w in words]
             if unit == "span":
                 assert all(chosen[w].all() or not chosen[w].any() for w in words)
-                assert 0 < chosen.sum() <= max(1, round(int((~vocab.special[ids]).sum()) * .15))
+                assert 0 < chosen.sum() <= expected_count(ids, tokenizer, "google")
             run = 0
             for flag in hit + [False]:
                 if flag:
@@ -196,6 +219,7 @@ def test_dynamic_masks_change_every_time_and_follow_torch_seed(tokenizer):
 
 
 @pytest.mark.parametrize("bad", [{"unit": "sentence"}, {"mlm_probability": 1.5},
+                                 {"convention": "bert"},
                                  {"mask_token_fraction": 0.95}, {"max_predictions_per_seq": 0}])
 @pytest.mark.parametrize("node", ["masking", "heldout.masking"])
 def test_bad_masking_settings_name_the_key(bad, node):
@@ -208,14 +232,19 @@ def test_bad_masking_settings_name_the_key(bad, node):
         rule(**bad)
 
 
-def test_dynamic_collator_batch_statistics_and_phase_rules(tokenizer):
-    """The collator's batch path: Google's exact count per row (with the rule of the row's
-    length phase), never special tokens or padding, labels only at masked positions, 80/10/10."""
+@pytest.mark.parametrize("convention", ["google", "non_special"])
+def test_dynamic_collator_batch_statistics_and_phase_rules(tokenizer, convention):
+    """The collator's batch path: the convention's exact count per row (with the rule of the
+    row's length phase), never an excluded token or padding, labels only at masked positions,
+    80/10/10."""
     vocab = Vocabulary.from_tokenizer(tokenizer)
-    short_rule, long_rule = rule(max_predictions_per_seq=4), rule()
+    excluded = np.isin(np.arange(len(tokenizer)), list(excluded_ids(tokenizer, convention)))
+    pool = len(tokenizer) if convention == "google" else len(tokenizer) - len(SPECIALS)
+    short_rule = rule(max_predictions_per_seq=4, convention=convention)
+    long_rule = rule(convention=convention)
     collate = DynamicMaskingCollator(tokenizer, [(60, short_rule), (LENGTH, long_rule)])
     torch.manual_seed(3)
-    predicted = candidates = as_mask = unchanged = capped = 0
+    predicted = as_mask = unchanged = capped = 0
     rows = sequences(tokenizer, 3000, seed=9)
     for start in range(0, len(rows), 32):
         originals = [r[r != tokenizer.pad_token_id] for r in rows[start:start + 32]]
@@ -226,20 +255,19 @@ def test_dynamic_collator_batch_statistics_and_phase_rules(tokenizer):
             ids[:n_real] = original
             masked = batch["input_ids"][i].numpy()
             labels = per_position_labels(batch)[i].numpy()
-            special = vocab.special[ids]
+            never = excluded[ids]
             chosen = labels != IGNORE_INDEX
-            n = int((~special).sum())
             cap = 4 if n_real <= 60 else LENGTH
-            capped += cap == 4 and round(n * 0.15) > 4
-            assert chosen.sum() == min(cap, max(1, round(n * 0.15)))
-            assert not (chosen & special).any()
+            capped += cap == 4 and expected_count(ids, tokenizer, convention) > 4
+            assert chosen.sum() == expected_count(ids, tokenizer, convention, most=cap)
+            assert not (chosen & never).any()
             assert (labels[chosen] == ids[chosen]).all()
             assert (masked[~chosen] == ids[~chosen]).all()
-            assert not vocab.special[masked[chosen & (masked != vocab.mask_id)]].any()
+            if convention == "non_special":
+                assert not vocab.special[masked[chosen & (masked != vocab.mask_id)]].any()
             predicted += chosen.sum()
-            candidates += n
             as_mask += (masked[chosen] == vocab.mask_id).sum()
             unchanged += (masked[chosen] == ids[chosen]).sum()
     assert capped > 100  # the short phase's cap was exercised
     assert as_mask / predicted == pytest.approx(0.8, abs=0.01)
-    assert unchanged / predicted == pytest.approx(0.1 + 0.1 / 150, abs=0.01)
+    assert unchanged / predicted == pytest.approx(0.1 + 0.1 / pool, abs=0.01)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bertkit.pretraining.phases import Phase, PhasedLengthGroupedSampler, phase_steps
+from bertkit.pretraining.phases import Phase, PhasedSampler, phase_steps
 
 
 def test_phase_steps_split_the_run():
@@ -18,7 +18,7 @@ def test_phases_in_order_with_their_sample_counts():
     short = rng.integers(10, 129, size=50)
     long = rng.integers(100, 513, size=20)
     phases = [Phase(0, short, 4 * 40), Phase(50, long, 4 * 5)]
-    sampler = PhasedLengthGroupedSampler(phases, batch_size=4, seed=3)
+    sampler = PhasedSampler(phases, batch_size=4, seed=3)
     order = list(sampler)
     assert len(order) == len(sampler) == 180
     first, second = order[:160], order[160:]
@@ -29,12 +29,12 @@ def test_phases_in_order_with_their_sample_counts():
     # Each pass is a permutation (every instance once per pass).
     assert sorted(first[:50]) == list(range(50))
     assert list(sampler) == order  # deterministic for a seed
-    assert list(PhasedLengthGroupedSampler(phases, batch_size=4, seed=4)) != order
+    assert list(PhasedSampler(phases, batch_size=4, seed=4)) != order
 
 
 def test_batches_are_grouped_by_length():
     lengths = np.random.default_rng(1).integers(5, 129, size=4000)
-    sampler = PhasedLengthGroupedSampler([Phase(0, lengths, 4000)], batch_size=32, seed=0)
+    sampler = PhasedSampler([Phase(0, lengths, 4000)], batch_size=32, seed=0)
     order = np.array(list(sampler))
     batches = lengths[order].reshape(-1, 32)
     grouped_padding = (batches.max(1, keepdims=True) - batches).sum()
@@ -44,5 +44,5 @@ def test_batches_are_grouped_by_length():
 
 
 def test_empty_phase_is_skipped():
-    sampler = PhasedLengthGroupedSampler([Phase(0, [5, 6, 7], 6), Phase(3, [9], 0)], 2, seed=0)
+    sampler = PhasedSampler([Phase(0, [5, 6, 7], 6), Phase(3, [9], 0)], 2, seed=0)
     assert len(sampler) == 6 and set(sampler) == {0, 1, 2}
