@@ -155,8 +155,7 @@ class PackedBatches(BatchRebalanceSampler):
                                    f"longer than its phase ({shape.length} tokens)")
 
     def __len__(self) -> int:
-        return sum(-(-(count - self.rank) // self.world_size) for count in self.batches
-                   if count > self.rank)
+        return len(range(self.rank, sum(self.batches), self.world_size))  # numbered across phases
 
     def __iter__(self):
         generator = torch.Generator()

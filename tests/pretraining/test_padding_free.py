@@ -197,6 +197,17 @@ def test_batches_fit_their_budget_follow_a_plain_shuffle_and_hold_little_padding
                                               batches=[120], seed=1, rank=rank, world_size=2))
               for rank in (0, 1)]
     assert halves[0] == batches[0::2] and halves[1] == batches[1::2]
+    # Two phases, batches numbered across them: each process's length is what it yields.
+    phases = [Phase(0, lengths[:2500], 0), Phase(2500, lengths[2500:], 0)]
+    for rank in (0, 1):
+        two = padding_free.PackedBatches(phases, [shape, shape], [predictions[:2500],
+                                         predictions[2500:]], batches=[3, 2], seed=1,
+                                         rank=rank, world_size=2)
+        yielded = list(two)
+        assert len(two) == len(yielded) == (3 if rank == 0 else 2)
+        # Batches 0-2 are the first phase's, 3-4 the second's.
+        assert all(index < 2500 for index in yielded[0])
+        assert all(index >= 2500 for index in yielded[-1])
 
 
 def test_a_tiny_run_feeds_almost_no_padding(tmp_path):
