@@ -210,6 +210,7 @@ def test_batches_fit_their_budget_follow_a_plain_shuffle_and_hold_little_padding
         assert all(index >= 2500 for index in yielded[-1])
 
 
+@pytest.mark.slow
 def test_a_tiny_run_feeds_almost_no_padding(tmp_path):
     """The same tiny run, its batches at the phase's length as on a GPU (buckets_on_cpu):
     padded, a share of every batch is padding; padding-free, at most 2 %, on more sequences
@@ -229,6 +230,7 @@ def test_a_tiny_run_feeds_almost_no_padding(tmp_path):
     assert packed["last_log"]["nsp_accuracy"] >= 0
 
 
+@pytest.mark.slow
 def test_a_resumed_padding_free_run_sees_the_batches_the_whole_run_sees(tmp_path):
     """The batch sampler is deterministic: resumed halfway, a run's later steps are the
     uninterrupted run's (the same losses), and its model loads in plain transformers."""
