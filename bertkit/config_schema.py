@@ -319,8 +319,8 @@ class PretrainingSchema:
                                                  "at most 1024", min=1, max=1024)
     # auto, true or false (bertkit.pretraining.padding_free)
     padding_free: Any = _setting("auto", choices="bertkit.pretraining.padding_free:SETTINGS")
-    # A padding-free batch's sequence slots per row of the batch: at least one.
-    sequence_slots_per_row: float = _setting(2.0, min=1, max=UNBOUNDED)
+    # A padding-free batch's sequence slots over those its mean instance needs: at least 1.
+    sequence_slot_headroom: float = _setting(1.1, min=1, max=UNBOUNDED)
 
 
 @dataclass
@@ -441,8 +441,8 @@ class BenchWorkloadSchema:
     num_labels: int = _setting(2, **COUNT)
     mlm_slots: int = _setting(20, **COUNT)
     mlm_used: int = _setting(19, **COUNT)
-    # pretraining_packed's: pretraining.sequence_slots_per_row's bounds
-    sequence_slots_per_row: float = _setting(2.0, min=1, max=UNBOUNDED)
+    # pretraining_packed's: pretraining.sequence_slot_headroom's bounds
+    sequence_slot_headroom: float = _setting(1.1, min=1, max=UNBOUNDED)
 
 
 @dataclass

@@ -111,8 +111,8 @@ def packed_pretraining_batch(settings: DictConfig, vocab_size: int, rng) -> dict
     batch, width = int(settings.batch_size), int(settings.seq_length)
     pool = np.concatenate([_rows(settings, rng)[0] for _ in range(4)])
     predictions = np.maximum(1, np.round(int(settings.mlm_used) * pool / width)).astype(int)
-    shape = padding_free.pack_shapes([(width, int(settings.mlm_slots))], batch,
-                                     float(settings.sequence_slots_per_row))[0]
+    shape = padding_free.pack_shapes([(width, int(settings.mlm_slots), float(pool.mean()))],
+                                     batch, float(settings.sequence_slot_headroom))[0]
     chosen = next(iter(padding_free.PackedBatches(
         [Phase(0, pool, batch)], [shape], [predictions], [1], seed=int(rng.integers(2**31)))))
     lengths, count = pool[chosen], len(chosen)

@@ -30,6 +30,7 @@ the same sequences the losses and gradients are the padded batch's
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -75,11 +76,16 @@ class PackShape:
     predictions: int  # masked-token slots: batch size x the phase's max_predictions_per_seq
 
 
-def pack_shapes(phases: Sequence[tuple[int, int]], batch_size: int,
-                sequences_per_row: float) -> list[PackShape]:
-    """phases: (max_seq_length, max_predictions_per_seq) by increasing length."""
-    return [PackShape(length, batch_size * length, max(1, int(batch_size * sequences_per_row)),
-                      batch_size * predictions) for length, predictions in phases]
+def pack_shapes(phases: Sequence[tuple[int, int, float]], batch_size: int,
+                headroom: float) -> list[PackShape]:
+    """phases: (max_seq_length, max_predictions_per_seq, the mean length of its instances) by
+    increasing length. Sequence slots: as many as the budget holds of sequences of the mean
+    length, times `headroom` (pretraining.sequence_slot_headroom), at least batch_size. Slots
+    too few leave padding (a batch ends when they are full); each slot costs the
+    sequence-by-sequence attention a block of length x length."""
+    return [PackShape(length, batch_size * length,
+                      max(batch_size, math.ceil(batch_size * length / mean * headroom)),
+                      batch_size * predictions) for length, predictions, mean in phases]
 
 
 @dataclass(frozen=True)

@@ -207,22 +207,18 @@ def build_training_data(cfg: DictConfig, documents, tokenizer: PreTrainedTokeniz
     static = cfg.masking.kind == "static"
     # Batches at their phase's length where static shapes pay (bertkit.training.arguments).
     widths = static_shapes_pay(cfg)
-    shapes = None
-    if padding_free_wanted(cfg.pretraining.padding_free, cfg.model.attention_probs_dropout_prob) \
-            and not is_streaming(cfg.corpus):
-        shapes = pack_shapes([(length, predictions) for length, predictions, _ in settings],
-                             args.per_device_train_batch_size,
-                             cfg.pretraining.sequence_slots_per_row)
-    if static:
-        collator = StaticMasksCollator(
-            tokenizer, [(length, predictions) for length, predictions, _ in settings], pad_to,
-            static=widths, packed=shapes)
-    else:
-        collator = DynamicMaskingCollator(
+
+    def collator(shapes=None):  # shapes: padding-free batches' (PackShape per phase)
+        if static:
+            return StaticMasksCollator(
+                tokenizer, [(length, predictions) for length, predictions, _ in settings],
+                pad_to, static=widths, packed=shapes)
+        return DynamicMaskingCollator(
             tokenizer,
             [(length, _rule(cfg.masking, predictions)) for length, predictions, _ in settings],
             pad_to_multiple_of=pad_to, static=widths, packed=shapes)
-    if is_streaming(cfg.corpus):
+
+    if is_streaming(cfg.corpus):  # padding-free needs stored instances: padded batches
         with stage(cfg, TOKENIZING) as made:  # lazily: as training reads the stream
             tokenized = tokenize_documents(documents, tokenizer)
             made.unit = "(a stream: tokenized as training reads it)"
@@ -231,7 +227,7 @@ def build_training_data(cfg: DictConfig, documents, tokenizer: PreTrainedTokeniz
             max_seq_length=cfg.pretraining.max_seq_length,
             short_seq_prob=cfg.pretraining.short_seq_prob, seed=cfg.seed,
             buffer_documents=cfg.pretraining.streaming_buffer_documents)
-        return stream.remove_columns(["length"]), None, collator, None
+        return stream.remove_columns(["length"]), None, collator(), None
 
     with stage(cfg, TOKENIZING) as made:
         tokenized = tokenize_documents(documents, tokenizer, num_proc=num_proc)
@@ -241,10 +237,18 @@ def build_training_data(cfg: DictConfig, documents, tokenizer: PreTrainedTokeniz
         made.count = sum(len(part) for part in parts)
         made.unit = (f"instances in {len(parts)} phase(s)"
                      + (", statically masked" if static else ""))
-    packing = None if shapes is None else PackingPlan(shapes, [
-        most_predictions(phase.lengths, _rule(cfg.masking, predictions))
-        for phase, (_, predictions, _) in zip(phases, settings, strict=True)])
-    return datasets.concatenate_datasets(parts), phases, collator, packing
+    packing = None
+    if padding_free_wanted(cfg.pretraining.padding_free, cfg.model.attention_probs_dropout_prob):
+        shapes = pack_shapes([(length, predictions, float(np.mean(phase.lengths)))
+                              for phase, (length, predictions, _) in zip(phases, settings,
+                                                                          strict=True)],
+                             args.per_device_train_batch_size,
+                             cfg.pretraining.sequence_slot_headroom)
+        packing = PackingPlan(shapes, [
+            most_predictions(phase.lengths, _rule(cfg.masking, predictions))
+            for phase, (_, predictions, _) in zip(phases, settings, strict=True)])
+    return (datasets.concatenate_datasets(parts), phases,
+            collator(None if packing is None else packing.shapes), packing)
 
 
 def _phase_instances(cfg: DictConfig, tokenized: datasets.Dataset,

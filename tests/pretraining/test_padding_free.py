@@ -64,6 +64,10 @@ def instances(tokenizer, count: int, longest: int, seed: int, pairs: bool):  # n
     return out
 
 
+def lengths_of(rows) -> list[int]:
+    return [len(row["input_ids"]) for row in rows]
+
+
 def model(type_vocab_size: int, vocab_size: int) -> MaskedOnlyBertForPreTraining:
     torch.manual_seed(0)
     config = BertConfig(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2,
@@ -89,7 +93,8 @@ def test_packed_losses_and_gradients_equal_the_padded_ones(tokenizer, phase, obj
     rows = instances(tokenizer, batch_size, length, seed=len(objective) + length, pairs=pairs)
     phases = [(length, predictions)]
     padded = StaticMasksCollator(tokenizer, phases)(rows)
-    shapes = padding_free.pack_shapes(phases, batch_size, sequences_per_row=2)
+    shapes = padding_free.pack_shapes([(length, predictions, np.mean(lengths_of(rows)))],
+                                      batch_size, headroom=1.1)
     packed = StaticMasksCollator(tokenizer, phases, packed=shapes)(rows)
 
     # The packed batch: one row of the budget, every real token once, positions restarting.
@@ -124,7 +129,7 @@ def test_packed_losses_and_gradients_equal_the_padded_ones(tokenizer, phase, obj
 def test_packed_attention_keeps_each_sequence_to_itself(tokenizer):  # noqa: F811
     """Changing one sequence changes no other sequence's hidden states."""
     rows = instances(tokenizer, 4, 32, seed=5, pairs=True)
-    shapes = padding_free.pack_shapes([(32, 5)], 4, sequences_per_row=2)
+    shapes = padding_free.pack_shapes([(32, 5, np.mean(lengths_of(rows)))], 4, headroom=1.1)
     collate = StaticMasksCollator(tokenizer, [(32, 5)], packed=shapes)
     net = model(2, len(tokenizer))
     use_padding_free_attention(net)
@@ -152,7 +157,7 @@ def test_dynamic_masks_are_the_padded_ones_when_seeded_alike(tokenizer):  # noqa
     padded = DynamicMaskingCollator(tokenizer, rules, static=False)(rows)
     torch.manual_seed(3)
     packed = DynamicMaskingCollator(
-        tokenizer, rules, packed=padding_free.pack_shapes([(32, 5)], 6, 2))(rows)
+        tokenizer, rules, packed=padding_free.pack_shapes([(32, 5, 32)], 6, 1.0))(rows)
     mask = padded["attention_mask"].bool()
     assert packed["input_ids"][0, :int(mask.sum())].tolist() == padded["input_ids"][mask].tolist()
     used = packed["mlm_labels"] != IGNORE_INDEX
@@ -165,7 +170,7 @@ def test_batches_fit_their_budget_follow_a_plain_shuffle_and_hold_little_padding
     # NSP-like lengths: most near the phase's length, a tenth shorter (short_seq_prob).
     lengths = np.where(rng.random(5000) < 0.1, rng.integers(8, 129, 5000),
                        rng.integers(100, 129, 5000))
-    shape = padding_free.pack_shapes([(128, 20)], 32, sequences_per_row=2)[0]
+    shape = padding_free.pack_shapes([(128, 20, lengths.mean())], 32, headroom=1.1)[0]
     predictions = most_predictions(lengths, rule(20))
     sampler = padding_free.PackedBatches([Phase(0, lengths, 0)], [shape], [predictions],
                                          batches=[120], seed=1)
