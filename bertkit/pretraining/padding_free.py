@@ -134,7 +134,7 @@ class _Order:
 class PackedBatches(BatchRebalanceSampler):
     """The micro-batches of a padding-free run: lists of dataset indices, phase after phase,
     each within its phase's PackShape. Deterministic for a seed (what Trainer needs to skip the
-    consumed batches on resumption), lazy (a run's order is not held in memory).
+    consumed batches on resumption), lazy (one pass of a phase's order is held at a time).
 
     A subclass of transformers' BatchRebalanceSampler for one reason: it is the type Trainer's
     DataLoader takes as a batch sampler (batches of a variable number of rows) and leaves the
