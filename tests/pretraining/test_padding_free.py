@@ -231,8 +231,6 @@ def test_a_tiny_run_feeds_almost_no_padding(tmp_path):
     assert packed["padding_fraction"] <= 0.02
     sequences = {key: run["train"]["throughput"]["samples"] for key, run in runs.items()}
     assert sequences[False] == 12 * 8 and sequences[True] > sequences[False]
-    # Every sentence slot scored is a real pair: the NSP count is the sequences fed.
-    assert packed["last_log"]["nsp_accuracy"] >= 0
 
 
 @pytest.mark.slow
