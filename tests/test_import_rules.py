@@ -1,5 +1,5 @@
-"""The house's import rules (docs/architecture.md), read from the code: every `import`
-of bertkit, lazy ones inside functions included, against what its room may import. A rule
+"""The package's import rules (docs/architecture.md), read from the code: every `import`
+of bertkit, lazy ones inside functions included, against what its subpackage may import. A rule
 broken names the file, the line and the import."""
 
 from __future__ import annotations
@@ -9,12 +9,14 @@ from pathlib import Path
 
 import bertkit
 
-# Room -> the rooms it may import ("tasks.*" is every family, "tasks" the registry alone).
-# A room imports itself freely; a family never another family.
-LEAVES = {"errors", "config_paths", "config_tree", "config_schema", "wandb_credentials",
-          "trainer_internals", "secret_masking"}
+# Subpackage -> the subpackages it may import ("tasks.*" is every family, "tasks" the
+# table of families alone).
+# A subpackage imports itself freely; a family never another family.
+LEAVES = {"errors", "registry", "config_paths", "config_tree", "config_schema",
+          "wandb_credentials", "trainer_internals", "secret_masking"}
 RULES: dict[str, set[str]] = {
     "errors": set(),
+    "registry": set(),  # the tables of families, jobs, methods and objectives resolve with it
     "config_paths": set(),  # read by hydra_plugins/bertkit_recipes: imports nothing heavy
     "config_tree": {"errors", "config_schema", "config_paths"},
     "config_schema": {"errors"},
@@ -24,10 +26,10 @@ RULES: dict[str, set[str]] = {
     "data": {"errors"},
     # Written once for every family, below the template and the families. data.atomic_files:
     # the LoRA adapters it saves follow the umask like every other result file.
-    "finetuning": {"errors", "trainer_internals", "data.atomic_files"},
+    "finetuning": {"errors", "registry", "trainer_internals", "data.atomic_files"},
     "sweeps": {"data", "errors"},
     "training": {"data", "finetuning", *LEAVES},
-    "tasks": {"errors"},
+    "tasks": {"errors", "registry"},
     "tasks.*": {"data", "training", *LEAVES},
     "pretraining": {"data", "training", "tasks", *LEAVES},
     "reporting": {"data", *LEAVES},
@@ -40,7 +42,7 @@ RULES: dict[str, set[str]] = {
 }
 
 
-def room_of(module: str) -> str:
+def subpackage_of(module: str) -> str:
     """bertkit.tasks.glue.family -> tasks.glue; bertkit.training.run -> training."""
     parts = module.split(".")[1:]
     if not parts:
@@ -51,13 +53,13 @@ def room_of(module: str) -> str:
 
 
 def allowed(source: str, target_module: str, rules: dict[str, set[str]]) -> bool:
-    target = room_of(target_module)
+    target = subpackage_of(target_module)
     if target == source:
         return True
     permitted = rules["tasks.*" if source.startswith("tasks.") else source]
     if target.startswith("tasks.") and "tasks.*" in permitted:
         return True
-    # A room named with its module (finetuning.settings) permits that module and below only.
+    # A subpackage named with its module (finetuning.settings) permits that module and below only.
     module_rules = {rule for rule in permitted if "." in rule and not rule.startswith("tasks")}
     if any(target_module == f"bertkit.{rule}" or target_module.startswith(f"bertkit.{rule}.")
            for rule in module_rules):
@@ -73,7 +75,7 @@ def module_name(path: Path, root: Path) -> str:
 def violations(package_dir: Path, rules: dict[str, set[str]]) -> list[str]:
     broken = []
     for path in sorted(package_dir.rglob("*.py")):
-        source = room_of(module_name(path, package_dir))
+        source = subpackage_of(module_name(path, package_dir))
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
@@ -91,9 +93,9 @@ def violations(package_dir: Path, rules: dict[str, set[str]]) -> list[str]:
 
 def test_every_import_of_the_package_keeps_the_rules():
     package = Path(bertkit.__file__).parent
-    rooms = {room_of(module_name(path, package)) for path in package.rglob("*.py")}
-    unknown = {room for room in rooms if room not in RULES and not room.startswith("tasks.")}
-    assert not unknown, f"rooms without a rule: {sorted(unknown)}"
+    subpackages = {subpackage_of(module_name(path, package)) for path in package.rglob("*.py")}
+    unknown = {name for name in subpackages if name not in RULES and not name.startswith("tasks.")}
+    assert not unknown, f"subpackages without a rule: {sorted(unknown)}"
     assert violations(package, RULES) == []
 
 

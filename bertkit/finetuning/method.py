@@ -1,13 +1,11 @@
 """A finetuning method as one registry entry (as MosaicML's algorithm registry): a Method
-subclass in its own module of bertkit/finetuning/methods/, found there without a list to edit,
-and a preset conf/finetuning/<name>.yaml that turns it on. The toolbox
+subclass in its own module of bertkit/finetuning/methods/, named in its METHODS table
+(bertkit.registry), and a preset conf/finetuning/<name>.yaml that turns it on. The toolbox
 (bertkit.finetuning.toolbox) runs every method the `finetuning` node turns on, in `order`.
 """
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from functools import cache
 from pathlib import Path
 
@@ -15,6 +13,7 @@ from omegaconf import DictConfig
 from torch import nn
 
 from bertkit.errors import BertkitError
+from bertkit.registry import imported
 
 
 class Method:
@@ -86,9 +85,9 @@ def register(cls: type[Method]) -> type[Method]:
 
 @cache
 def registered() -> tuple[type[Method], ...]:
-    """Every method of bertkit/finetuning/methods/, in apply() order."""
-    from bertkit.finetuning import methods
+    """Every method of METHODS (bertkit/finetuning/methods/), in apply() order."""
+    from bertkit.finetuning.methods import METHODS
 
-    for module in pkgutil.iter_modules(methods.__path__):
-        importlib.import_module(f"{methods.__name__}.{module.name}")
+    for entry in METHODS.values():
+        imported(entry)  # its @register enters it
     return tuple(sorted(_REGISTRY.values(), key=lambda cls: (cls.order, cls.__module__)))

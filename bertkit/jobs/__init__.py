@@ -14,7 +14,6 @@ before Hydra writes too.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from bertkit.config_schema import check_ranges
 from bertkit.data.metrics_file import METRICS_FILE
 from bertkit.errors import BertkitError
 from bertkit.jobs.two_stage import finetune_two_stage, is_two_stage
+from bertkit.registry import imported
 from bertkit.tasks import task_family
 from bertkit.training.finetune import finetune
 from bertkit.training.models import check_local_files
@@ -120,5 +120,4 @@ def run_job(cfg: DictConfig, run_dir: Path | None = None) -> dict:
         return finetune_two_stage(cfg, run_dir or hydra_run_dir())
     if job == "finetune":
         return finetune(cfg, task_family(cfg.task.family), run_dir)
-    module, function = JOBS[job].entry.split(":")
-    return getattr(importlib.import_module(module), function)(cfg, run_dir)
+    return imported(JOBS[job].entry)(cfg, run_dir)

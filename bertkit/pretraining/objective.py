@@ -1,6 +1,6 @@
 """A pretraining objective as one registry entry, as the finetuning methods are
 (bertkit.finetuning.method): an Objective subclass in its own module of
-bertkit/pretraining/objectives/, found there without a list to edit, and a preset
+bertkit/pretraining/objectives/, named in its OBJECTIVES table (bertkit.registry), and a preset
 conf/objective/<name>.yaml that `objective=<name>` picks. The rest of pretraining asks the
 objective what it does (its instances, its sentence task, the documents it needs) instead of
 comparing its name.
@@ -12,17 +12,15 @@ not have is refused naming the key.
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 import random
 from collections.abc import Sequence
-from functools import cache
 
 import datasets
 from omegaconf import DictConfig, OmegaConf
 from transformers import PreTrainedTokenizerBase
 
 from bertkit.errors import BertkitError
+from bertkit.registry import imported
 
 # The preset's keys besides name that say what the objective is (recorded in config.yaml).
 DESCRIBED_BY = ("sentence_task", "packing")
@@ -89,18 +87,13 @@ def register(cls: type[Objective]) -> type[Objective]:
     return cls
 
 
-@cache
-def _discover() -> None:
-    from bertkit.pretraining import objectives
-
-    for module in pkgutil.iter_modules(objectives.__path__):
-        importlib.import_module(f"{objectives.__name__}.{module.name}")
-
-
 def registered() -> dict[str, type[Objective]]:
     """name -> class of every objective of bertkit/pretraining/objectives/ (and of any other
     module that registered one, a test's), sorted by name."""
-    _discover()
+    from bertkit.pretraining.objectives import OBJECTIVES
+
+    for entry in OBJECTIVES.values():
+        imported(entry)  # its @register enters it
     return dict(sorted(_REGISTRY.items()))
 
 

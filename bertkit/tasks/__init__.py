@@ -2,23 +2,22 @@
 metrics, output files and the small family spec the finetune template runs
 (bertkit.training.finetune).
 
-A family imports `bertkit.data` and `bertkit.training`, never another family. The registry
-below names each family's spec by module path, so that callers (the CLI, pretraining's
+A family imports `bertkit.data` and `bertkit.training`, never another family. The table
+below names each family's spec (bertkit.registry), so that callers (the CLI, pretraining's
 downstream finetunes) pick a family by name without importing any of them up front.
 """
 
 from __future__ import annotations
 
-import importlib
-
 from bertkit.errors import BertkitError
+from bertkit.registry import imported
 
-# task.family -> the module whose FAMILY is that family's spec (bertkit.training.family).
+# task.family -> that family's spec (bertkit.training.family.TaskFamily).
 FAMILIES = {
-    "glue": "bertkit.tasks.glue.family",
-    "squad": "bertkit.tasks.squad.family",
-    "swag": "bertkit.tasks.swag.family",
-    "ner": "bertkit.tasks.ner.family",
+    "glue": "bertkit.tasks.glue.family:FAMILY",
+    "squad": "bertkit.tasks.squad.family:FAMILY",
+    "swag": "bertkit.tasks.swag.family:FAMILY",
+    "ner": "bertkit.tasks.ner.family:FAMILY",
 }
 
 
@@ -27,4 +26,4 @@ def task_family(name: str):
     if name not in FAMILIES:
         raise BertkitError(f"task.family={name!r}: no such task family (expected one of "
                            f"{', '.join(FAMILIES)})")
-    return importlib.import_module(FAMILIES[name]).FAMILY
+    return imported(FAMILIES[name])
