@@ -12,7 +12,7 @@ import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from bertkit.trainer_internals import callbacks_of, put_first, replace_model, use_optimizer
-from bertkit.training.length_grouped_trainer import (
+from bertkit.training.trainer import (
     EpochSeededLengthGroupedSampler,
     LengthGroupedTrainer,
 )
@@ -140,7 +140,7 @@ class SavesAtStepTwo(TrainerCallback):
 
 
 def test_a_callback_put_last_sees_what_later_added_ones_decided(tmp_path):
-    """The lean step's flush (bertkit.training.lean_step) runs last at a step's end, so that
+    """The lean step's flush (bertkit.training.trainer) runs last at a step's end, so that
     a save another callback asked for finds the device counters in the state it saves."""
     from bertkit.trainer_internals import put_last
 

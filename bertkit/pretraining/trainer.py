@@ -20,7 +20,7 @@ from bertkit.pretraining.padding_free import (
     PackingPlan,
 )
 from bertkit.pretraining.phases import Phase, PhasedSampler
-from bertkit.training.model_card import HubTrainer
+from bertkit.training.trainer import HubTrainer
 
 # The instance columns the collators read (the rest, e.g. "length", is not fetched).
 MODEL_COLUMNS = ("input_ids", "token_type_ids", "next_sentence_label", "labels")

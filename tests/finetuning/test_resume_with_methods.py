@@ -10,7 +10,7 @@ import pytest
 from safetensors.torch import load_file
 
 from bertkit.jobs import run_job
-from bertkit.training.length_grouped_trainer import LengthGroupedTrainer
+from bertkit.training.trainer import LengthGroupedTrainer
 from tests.conftest import compose_config, tiny_run_overrides
 
 

@@ -19,9 +19,8 @@ from transformers.trainer import (
 from transformers.utils import SAFE_WEIGHTS_NAME
 
 from bertkit.jobs import run_job
-from bertkit.training.checkpoint_files import RNG_PATTERN, file_fault
-from bertkit.training.checkpoints import scan_checkpoints
-from bertkit.training.length_grouped_trainer import LengthGroupedTrainer
+from bertkit.training.checkpoints import RNG_PATTERN, file_fault, scan_checkpoints
+from bertkit.training.trainer import LengthGroupedTrainer
 from tests.conftest import compose_config, tiny_run_overrides
 
 

@@ -17,7 +17,7 @@ from transformers.trainer_utils import EvalLoopOutput
 
 from bertkit.tasks.ner.features import word_predictions
 from bertkit.tasks.ner.metrics import entity_scores, entity_types
-from bertkit.training.scoring_trainer import ScoringTrainer
+from bertkit.training.trainer import ScoringTrainer
 
 
 def _argmax(logits, labels) -> torch.Tensor:

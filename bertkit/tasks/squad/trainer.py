@@ -15,7 +15,7 @@ import datasets
 import numpy as np
 from transformers.trainer_utils import EvalLoopOutput
 
-from bertkit.training.scoring_trainer import ScoringTrainer
+from bertkit.training.trainer import ScoringTrainer
 
 # (start logits, end logits) of every evaluation window -> (metrics, decoded answers)
 AnswerEvaluator = Callable[[np.ndarray, np.ndarray], tuple[dict, object]]

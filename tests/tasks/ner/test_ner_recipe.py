@@ -14,7 +14,7 @@ from seqeval.metrics import f1_score, precision_score, recall_score
 from bertkit.errors import BertkitError
 from bertkit.jobs import run_job
 from bertkit.tasks.ner import family as ner_finetune
-from bertkit.training.length_grouped_trainer import LengthGroupedTrainer
+from bertkit.training.trainer import LengthGroupedTrainer
 from tests.conftest import compose_config, real_data_dir, tiny_checkpointed_training
 from tests.ner_fixtures import (
     LABELS,

@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 
 from bertkit.errors import BertkitError
 from bertkit.jobs import run_job
-from bertkit.training.length_grouped_trainer import LengthGroupedTrainer
+from bertkit.training.trainer import LengthGroupedTrainer
 from tests.conftest import compose_config
 from tests.swag_fixtures import make_rows, write_swag_csv, write_vocab
 
