@@ -13,8 +13,8 @@ from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from bertkit.trainer_internals import callbacks_of, put_first, replace_model, use_optimizer
 from bertkit.training.trainer import (
+    BertkitTrainer,
     EpochSeededLengthGroupedSampler,
-    LengthGroupedTrainer,
 )
 from tests.finetuning.toolbox_fixtures import RandomPairs, tiny_classifier
 
@@ -100,7 +100,7 @@ def test_a_model_replaced_after_training_is_the_one_evaluated(tmp_path):
 
 
 def test_the_private_sampler_hooks_bertkit_overrides_are_still_called(tmp_path):
-    """LengthGroupedTrainer and PretrainingTrainer override _get_train_sampler and
+    """BertkitTrainer and PretrainingTrainer override _get_train_sampler and
     _get_eval_sampler: Trainer must still call them, with these signatures."""
     assert list(inspect.signature(Trainer._get_train_sampler).parameters) == [
         "self", "train_dataset"], "Trainer._get_train_sampler changed its signature"
@@ -110,7 +110,7 @@ def test_the_private_sampler_hooks_bertkit_overrides_are_still_called(tmp_path):
     train = [{**data[i], "length": int(i % 5) + 1} for i in range(len(data))]
     calls = []
 
-    class Spy(LengthGroupedTrainer):
+    class Spy(BertkitTrainer):
         def _get_train_sampler(self, train_dataset=None):
             sampler = super()._get_train_sampler(train_dataset)
             calls.append(("train", sampler))

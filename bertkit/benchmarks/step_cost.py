@@ -52,7 +52,7 @@ from bertkit.training.checkpoints import PreemptionCallback
 from bertkit.training.models import count_parameters
 from bertkit.training.run import build_training_arguments, hydra_run_dir
 from bertkit.training.throughput import add_throughput
-from bertkit.training.trainer import LengthGroupedTrainer
+from bertkit.training.trainer import BertkitTrainer
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ WAYS = ("bare", "plain", "bertkit")
 WORKLOADS = ("pretraining", "pretraining_packed", "glue")
 RATIOS = (("bertkit", "bare"), ("plain", "bare"), ("bertkit", "plain"))
 BERTKIT_TRAINERS = {"pretraining": PretrainingTrainer, "pretraining_packed": PretrainingTrainer,
-                    "glue": LengthGroupedTrainer}
+                    "glue": BertkitTrainer}
 PAD_ID = 0  # ids are drawn from [1, vocab_size)
 
 

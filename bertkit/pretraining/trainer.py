@@ -20,7 +20,7 @@ from bertkit.pretraining.padding_free import (
     PackingPlan,
 )
 from bertkit.pretraining.phases import Phase, PhasedSampler
-from bertkit.training.trainer import HubTrainer
+from bertkit.training.trainer import BertkitTrainer
 
 # The instance columns the collators read (the rest, e.g. "length", is not fetched).
 MODEL_COLUMNS = ("input_ids", "token_type_ids", "next_sentence_label", "labels")
@@ -28,7 +28,7 @@ STATISTICS = ("mlm_loss_sum", "mlm_correct", "mlm_count", "sentence_loss_sum",
               "sentence_correct", "sentence_count", "real_tokens", "batch_tokens")
 
 
-class PretrainingTrainer(HubTrainer):
+class PretrainingTrainer(BertkitTrainer):
     def __init__(self, *args, phases: list[Phase] | None = None,
                  sentence_task: str | None = "nsp", group_by_length: bool = True,
                  packing: PackingPlan | None = None, **kwargs):

@@ -228,7 +228,8 @@ def usage_section(family: str, hub_model_id: str | None, **kinds) -> str | None:
 # model_card node of conf/config.yaml.
 #
 # With trainer.push_to_hub=true the model goes up through Trainer's own push_to_hub, once, at
-# the end of the run (training.run.push_if_asked), with this card as its README.md (HubTrainer).
+# the end of the run (training.run.push_if_asked), with this card as its README.md
+# (BertkitTrainer, bertkit.training.trainer).
 
 # task.family -> the Hub's task id (model-index, pipeline_tag) and its name.
 TASK_TYPES = {

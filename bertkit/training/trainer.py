@@ -8,6 +8,8 @@ do.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from contextlib import contextmanager
 from pathlib import Path
 
 import datasets
@@ -22,7 +24,7 @@ from bertkit.data.atomic_files import follow_umask, write_text_atomic
 from bertkit.errors import BertkitError
 from bertkit.trainer_internals import put_last
 from bertkit.training.model_card import CARD_FILE
-from bertkit.training.static_shapes import FixedRowsTrainer
+from bertkit.training.static_shapes import REAL_ROWS, FixedRows, PaddedRows, first_rows
 
 # ================================================================================================
 # Attention masks that cost the host nothing.
@@ -124,12 +126,167 @@ def attach_padding_masks(model: torch.nn.Module) -> None:
 # Trainer's own flags are turned off on the arguments this trainer holds (their values are kept
 # and acted on here), so the rest of Trainer's loop is unchanged.
 
-class LeanStepTrainer(FixedRowsTrainer, Trainer):
-    """Trainer with the step's host syncs moved to logging steps (module docstring), and its
-    batches at full rows where static shapes pay (bertkit.training.static_shapes)."""
+class _DeviceWindow:
+    """Sums on the device between two readings: input tokens, finite losses and their count,
+    non-finite losses."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self):
+        self.reset()
+
+    def reset(self) -> None:
+        self.tokens: torch.Tensor | int = 0
+        self.loss_sum: torch.Tensor | None = None
+        self.finite = self.nonfinite = None
+
+    def add_tokens(self, count: torch.Tensor | int) -> None:
+        self.tokens = self.tokens + count
+
+    def filtered(self, loss: torch.Tensor) -> torch.Tensor:
+        finite = torch.isfinite(loss)
+        if self.loss_sum is None:
+            self.loss_sum = torch.zeros_like(loss)
+            self.finite = torch.zeros((), dtype=torch.int64, device=loss.device)
+            self.nonfinite = torch.zeros((), dtype=torch.int64, device=loss.device)
+        kept = torch.where(finite, loss, torch.zeros_like(loss))
+        self.loss_sum = self.loss_sum + kept
+        self.finite = self.finite + finite
+        self.nonfinite = self.nonfinite + ~finite
+        mean = self.loss_sum / self.finite.clamp(min=1)
+        return torch.where(finite, loss, mean)
+
+    def read(self, accelerator) -> tuple[int, int]:
+        """(tokens, non-finite losses) of the window over all processes; opens the next."""
+        nonfinite = 0 if self.nonfinite is None else self.nonfinite
+        values = torch.stack([torch.as_tensor(value, dtype=torch.int64, device=accelerator.device)
+                              for value in (self.tokens, nonfinite)])
+        if accelerator.num_processes > 1:
+            values = accelerator.reduce(values, reduction="sum")
+        tokens, nonfinite = (int(value) for value in values.tolist())
+        self.reset()
+        return tokens, nonfinite
+
+
+class LogLastStep(TrainerCallback):
+    """Makes the step that ends training a logging step, so that the last training line (and
+    with it the final losses) covers the steps up to the end: at max_steps, or where another
+    callback stops the run at a step's end (time budget, train_fraction, preemption), or, for
+    a stop decided after the step's log (early stopping, at an evaluation), at the epoch's end
+    that follows. Keeps the window of the last training line: (first step, last step)."""
+
+    def __init__(self):
+        self.window: tuple[int, int] | None = None
+        self._last_logged = 0
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self._last_logged = state.global_step  # Trainer's window starts here on a resume too
+        return control
+
+    def on_step_end(self, args, state, control, **kwargs):
+        return self._log_if_ending(args, state, control)
+
+    def on_epoch_end(self, args, state, control, **kwargs):
+        return self._log_if_ending(args, state, control)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and "loss" in logs:  # a training line (not evaluation, held-out or closing)
+            self.window = (self._last_logged + 1, state.global_step)
+            self._last_logged = state.global_step
+        return control
+
+    @staticmethod
+    def _log_if_ending(args, state, control):
+        ending = control.should_training_stop or state.global_step >= state.max_steps
+        if ending and args.logging_strategy != IntervalStrategy.NO:
+            control.should_log = True
+        return control
+
+
+class FlushAtLoggingSteps(TrainerCallback):
+    """Flushes the counters into Trainer's state before a checkpoint is saved and when
+    training ends, so that a resumed run counts on from the right number."""
+
+    def __init__(self, trainer: BertkitTrainer):
+        self.trainer = trainer
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if control.should_save and not control.should_log:
+            self.trainer.flush_step_counters()
+        return control
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.trainer.flush_step_counters()
+        return control
+
+
+def push_model(trainer: Trainer, card: ModelCard | None, model_dir: Path):
+    """The end of a run with trainer.push_to_hub=true: the model and its card to the Hub."""
+    if not isinstance(trainer, BertkitTrainer):
+        raise TypeError(f"{type(trainer).__name__} is not a BertkitTrainer: its push would upload "
+                        f"Trainer's own card and push on every save_model")
+    return trainer.push_with_card(None if card is None else str(card), model_dir)
+
+
+class EpochSeededLengthGroupedSampler(LengthGroupedSampler):
+    """Each epoch's length-grouped order drawn from seed + epoch (Trainer calls set_epoch), as
+    accelerate's SeedableRandomSampler does for Trainer's default sampler. With the global
+    RNG instead, a run resumed in a later epoch would draw another order than the
+    uninterrupted run: the RNG state at that epoch's start is not in the checkpoint."""
+
+    def __init__(self, batch_size: int, lengths: list[int], seed: int):
+        super().__init__(batch_size, lengths=lengths, generator=torch.Generator())
+        self.seed, self.epoch = seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self):
+        self.generator.manual_seed(self.seed + self.epoch)
+        return super().__iter__()
+
+
+# ================================================================================================
+# The one Trainer. Besides the lean step (above) it changes three things of Trainer's:
+#
+# - batches: at full rows where static shapes pay (bertkit.training.static_shapes: the
+#   dataloaders built with FixedRows, REAL_ROWS taken out before the model, the padded rows'
+#   predictions cut off after it); training batches grouped by length from the precomputed
+#   `length` column, and evaluation in dataset order. Trainer (transformers 5) drops `length`
+#   before it builds the sampler, so it re-measures every example, and it applies length
+#   grouping to evaluation too, which shuffles the order of predictions that prediction files
+#   rely on.
+# - evaluation, with a family's `scorer`: Trainer's compute_metrics sees one prediction per
+#   model input, but a SQuAD answer comes from all the windows of a question, cut from the
+#   passage text, and an NER tag is a word's, from its first sub-token, across the features of
+#   a long sentence. evaluate() then runs Trainer's own evaluation loop, hands its predictions
+#   to the scorer with the evaluated dataset, and returns the scores as eval_* metrics, so that
+#   checkpoint selection (metric_for_best_model), early stopping and loggers see the numbers
+#   metrics.json reports. A dict of evaluation datasets is scored one by one, with the split in
+#   the metric names.
+# - the Hub push: bertkit pushes once, at the end of the run (push_model); Trainer's save_model
+#   would push by itself when the job saves <run dir>/model, before metrics.json and the card
+#   exist, so a save here never pushes; and the README.md that push_to_hub uploads is bertkit's
+#   card (bertkit.training.model_card), not Trainer's draft.
+
+# (the evaluation loop's output, the evaluated dataset) -> {metric: value}
+Scorer = Callable[[EvalLoopOutput, datasets.Dataset], dict[str, float]]
+
+
+class BertkitTrainer(Trainer):
+    """Trainer with the step's host syncs moved to logging steps, batches at full rows where
+    static shapes pay, length-grouped training batches, evaluation in dataset order and scored
+    by the family's scorer, and a Hub push that carries bertkit's card (the comments above)."""
+
+    padded_rows: PaddedRows | None = None
+    _eager_predictions = False  # inside predicting_eagerly
+    _compiled_for_evaluation = None  # the model compiled for evaluation (_wrap_model)
+
+    hub_card: str | None = None  # set by push_with_card
+
+    def __init__(self, *args, scorer: Scorer | None = None, **kwargs):
+        """scorer: how evaluation scores whole examples (a family's answers or entities);
+        None: Trainer's own evaluation, with the family's compute_metrics."""
         super().__init__(*args, **kwargs)
+        self.scorer = scorer
         settings = getattr(self.args, "_bertkit_lean_settings", None)
         if settings is None:  # the user's settings, taken once per arguments object
             tokens = self.args.include_num_input_tokens_seen
@@ -228,107 +385,116 @@ class LeanStepTrainer(FixedRowsTrainer, Trainer):
         finally:
             self.args.logging_nan_inf_filter = False
 
+    # -- batches: fixed rows, length grouping, evaluation order ----------------------------
+    @contextmanager
+    def _fixed_rows(self, rows: int):
+        if self.padded_rows is None or self.data_collator is None:
+            yield
+            return
+        collator = self.data_collator
+        self.data_collator = FixedRows(collator, rows, self.padded_rows)
+        try:
+            yield
+        finally:
+            self.data_collator = collator
 
-class _DeviceWindow:
-    """Sums on the device between two readings: input tokens, finite losses and their count,
-    non-finite losses."""
+    def get_train_dataloader(self):
+        with self._fixed_rows(self._train_batch_size):
+            return super().get_train_dataloader()
 
-    def __init__(self):
-        self.reset()
+    def get_eval_dataloader(self, eval_dataset=None):
+        with self._fixed_rows(self.args.eval_batch_size):
+            return super().get_eval_dataloader(eval_dataset)
 
-    def reset(self) -> None:
-        self.tokens: torch.Tensor | int = 0
-        self.loss_sum: torch.Tensor | None = None
-        self.finite = self.nonfinite = None
+    def get_test_dataloader(self, test_dataset):
+        with self._fixed_rows(self.args.eval_batch_size):
+            return super().get_test_dataloader(test_dataset)
 
-    def add_tokens(self, count: torch.Tensor | int) -> None:
-        self.tokens = self.tokens + count
+    def compute_loss(self, model, inputs, *args, **kwargs):
+        inputs.pop(REAL_ROWS, None)
+        return super().compute_loss(model, inputs, *args, **kwargs)
 
-    def filtered(self, loss: torch.Tensor) -> torch.Tensor:
-        finite = torch.isfinite(loss)
-        if self.loss_sum is None:
-            self.loss_sum = torch.zeros_like(loss)
-            self.finite = torch.zeros((), dtype=torch.int64, device=loss.device)
-            self.nonfinite = torch.zeros((), dtype=torch.int64, device=loss.device)
-        kept = torch.where(finite, loss, torch.zeros_like(loss))
-        self.loss_sum = self.loss_sum + kept
-        self.finite = self.finite + finite
-        self.nonfinite = self.nonfinite + ~finite
-        mean = self.loss_sum / self.finite.clamp(min=1)
-        return torch.where(finite, loss, mean)
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
+        rows = inputs.pop(REAL_ROWS, None)
+        loss, logits, labels = super().prediction_step(model, inputs, prediction_loss_only,
+                                                       ignore_keys)
+        if rows is None:
+            return loss, logits, labels
+        return loss, first_rows(logits, rows), first_rows(labels, rows)
 
-    def read(self, accelerator) -> tuple[int, int]:
-        """(tokens, non-finite losses) of the window over all processes; opens the next."""
-        nonfinite = 0 if self.nonfinite is None else self.nonfinite
-        values = torch.stack([torch.as_tensor(value, dtype=torch.int64, device=accelerator.device)
-                              for value in (self.tokens, nonfinite)])
-        if accelerator.num_processes > 1:
-            values = accelerator.reduce(values, reduction="sum")
-        tokens, nonfinite = (int(value) for value in values.tolist())
-        self.reset()
-        return tokens, nonfinite
+    @contextmanager
+    def predicting_eagerly(self):
+        """Predictions that happen once, on data without labels (GLUE's leaderboard files), run
+        the model uncompiled: a graph of their own (no loss) would cost more than it saves."""
+        self._eager_predictions = True
+        try:
+            yield
+        finally:
+            self._eager_predictions = False
 
+    def _wrap_model(self, model, training=True, dataloader=None):
+        """Evaluation after training runs compiled too: Trainer compiles the model it trains
+        (accelerate's prepare) but evaluates the plain one once it has trained."""
+        wrapped = super()._wrap_model(model, training, dataloader)
+        if training or not self.args.torch_compile or wrapped is not self.model \
+                or not self.accelerator._models or self._eager_predictions:
+            return wrapped
+        compiled = self._compiled_for_evaluation
+        if compiled is None or compiled._orig_mod is not self.model:
+            compiled = torch.compile(self.model,
+                                     **self.accelerator.state.dynamo_plugin.to_kwargs())
+            self._compiled_for_evaluation = compiled
+        return compiled
 
-class LogLastStep(TrainerCallback):
-    """Makes the step that ends training a logging step, so that the last training line (and
-    with it the final losses) covers the steps up to the end: at max_steps, or where another
-    callback stops the run at a step's end (time budget, train_fraction, preemption), or, for
-    a stop decided after the step's log (early stopping, at an evaluation), at the epoch's end
-    that follows. Keeps the window of the last training line: (first step, last step)."""
+    def _get_train_sampler(self, train_dataset=None) -> Sampler | None:
+        column = self.args.length_column_name
+        if (self.args.train_sampling_strategy == "group_by_length"
+                and column in getattr(self.train_dataset, "column_names", [])):
+            return EpochSeededLengthGroupedSampler(
+                self.args.train_batch_size * self.args.gradient_accumulation_steps,
+                # [:] makes a list: datasets >= 4 returns a lazy Column whose item-by-item
+                # reads cost about 11 s an epoch on SST-2.
+                lengths=self.train_dataset[column][:],
+                seed=self.args.data_seed if self.args.data_seed is not None else self.args.seed,
+            )
+        return super()._get_train_sampler(train_dataset)
 
-    def __init__(self):
-        self.window: tuple[int, int] | None = None
-        self._last_logged = 0
+    def _get_eval_sampler(self, eval_dataset) -> Sampler | None:
+        # None lets accelerate shard in order across processes; one process reads in order.
+        return SequentialSampler(eval_dataset) if self.args.world_size <= 1 else None
 
-    def on_train_begin(self, args, state, control, **kwargs):
-        self._last_logged = state.global_step  # Trainer's window starts here on a resume too
-        return control
+    # -- evaluation scored by the family's scorer ------------------------------------------
+    def predict_loop(self, dataset: datasets.Dataset, metric_key_prefix: str = "eval",
+                     ignore_keys=None) -> EvalLoopOutput:
+        dataloader = self.get_eval_dataloader(dataset)
+        return self.evaluation_loop(dataloader, description="Evaluation",
+                                    prediction_loss_only=False, ignore_keys=ignore_keys,
+                                    metric_key_prefix=metric_key_prefix)
 
-    def on_step_end(self, args, state, control, **kwargs):
-        return self._log_if_ending(args, state, control)
+    def evaluate(self, eval_dataset=None, ignore_keys=None,
+                 metric_key_prefix: str = "eval") -> dict[str, float]:
+        if self.scorer is None:
+            return super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
+        dataset = self.eval_dataset if eval_dataset is None else eval_dataset
+        if isinstance(dataset, dict):
+            metrics = {}
+            for name, table in dataset.items():
+                metrics.update(self.evaluate(table, ignore_keys, f"{metric_key_prefix}_{name}"))
+            return metrics
+        started = time.perf_counter()
+        output = self.predict_loop(dataset, metric_key_prefix, ignore_keys)
+        scoring = time.perf_counter()
+        scores = self.scorer(output, dataset)
+        metrics = {f"{metric_key_prefix}_{name}": value for name, value in scores.items()}
+        metrics.update(output.metrics)
+        metrics[f"{metric_key_prefix}_scoring_seconds"] = time.perf_counter() - scoring
+        metrics[f"{metric_key_prefix}_runtime"] = time.perf_counter() - started
+        self.log(metrics)
+        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control,
+                                                         metrics)
+        return metrics
 
-    def on_epoch_end(self, args, state, control, **kwargs):
-        return self._log_if_ending(args, state, control)
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        if logs and "loss" in logs:  # a training line (not evaluation, held-out or closing)
-            self.window = (self._last_logged + 1, state.global_step)
-            self._last_logged = state.global_step
-        return control
-
-    @staticmethod
-    def _log_if_ending(args, state, control):
-        ending = control.should_training_stop or state.global_step >= state.max_steps
-        if ending and args.logging_strategy != IntervalStrategy.NO:
-            control.should_log = True
-        return control
-
-
-class FlushAtLoggingSteps(TrainerCallback):
-    """Flushes the counters into Trainer's state before a checkpoint is saved and when
-    training ends, so that a resumed run counts on from the right number."""
-
-    def __init__(self, trainer: LeanStepTrainer):
-        self.trainer = trainer
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if control.should_save and not control.should_log:
-            self.trainer.flush_step_counters()
-        return control
-
-    def on_train_end(self, args, state, control, **kwargs):
-        self.trainer.flush_step_counters()
-        return control
-
-
-class HubTrainer(LeanStepTrainer):
-    """Trainer whose Hub push carries bertkit's card. bertkit pushes once, at the end of
-    the run (push_model); Trainer's save_model would push by itself when the job saves
-    <run dir>/model, before metrics.json and the card exist, so a save here never pushes; and
-    the README.md that push_to_hub uploads is bertkit's card, not Trainer's draft."""
-
-    hub_card: str | None = None  # set by push_with_card
-
+    # -- the Hub push ----------------------------------------------------------------------
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         super().save_model(output_dir, _internal_call=True)
         if self.args.should_save:  # checkpoints come here too (Trainer._save_checkpoint)
@@ -367,101 +533,3 @@ class HubTrainer(LeanStepTrainer):
                 f"trainer.push_to_hub=true: pushing to {repo} failed "
                 f"({type(err).__name__}: {err}); the model and its card are saved in "
                 f"{model_dir}: upload them with `hf upload {repo} {model_dir}`") from err
-
-
-def push_model(trainer: Trainer, card: ModelCard | None, model_dir: Path):
-    """The end of a run with trainer.push_to_hub=true: the model and its card to the Hub."""
-    if not isinstance(trainer, HubTrainer):
-        raise TypeError(f"{type(trainer).__name__} is not a HubTrainer: its push would upload "
-                        f"Trainer's own card and push on every save_model")
-    return trainer.push_with_card(None if card is None else str(card), model_dir)
-
-
-# ================================================================================================
-# Trainer that groups training batches by length from the precomputed `length` column and
-# evaluates in dataset order.
-#
-# Why a subclass: Trainer (transformers 5) drops `length` before it builds the sampler, so it
-# re-measures every example, and it applies length grouping to evaluation too, which shuffles
-# the order of predictions that prediction files rely on.
-
-class EpochSeededLengthGroupedSampler(LengthGroupedSampler):
-    """Each epoch's length-grouped order drawn from seed + epoch (Trainer calls set_epoch), as
-    accelerate's SeedableRandomSampler does for Trainer's default sampler. With the global
-    RNG instead, a run resumed in a later epoch would draw another order than the
-    uninterrupted run: the RNG state at that epoch's start is not in the checkpoint."""
-
-    def __init__(self, batch_size: int, lengths: list[int], seed: int):
-        super().__init__(batch_size, lengths=lengths, generator=torch.Generator())
-        self.seed, self.epoch = seed, 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def __iter__(self):
-        self.generator.manual_seed(self.seed + self.epoch)
-        return super().__iter__()
-
-
-class LengthGroupedTrainer(HubTrainer):
-    def _get_train_sampler(self, train_dataset=None) -> Sampler | None:
-        column = self.args.length_column_name
-        if (self.args.train_sampling_strategy == "group_by_length"
-                and column in getattr(self.train_dataset, "column_names", [])):
-            return EpochSeededLengthGroupedSampler(
-                self.args.train_batch_size * self.args.gradient_accumulation_steps,
-                # [:] makes a list: datasets >= 4 returns a lazy Column whose item-by-item
-                # reads cost about 11 s an epoch on SST-2.
-                lengths=self.train_dataset[column][:],
-                seed=self.args.data_seed if self.args.data_seed is not None else self.args.seed,
-            )
-        return super()._get_train_sampler(train_dataset)
-
-    def _get_eval_sampler(self, eval_dataset) -> Sampler | None:
-        # None lets accelerate shard in order across processes; one process reads in order.
-        return SequentialSampler(eval_dataset) if self.args.world_size <= 1 else None
-
-
-# ================================================================================================
-# Trainer whose evaluation scores whole examples rather than batches of model outputs.
-#
-# Why a subclass: Trainer's compute_metrics sees one prediction per model input, but a SQuAD
-# answer comes from all the windows of a question, cut from the passage text, and an NER tag is
-# a word's, from its first sub-token, across the features of a long sentence. Here evaluate()
-# runs Trainer's own evaluation loop, hands its predictions to the family's `score` with the
-# evaluated dataset, and returns the scores as eval_* metrics, so that checkpoint selection
-# (metric_for_best_model), early stopping and loggers see the numbers metrics.json reports.
-# A dict of evaluation datasets is scored one by one, with the split in the metric names.
-
-class ScoringTrainer(LengthGroupedTrainer):
-    def score(self, output: EvalLoopOutput, dataset: datasets.Dataset) -> dict[str, float]:
-        """{metric: value} of the evaluation loop's predictions on `dataset`."""
-        raise NotImplementedError
-
-    def predict_loop(self, dataset: datasets.Dataset, metric_key_prefix: str = "eval",
-                     ignore_keys=None) -> EvalLoopOutput:
-        dataloader = self.get_eval_dataloader(dataset)
-        return self.evaluation_loop(dataloader, description="Evaluation",
-                                    prediction_loss_only=False, ignore_keys=ignore_keys,
-                                    metric_key_prefix=metric_key_prefix)
-
-    def evaluate(self, eval_dataset=None, ignore_keys=None,
-                 metric_key_prefix: str = "eval") -> dict[str, float]:
-        dataset = self.eval_dataset if eval_dataset is None else eval_dataset
-        if isinstance(dataset, dict):
-            metrics = {}
-            for name, table in dataset.items():
-                metrics.update(self.evaluate(table, ignore_keys, f"{metric_key_prefix}_{name}"))
-            return metrics
-        started = time.perf_counter()
-        output = self.predict_loop(dataset, metric_key_prefix, ignore_keys)
-        scoring = time.perf_counter()
-        scores = self.score(output, dataset)
-        metrics = {f"{metric_key_prefix}_{name}": value for name, value in scores.items()}
-        metrics.update(output.metrics)
-        metrics[f"{metric_key_prefix}_scoring_seconds"] = time.perf_counter() - scoring
-        metrics[f"{metric_key_prefix}_runtime"] = time.perf_counter() - started
-        self.log(metrics)
-        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control,
-                                                         metrics)
-        return metrics

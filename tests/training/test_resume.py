@@ -20,7 +20,7 @@ from transformers.utils import SAFE_WEIGHTS_NAME
 
 from bertkit.jobs import run_job
 from bertkit.training.checkpoints import RNG_PATTERN, file_fault, scan_checkpoints
-from bertkit.training.trainer import LengthGroupedTrainer
+from bertkit.training.trainer import BertkitTrainer
 from tests.conftest import compose_config, tiny_run_overrides
 
 
@@ -31,7 +31,7 @@ class Interrupted(Exception):
 def interrupted_run(overrides, run_dir, monkeypatch, at_step: int) -> dict:
     """Runs until step `at_step` starts and raises there; returns the step counter, which
     the test resets to count the resumed run's steps (no more interruptions then)."""
-    original_step = LengthGroupedTrainer.training_step
+    original_step = BertkitTrainer.training_step
     calls = {"n": 0}
 
     def interrupt(self, *args, **kwargs):
@@ -40,7 +40,7 @@ def interrupted_run(overrides, run_dir, monkeypatch, at_step: int) -> dict:
             raise Interrupted
         return original_step(self, *args, **kwargs)
 
-    monkeypatch.setattr(LengthGroupedTrainer, "training_step", interrupt)
+    monkeypatch.setattr(BertkitTrainer, "training_step", interrupt)
     with pytest.raises(Interrupted):
         run_job(compose_config(overrides), run_dir=run_dir)
     assert not (run_dir / "metrics.json").exists()
