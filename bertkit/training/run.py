@@ -60,6 +60,96 @@ from bertkit.training.throughput import add_throughput
 from bertkit.training.trainer import push_model
 from bertkit.training.wandb_logging import resolve_wandb_mode, start_wandb_run
 
+logger = logging.getLogger(__name__)
+
+
+# ================================================================================================
+# The steps every training job shares, finetunes and pretraining alike, as three calls that a
+# job makes top-down (bertkit.training.finetune.finetune, bertkit.pretraining.run.pretrain):
+#
+#     start_run   the shared settings checks, TrainingArguments, the checkpoint to resume (a
+#                 wrong run directory fails here, before any data is read), the seed
+#     train_run   the run's training clock and the job's callbacks on the trainer, then train
+#                 (below: early stopping, train_fraction, time budget, resume, W&B)
+#     publish     metrics.json, the model's card (model/README.md), the W&B summary and the
+#                 printout (main process); push_if_asked: the Hub push (trainer.push_to_hub)
+
+@dataclass
+class RunSetup:
+    """What start_run settled before the job reads its data."""
+
+    run_dir: Path
+    args: TrainingArguments
+    checkpoint: str | None  # the checkpoint to resume from (None: from the start)
+    clock: TrainingClock  # the run's training clock, started by the trainer's ClockCallback
+    pad_to_multiple_of: int | None  # finetuning batches' widths (static_shapes.padding_multiple)
+    static_shapes: bool  # finetuning batches at full rows too (static_shapes.static_shapes_pay)
+
+
+@dataclass
+class Outcome:
+    """What a trained job reports: metrics.json's record, the final scores for W&B's summary
+    (final/<key>), its headline (main metric, value) if it has one, and the printout (given
+    the line saying where the W&B run went)."""
+
+    record: dict
+    final: dict[str, float]
+    headline: tuple[str, float] | None
+    printout: Callable[[str], str]
+
+
+def hydra_run_dir() -> Path:
+    return Path(HydraConfig.get().runtime.output_dir)
+
+
+def training_clock() -> TrainingClock:
+    """The run's training clock (a function: tests hand in one with a fake time)."""
+    return TrainingClock()
+
+
+def start_run(cfg: DictConfig, run_dir: Path | None = None) -> RunSetup:
+    """Called after the job's own settings checks (the schema's check_ranges first among them:
+    finetune and check_pretraining_config) and before it reads any data."""
+    run_dir = Path(run_dir or hydra_run_dir())
+    budget_settings(cfg)
+    check_hub_settings(cfg)
+    args = build_training_arguments(cfg, run_dir, report_to(cfg.logger))
+    checkpoint = resume_checkpoint(cfg.resume, args)
+    set_seed(args.seed)
+    pad_to = padding_multiple(cfg, args.bf16 or args.fp16)
+    return RunSetup(run_dir, args, checkpoint, training_clock(), pad_to, static_shapes_pay(cfg))
+
+
+def train_run(cfg: DictConfig, setup: RunSetup, trainer: Trainer, hyperparameters: dict,
+              callbacks: Iterable = ()) -> TrainingRun:
+    """Trains `trainer` with the job's `callbacks` after the clock's; `hyperparameters` (with
+    the time budget's added) go to W&B and are kept in the returned run."""
+    trainer.add_callback(ClockCallback(setup.clock, setup.checkpoint))
+    for callback in callbacks:
+        trainer.add_callback(callback)
+    hyperparameters = {**hyperparameters, **budget_hyperparameters(cfg)}
+    return train(cfg, setup.run_dir, trainer, hyperparameters, setup.checkpoint,
+                 clock=setup.clock)
+
+
+def publish(cfg: DictConfig, setup: RunSetup, run: TrainingRun, outcome: Outcome) -> None:
+    """The job's results where users read them; files are written by the main process only."""
+    if not run.main:
+        return
+    write_json_atomic(setup.run_dir / METRICS_FILE, mask_secrets(outcome.record))
+    write_card(run_card(cfg, outcome.record), setup.run_dir / "model")
+    where = finish_wandb(run, outcome.final, run.hyperparameters["num_parameters"],
+                         outcome.headline)
+    print(outcome.printout(where))
+
+
+def push_if_asked(cfg: DictConfig, setup: RunSetup, trainer: Trainer, record: dict) -> None:
+    """The model and its card to the Hub with trainer.push_to_hub=true; on every process (a
+    sharded model saves from all)."""
+    if trainer.args.push_to_hub:
+        push_model(trainer, run_card(cfg, record), setup.run_dir / "model")
+
+
 # ================================================================================================
 # What every job does around Trainer.train, in one place: the tracker Trainer
 # reports to, early stopping, stopping at a share of the schedule (successive halving), the W&B
@@ -68,8 +158,6 @@ from bertkit.training.wandb_logging import resolve_wandb_mode, start_wandb_run
 # preemption signal (all three bertkit.training.checkpoints), training to a time budget and its
 # progress bar (bertkit.training.budget), the training time and throughput
 # (bertkit.training.throughput), and closing the W&B run with the final scores.
-
-logger = logging.getLogger(__name__)
 
 
 def report_to(logger_node: DictConfig) -> list[str]:
@@ -254,60 +342,6 @@ def finish_wandb(run: TrainingRun, final: dict[str, float], num_parameters: int,
 
 
 # ================================================================================================
-# Process-rank facts for torchrun / accelerate launches, readable before torch.distributed
-# starts; and the same facts for a SLURM job whose tasks are the processes (submitit).
-
-def world_size() -> int:
-    return int(os.environ.get("WORLD_SIZE", "1"))
-
-
-def rank() -> int:
-    return int(os.environ.get("RANK", "0"))
-
-
-def is_main_process() -> bool:
-    return rank() == 0
-
-
-def launched() -> bool:
-    """Started by a distributed launcher (torchrun, accelerate launch, deepspeed, a submitit
-    job's joined tasks), even as its only process: each process is given its LOCAL_RANK,
-    which is also what tells Trainer that it runs distributed."""
-    return "LOCAL_RANK" in os.environ
-
-
-def run_stamp() -> str:
-    """A time stamp for the run directory that every process of one launch agrees on.
-
-    Each torchrun worker composes its own Hydra config, and their clocks may tick over a
-    second apart; the launcher (their common parent) started once, so its start time is shared.
-    BERTKIT_RUN_STAMP overrides both, e.g. for multi-node launches.
-    """
-    if os.environ.get("BERTKIT_RUN_STAMP"):
-        return os.environ["BERTKIT_RUN_STAMP"]
-    started = time.time()
-    if world_size() > 1:
-        started = psutil.Process(os.getppid()).create_time()
-    return time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(started))
-
-
-def join_submitit_tasks() -> bool:
-    """Inside a submitit job with several tasks (hydra/launcher=slurm_multi_gpu: one task per
-    GPU), make each task one process of a data-parallel run by exporting what torchrun would:
-    RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT (submitit's own helper derives them
-    from SLURM's variables). CUDA_VISIBLE_DEVICES is left to SLURM; Trainer picks the GPU by
-    LOCAL_RANK. True when it exported them."""
-    if not os.environ.get("SUBMITIT_EXECUTOR") or "RANK" in os.environ:
-        return False
-    import submitit
-
-    if submitit.JobEnvironment().num_tasks < 2:
-        return False
-    submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
-    return True
-
-
-# ================================================================================================
 # TrainingArguments from the `trainer` config group, plus what bertkit decides for the user:
 # mixed precision on a GPU, where checkpoints go, which tracker Trainer reports to, and no secret
 # in the training_args.bin Trainer saves.
@@ -441,87 +475,54 @@ def build_training_arguments(
 
 
 # ================================================================================================
-# The steps every training job shares, finetunes and pretraining alike, as three calls that a
-# job makes top-down (bertkit.training.finetune.finetune, bertkit.pretraining.run.pretrain):
-#
-#     start_run   the shared settings checks, TrainingArguments, the checkpoint to resume (a
-#                 wrong run directory fails here, before any data is read), the seed
-#     train_run   the run's training clock and the job's callbacks on the trainer, then train
-#                 (lifecycle: early stopping, train_fraction, time budget, resume, W&B)
-#     publish     metrics.json, the model's card (model/README.md), the W&B summary and the
-#                 printout (main process); push_if_asked: the Hub push (trainer.push_to_hub)
+# Process-rank facts for torchrun / accelerate launches, readable before torch.distributed
+# starts; and the same facts for a SLURM job whose tasks are the processes (submitit).
 
-@dataclass
-class RunSetup:
-    """What start_run settled before the job reads its data."""
-
-    run_dir: Path
-    args: TrainingArguments
-    checkpoint: str | None  # the checkpoint to resume from (None: from the start)
-    clock: TrainingClock  # the run's training clock, started by the trainer's ClockCallback
-    pad_to_multiple_of: int | None  # finetuning batches' widths (static_shapes.padding_multiple)
-    static_shapes: bool  # finetuning batches at full rows too (static_shapes.static_shapes_pay)
+def world_size() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1"))
 
 
-@dataclass
-class Outcome:
-    """What a trained job reports: metrics.json's record, the final scores for W&B's summary
-    (final/<key>), its headline (main metric, value) if it has one, and the printout (given
-    the line saying where the W&B run went)."""
-
-    record: dict
-    final: dict[str, float]
-    headline: tuple[str, float] | None
-    printout: Callable[[str], str]
+def rank() -> int:
+    return int(os.environ.get("RANK", "0"))
 
 
-def hydra_run_dir() -> Path:
-    return Path(HydraConfig.get().runtime.output_dir)
+def is_main_process() -> bool:
+    return rank() == 0
 
 
-def training_clock() -> TrainingClock:
-    """The run's training clock (a function: tests hand in one with a fake time)."""
-    return TrainingClock()
+def launched() -> bool:
+    """Started by a distributed launcher (torchrun, accelerate launch, deepspeed, a submitit
+    job's joined tasks), even as its only process: each process is given its LOCAL_RANK,
+    which is also what tells Trainer that it runs distributed."""
+    return "LOCAL_RANK" in os.environ
 
 
-def start_run(cfg: DictConfig, run_dir: Path | None = None) -> RunSetup:
-    """Called after the job's own settings checks (the schema's check_ranges first among them:
-    finetune and check_pretraining_config) and before it reads any data."""
-    run_dir = Path(run_dir or hydra_run_dir())
-    budget_settings(cfg)
-    check_hub_settings(cfg)
-    args = build_training_arguments(cfg, run_dir, report_to(cfg.logger))
-    checkpoint = resume_checkpoint(cfg.resume, args)
-    set_seed(args.seed)
-    pad_to = padding_multiple(cfg, args.bf16 or args.fp16)
-    return RunSetup(run_dir, args, checkpoint, training_clock(), pad_to, static_shapes_pay(cfg))
+def run_stamp() -> str:
+    """A time stamp for the run directory that every process of one launch agrees on.
+
+    Each torchrun worker composes its own Hydra config, and their clocks may tick over a
+    second apart; the launcher (their common parent) started once, so its start time is shared.
+    BERTKIT_RUN_STAMP overrides both, e.g. for multi-node launches.
+    """
+    if os.environ.get("BERTKIT_RUN_STAMP"):
+        return os.environ["BERTKIT_RUN_STAMP"]
+    started = time.time()
+    if world_size() > 1:
+        started = psutil.Process(os.getppid()).create_time()
+    return time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(started))
 
 
-def train_run(cfg: DictConfig, setup: RunSetup, trainer: Trainer, hyperparameters: dict,
-              callbacks: Iterable = ()) -> TrainingRun:
-    """Trains `trainer` with the job's `callbacks` after the clock's; `hyperparameters` (with
-    the time budget's added) go to W&B and are kept in the returned run."""
-    trainer.add_callback(ClockCallback(setup.clock, setup.checkpoint))
-    for callback in callbacks:
-        trainer.add_callback(callback)
-    hyperparameters = {**hyperparameters, **budget_hyperparameters(cfg)}
-    return train(cfg, setup.run_dir, trainer, hyperparameters, setup.checkpoint,
-                 clock=setup.clock)
+def join_submitit_tasks() -> bool:
+    """Inside a submitit job with several tasks (hydra/launcher=slurm_multi_gpu: one task per
+    GPU), make each task one process of a data-parallel run by exporting what torchrun would:
+    RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT (submitit's own helper derives them
+    from SLURM's variables). CUDA_VISIBLE_DEVICES is left to SLURM; Trainer picks the GPU by
+    LOCAL_RANK. True when it exported them."""
+    if not os.environ.get("SUBMITIT_EXECUTOR") or "RANK" in os.environ:
+        return False
+    import submitit
 
-
-def publish(cfg: DictConfig, setup: RunSetup, run: TrainingRun, outcome: Outcome) -> None:
-    """The job's results where users read them; files are written by the main process only."""
-    if not run.main:
-        return
-    write_json_atomic(setup.run_dir / METRICS_FILE, mask_secrets(outcome.record))
-    write_card(run_card(cfg, outcome.record), setup.run_dir / "model")
-    where = finish_wandb(run, outcome.final, run.hyperparameters["num_parameters"],
-                         outcome.headline)
-    print(outcome.printout(where))
-
-
-def push_if_asked(cfg: DictConfig, setup: RunSetup, trainer: Trainer, record: dict) -> None:
-    """The model and its card to the Hub with trainer.push_to_hub=true; on every process (a
-    sharded model saves from all)."""
-    if trainer.args.push_to_hub:
-        push_model(trainer, run_card(cfg, record), setup.run_dir / "model")
+    if submitit.JobEnvironment().num_tasks < 2:
+        return False
+    submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+    return True
