@@ -5,6 +5,12 @@ bertkit.pretraining.padding_free).
 
 Statistics are summed over the steps between two log lines and over all processes, so the
 logged MLM loss is the mean over every masked token of the window, not a mean of means.
+
+The one subclass of bertkit's Trainer (bertkit.training.trainer.BertkitTrainer), because its
+three changes share the window's state: the loss read with the statistics from the model's
+own outputs, the log lines that sum them, and the phases' sampler. As callables handed to
+BertkitTrainer they would need three hooks and a state object between them, in training/,
+which must not know pretraining.
 """
 
 from __future__ import annotations
