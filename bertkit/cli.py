@@ -42,9 +42,9 @@ from bertkit.data.metrics_file import FAILED_FILE
 from bertkit.errors import BertkitError
 from bertkit.jobs import JOBS, check_finished_run, run_job
 from bertkit.secret_masking import mask_logs, mask_secrets, mask_text, remember_secrets
-from bertkit.training import sweep_dirs, wandb_sweep
-from bertkit.training.distributed import join_submitit_tasks, run_stamp
-from bertkit.training.preemption import Preempted
+from bertkit.training import wandb_logging
+from bertkit.training.checkpoints import Preempted
+from bertkit.training.run import join_submitit_tasks, run_stamp
 
 logger = logging.getLogger("bertkit")
 
@@ -52,7 +52,7 @@ logger = logging.getLogger("bertkit")
 def sweep_stamp() -> str:
     """The name of the multirun's directory (its start time by default), the same for every
     job of one sweep (${bertkit_sweep_stamp:} in a config; W&B's sweep id ends with it too,
-    training.wandb_sweep). Outside a multirun, the run's own stamp."""
+    training.wandb_logging). Outside a multirun, the run's own stamp."""
     if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
         return Path(HydraConfig.get().sweep.dir).name
     return run_stamp()
@@ -65,10 +65,10 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("bertkit_sweep_stamp", sweep_stamp)
     # A multirun's W&B id, groups and names (conf/logger/wandb.yaml): not cached, each job's own.
     # A multirun job's directory, its swept settings (conf/config.yaml's hydra.sweep.subdir).
-    for resolver, function in (("bertkit_sweep_id", wandb_sweep.sweep_id),
-                               ("bertkit_wandb_group", wandb_sweep.group),
-                               ("bertkit_wandb_name", wandb_sweep.name),
-                               ("bertkit_job_dir", sweep_dirs.job_dir)):
+    for resolver, function in (("bertkit_sweep_id", wandb_logging.sweep_id),
+                               ("bertkit_wandb_group", wandb_logging.group),
+                               ("bertkit_wandb_name", wandb_logging.name),
+                               ("bertkit_job_dir", wandb_logging.job_dir)):
         if not OmegaConf.has_resolver(resolver):
             OmegaConf.register_new_resolver(resolver, function)
 

@@ -96,7 +96,7 @@ class TrainerSchema:
                                        choices="transformers.trainer_utils:IntervalStrategy")
     logging_steps: float = _argument("logging_steps", above=0, max=UNBOUNDED)
     logging_first_step: bool = _argument("logging_first_step")
-    # auto or a number of worker processes (bertkit.training.arguments checks it).
+    # auto or a number of worker processes (bertkit.training.run checks it).
     dataloader_num_workers: Any = _argument("dataloader_num_workers", choices=("auto",), min=0,
                                              max=UNBOUNDED)
     dataloader_persistent_workers: bool = _argument("dataloader_persistent_workers")
@@ -130,7 +130,7 @@ class RunSchema:
                                       max=UNBOUNDED)
     train_fraction: float | None = _setting(
         None, "a number in (0, 1], or null for the whole schedule", above=0, max=1)
-    mixed_precision: str = _setting("auto", choices="bertkit.training.arguments:PRECISIONS")
+    mixed_precision: str = _setting("auto", choices="bertkit.training.run:PRECISIONS")
     data_source: str = _setting("auto", choices="bertkit.data.sources:DATA_SOURCES")
     # auto, true or false (bertkit.training.progress)
     progress_bars: Any = _setting("auto", choices="bertkit.training.progress:PROGRESS_BARS")
@@ -208,7 +208,7 @@ class BertConfigSchema:
     type_vocab_size: int = _setting(2, **COUNT)
     hidden_dropout_prob: float = _setting(0.1, **PROBABILITY)
     attention_probs_dropout_prob: float = _setting(0.1, **PROBABILITY)
-    attn_implementation: str = _setting("auto", choices="bertkit.training.attention:CHOICES")
+    attn_implementation: str = _setting("auto", choices="bertkit.training.models:CHOICES")
     hidden_act: str = _setting("gelu", choices="transformers.activations:ACT2FN")
 
 
@@ -223,7 +223,7 @@ class ModelSchema:
     do_lower_case: bool = True
     hidden_dropout_prob: float = _setting(0.1, **PROBABILITY)
     attention_probs_dropout_prob: float = _setting(0.1, **PROBABILITY)
-    attn_implementation: str = _setting("auto", choices="bertkit.training.attention:CHOICES")
+    attn_implementation: str = _setting("auto", choices="bertkit.training.models:CHOICES")
     # Whether code a checkpoint or tokenizer folder ships (its auto_map) may run.
     trust_remote_code: bool = False
 

@@ -4,7 +4,7 @@ layer-wise optimizer after the model it holds was prepared, or to swap in LoRA's
 for the final evaluation; each edit below is pinned by tests/test_trainer_internals.py against
 the installed transformers, so a release that moves one fails that test, not a user's run.
 (Trainer's private sampler hooks, _get_train_sampler/_get_eval_sampler, are overridden in
-bertkit.training.length_grouped_trainer and bertkit.pretraining.trainer and pinned there too;
+bertkit.training.trainer and bertkit.pretraining.trainer and pinned there too;
 _wrap_model, to evaluate the compiled model, in bertkit.training.static_shapes, pinned by
 tests/training/test_compiled_graphs.py's count of evaluation graphs.)
 """

@@ -12,9 +12,9 @@ import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from bertkit.trainer_internals import callbacks_of, put_first, replace_model, use_optimizer
-from bertkit.training.length_grouped_trainer import (
+from bertkit.training.trainer import (
+    BertkitTrainer,
     EpochSeededLengthGroupedSampler,
-    LengthGroupedTrainer,
 )
 from tests.finetuning.toolbox_fixtures import RandomPairs, tiny_classifier
 
@@ -100,7 +100,7 @@ def test_a_model_replaced_after_training_is_the_one_evaluated(tmp_path):
 
 
 def test_the_private_sampler_hooks_bertkit_overrides_are_still_called(tmp_path):
-    """LengthGroupedTrainer and PretrainingTrainer override _get_train_sampler and
+    """BertkitTrainer and PretrainingTrainer override _get_train_sampler and
     _get_eval_sampler: Trainer must still call them, with these signatures."""
     assert list(inspect.signature(Trainer._get_train_sampler).parameters) == [
         "self", "train_dataset"], "Trainer._get_train_sampler changed its signature"
@@ -110,7 +110,7 @@ def test_the_private_sampler_hooks_bertkit_overrides_are_still_called(tmp_path):
     train = [{**data[i], "length": int(i % 5) + 1} for i in range(len(data))]
     calls = []
 
-    class Spy(LengthGroupedTrainer):
+    class Spy(BertkitTrainer):
         def _get_train_sampler(self, train_dataset=None):
             sampler = super()._get_train_sampler(train_dataset)
             calls.append(("train", sampler))
@@ -140,7 +140,7 @@ class SavesAtStepTwo(TrainerCallback):
 
 
 def test_a_callback_put_last_sees_what_later_added_ones_decided(tmp_path):
-    """The lean step's flush (bertkit.training.lean_step) runs last at a step's end, so that
+    """The lean step's flush (bertkit.training.trainer) runs last at a step's end, so that
     a save another callback asked for finds the device counters in the state it saves."""
     from bertkit.trainer_internals import put_last
 

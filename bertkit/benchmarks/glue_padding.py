@@ -43,11 +43,10 @@ from bertkit.benchmarks.side_by_side import (
 )
 from bertkit.errors import BertkitError
 from bertkit.tasks.glue.family import FAMILY as GLUE
-from bertkit.training.arguments import build_training_arguments
-from bertkit.training.length_grouped_trainer import LengthGroupedTrainer
 from bertkit.training.models import count_parameters, load_tokenizer
-from bertkit.training.run import hydra_run_dir
+from bertkit.training.run import build_training_arguments, hydra_run_dir
 from bertkit.training.static_shapes import padding_multiple, static_shapes_pay, use_padded_rows
+from bertkit.training.trainer import BertkitTrainer
 
 RESULT_FILE = "bench.json"  # written last (bertkit.jobs.JOBS names it)
 
@@ -57,7 +56,7 @@ WAYS = ("plain", "bertkit")
 DESCRIPTIONS = {
     "plain": "padding=max_length at tokenisation, random batches, Trainer + default_data_collator",
     "bertkit": "dynamic padding (DataCollatorWithPadding), batches by "
-               "trainer.train_sampling_strategy={sampling} (LengthGroupedTrainer)",
+               "trainer.train_sampling_strategy={sampling} (BertkitTrainer)",
 }
 
 
@@ -116,7 +115,7 @@ def build_trainer(cfg: DictConfig, way: str, steps: int, run_dir: Path, build_mo
     set_seed(args.seed)
     model = build_model()
     counter = PaddingCounter(collate)
-    trainer_class = LengthGroupedTrainer if way == "bertkit" else Trainer
+    trainer_class = BertkitTrainer if way == "bertkit" else Trainer
     trainer = trainer_class(model=model, args=args, train_dataset=train,
                             processing_class=tokenizer, data_collator=counter)
     if way == "bertkit" and static_shapes_pay(way_cfg):  # bertkit's full rows, as a finetune

@@ -15,7 +15,7 @@ import torch
 from transformers import TrainerCallback
 
 from bertkit.pretraining.masking import IGNORE_INDEX
-from bertkit.training.padding_masks import SEQUENCE_LENGTHS
+from bertkit.training.trainer import SEQUENCE_LENGTHS
 
 RSS_SAMPLE_SECONDS = 0.02
 T = TypeVar("T")

@@ -37,9 +37,7 @@ from bertkit.pretraining.run import pretrain
 from bertkit.pretraining.training_data import pretraining_tokenizer, split_corpus
 from bertkit.reporting.plots import save_figure_atomic
 from bertkit.training import run as training_run
-from bertkit.training.arguments import resolve_mixed_precision
-from bertkit.training.budget import ClockCallback
-from bertkit.training.clock import TrainingClock
+from bertkit.training.budget import ClockCallback, TrainingClock
 from bertkit.training.model_card import (
     CardDataset,
     CardFacts,
@@ -48,7 +46,7 @@ from bertkit.training.model_card import (
     heldout_scores,
     write_card,
 )
-from bertkit.training.run import hydra_run_dir
+from bertkit.training.run import hydra_run_dir, resolve_mixed_precision
 
 logger = logging.getLogger(__name__)
 

@@ -59,11 +59,9 @@ from bertkit.pretraining.padding_free import PackingPlan
 from bertkit.pretraining.phases import Phase
 from bertkit.pretraining.run import build_pretraining_trainer, check_pretraining_config
 from bertkit.pretraining.training_data import is_streaming, prepare_pretraining_data
-from bertkit.training.arguments import build_training_arguments
-from bertkit.training.flops import peak_flops, training_flops
 from bertkit.training.models import count_parameters, dropout_settings
-from bertkit.training.run import hydra_run_dir
-from bertkit.training.throughput import precision_of
+from bertkit.training.run import build_training_arguments, hydra_run_dir
+from bertkit.training.throughput import peak_flops, precision_of, training_flops
 
 logger = logging.getLogger(__name__)
 
@@ -363,7 +361,7 @@ def _result(cfg: DictConfig, probe, data: _Data, ways: dict, runs: dict,
                   "throwaway model (not timed)",
         "mlm_loss": f"each trained model on the first {len(data.eval_batches)} batch(es) of "
                     f"the instances, masked once by bertkit's rule (seeded), median over repeats",
-        "flops": "fwd+bwd matmuls (bertkit.training.flops); useful: the encoder on the real "
+        "flops": "fwd+bwd matmuls (bertkit.training.throughput); useful: the encoder on the real "
                  "tokens, hardware: on every position fed; the head on the masked positions "
                  "(bertkit) or on every position fed (plain)",
         "ways": ways,

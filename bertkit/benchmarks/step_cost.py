@@ -47,14 +47,12 @@ from bertkit.pretraining.masking import IGNORE_INDEX
 from bertkit.pretraining.model import MaskedOnlyBertForPreTraining, use_padding_free_attention
 from bertkit.pretraining.phases import Phase
 from bertkit.pretraining.trainer import PretrainingTrainer
-from bertkit.training.arguments import build_training_arguments
-from bertkit.training.budget import ClockCallback
-from bertkit.training.clock import TrainingClock
-from bertkit.training.length_grouped_trainer import LengthGroupedTrainer
+from bertkit.training.budget import ClockCallback, TrainingClock
+from bertkit.training.checkpoints import PreemptionCallback
 from bertkit.training.models import count_parameters
-from bertkit.training.preemption import PreemptionCallback
-from bertkit.training.run import hydra_run_dir
+from bertkit.training.run import build_training_arguments, hydra_run_dir
 from bertkit.training.throughput import add_throughput
+from bertkit.training.trainer import BertkitTrainer
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +61,7 @@ WAYS = ("bare", "plain", "bertkit")
 WORKLOADS = ("pretraining", "pretraining_packed", "glue")
 RATIOS = (("bertkit", "bare"), ("plain", "bare"), ("bertkit", "plain"))
 BERTKIT_TRAINERS = {"pretraining": PretrainingTrainer, "pretraining_packed": PretrainingTrainer,
-                    "glue": LengthGroupedTrainer}
+                    "glue": BertkitTrainer}
 PAD_ID = 0  # ids are drawn from [1, vocab_size)
 
 

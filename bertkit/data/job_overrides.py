@@ -1,6 +1,6 @@
 """A sweep job's configuration, read from its Hydra overrides: what successive halving ranks
 over seeds (bertkit.sweeps.halving) and what a multirun's W&B runs are grouped by
-(bertkit.training.wandb_sweep). In `data` because both subpackages may import it."""
+(bertkit.training.wandb_logging). In `data` because both subpackages may import it."""
 
 from __future__ import annotations
 

@@ -150,7 +150,7 @@ class PhaseShapes:
 def model_batch(columns: Columns, ids: np.ndarray, positions: np.ndarray,
                 labels: np.ndarray) -> dict[str, torch.Tensor]:
     """The model's inputs (the trainer drops the attention mask of a batch without padding
-    where that pays: bertkit.training.padding_masks)."""
+    where that pays: bertkit.training.trainer)."""
     width = ids.shape[1]
     batch = {"input_ids": torch.from_numpy(ids),
              SLOT_POSITIONS: torch.from_numpy(positions), SLOT_LABELS: torch.from_numpy(labels)}

@@ -6,7 +6,7 @@ measuring a run does not change how much it trains. The lines go through trainer
 gets them against the step (under train/heldout/...), and trainer_state.json keeps them, so a
 resumed run's curve still holds the evaluations made before the resume. Every process
 evaluates (no collective call; the set is small); only the main process writes files. After a
-preemption signal nothing is scored (bertkit.training.preemption): the run saves and exits
+preemption signal nothing is scored (bertkit.training.checkpoints): the run saves and exits
 within the scheduler's grace period, and the resumed run scores at its end.
 """
 
@@ -22,8 +22,8 @@ from bertkit.pretraining.heldout import (
     majority_label_share,
     score_heldout,
 )
-from bertkit.training.clock import TrainingClock
-from bertkit.training.preemption import preempting
+from bertkit.training.budget import TrainingClock
+from bertkit.training.checkpoints import preempting
 from bertkit.training.throughput import excluded_from_throughput
 
 PREFIX = "heldout/"

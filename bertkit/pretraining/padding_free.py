@@ -46,7 +46,7 @@ from bertkit.errors import BertkitError
 from bertkit.pretraining.batches import Columns, slots_of
 from bertkit.pretraining.masking import IGNORE_INDEX
 from bertkit.pretraining.phases import Phase
-from bertkit.training.padding_masks import SEQUENCE_LENGTHS
+from bertkit.training.trainer import SEQUENCE_LENGTHS
 
 SETTINGS = ("auto", True, False)  # pretraining.padding_free's choices (config_schema)
 ATTENTION = "bertkit_padding_free"  # the attention implementation's registered name

@@ -43,11 +43,18 @@ from bertkit.pretraining.training_data import (
     prepare_pretraining_data,
 )
 from bertkit.secret_masking import mask_secrets
-from bertkit.training.clock import TrainingClock
-from bertkit.training.lifecycle import TrainingRun, saving_model
+from bertkit.training.budget import TrainingClock
 from bertkit.training.model_card import run_card, write_card
 from bertkit.training.models import check_model_settings, tokenizer_size
-from bertkit.training.run import Outcome, publish, push_if_asked, start_run, train_run
+from bertkit.training.run import (
+    Outcome,
+    TrainingRun,
+    publish,
+    push_if_asked,
+    saving_model,
+    start_run,
+    train_run,
+)
 from bertkit.training.static_shapes import prepare_compile
 from bertkit.training.wandb_logging import paper_hyperparameters
 

@@ -5,6 +5,12 @@ bertkit.pretraining.padding_free).
 
 Statistics are summed over the steps between two log lines and over all processes, so the
 logged MLM loss is the mean over every masked token of the window, not a mean of means.
+
+The one subclass of bertkit's Trainer (bertkit.training.trainer.BertkitTrainer), because its
+three changes share the window's state: the loss read with the statistics from the model's
+own outputs, the log lines that sum them, and the phases' sampler. As callables handed to
+BertkitTrainer they would need three hooks and a state object between them, in training/,
+which must not know pretraining.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from bertkit.pretraining.padding_free import (
     PackingPlan,
 )
 from bertkit.pretraining.phases import Phase, PhasedSampler
-from bertkit.training.model_card import HubTrainer
+from bertkit.training.trainer import BertkitTrainer
 
 # The instance columns the collators read (the rest, e.g. "length", is not fetched).
 MODEL_COLUMNS = ("input_ids", "token_type_ids", "next_sentence_label", "labels")
@@ -28,7 +34,7 @@ STATISTICS = ("mlm_loss_sum", "mlm_correct", "mlm_count", "sentence_loss_sum",
               "sentence_correct", "sentence_count", "real_tokens", "batch_tokens")
 
 
-class PretrainingTrainer(HubTrainer):
+class PretrainingTrainer(BertkitTrainer):
     def __init__(self, *args, phases: list[Phase] | None = None,
                  sentence_task: str | None = "nsp", group_by_length: bool = True,
                  packing: PackingPlan | None = None, **kwargs):

@@ -205,7 +205,7 @@ def build_training_data(cfg: DictConfig, documents, tokenizer: PreTrainedTokeniz
     pad_to = cfg.pad_to_multiple_of if (args.bf16 or args.fp16) else None
     settings = phase_settings(cfg)
     static = cfg.masking.kind == "static"
-    # Batches at their phase's length where static shapes pay (bertkit.training.arguments).
+    # Batches at their phase's length where static shapes pay (bertkit.training.run).
     widths = static_shapes_pay(cfg)
 
     def collator(shapes=None):  # shapes: padding-free batches' (PackShape per phase)

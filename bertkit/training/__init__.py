@@ -1,7 +1,8 @@
-"""The run lifecycle every family goes through: TrainingArguments from the config, the one
-finetune template (finetune.py), training with early stopping / train_fraction / resume /
-a time budget (clock.py, budget.py), the W&B run, models and tokenizers, the length-grouped
-Trainer, and distributed helpers.
+"""The run lifecycle every family goes through, one module per idea: the steps a job makes
+(run.py), the one finetune template (finetune.py, family.py), the one Trainer (trainer.py), when
+a run stops (budget.py), checkpoints it can resume from (checkpoints.py), what it costs
+(throughput.py), its model card (model_card.py), models and tokenizers (models.py), W&B
+(wandb_logging.py), static shapes (static_shapes.py) and progress bars (progress.py).
 
 Imports `bertkit.data` only; it knows no task family (a family hands it a spec).
 """

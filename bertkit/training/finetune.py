@@ -23,9 +23,16 @@ from bertkit.data.task_data import SAMPLE_LIMIT_KEYS, first_examples
 from bertkit.errors import BertkitError
 from bertkit.finetuning.toolbox import Toolbox
 from bertkit.training.family import Evaluation, TaskFamily
-from bertkit.training.lifecycle import result_header, saving_model
 from bertkit.training.models import check_model_settings, load_tokenizer, tokenizer_size
-from bertkit.training.run import Outcome, publish, push_if_asked, start_run, train_run
+from bertkit.training.run import (
+    Outcome,
+    publish,
+    push_if_asked,
+    result_header,
+    saving_model,
+    start_run,
+    train_run,
+)
 from bertkit.training.static_shapes import (
     CompileRecord,
     compile_graphs,

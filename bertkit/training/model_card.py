@@ -1,43 +1,235 @@
-"""The Hub model card (README.md) of every saved model directory, and the Hub push that
-carries it.
-
-training.run.publish writes <run dir>/model/README.md right after metrics.json, from the same
-record, so that a model directory copied or uploaded anywhere says what it is: YAML metadata in the
-Hub's format (model-index with the dev scores, license, base model, tags) and a body with the
-results, a usage snippet, the command, the seed and the hyperparameters. No absolute path of the
-training machine appears in it (bertkit.training.card_provenance). Settings: the model_card
-node of conf/config.yaml.
-
-With trainer.push_to_hub=true the model goes up through Trainer's own push_to_hub, once, at
-the end of the run (training.run.push_if_asked), with this card as its README.md (HubTrainer).
+"""The Hub model card (README.md) of every saved model directory: its metadata and
+results, the usage snippet, and where the model and its data came from with no path of the
+training machine in it.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import re
 import shlex
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from huggingface_hub import EvalResult, ModelCard, ModelCardData
+import yaml
+from huggingface_hub import EvalResult, ModelCard, ModelCardData, metadata_load
+from huggingface_hub.utils import HFValidationError, validate_repo_id
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
-from transformers import Trainer
 
-from bertkit.data.atomic_files import follow_umask, write_text_atomic
+from bertkit.data.atomic_files import write_text_atomic
 from bertkit.errors import BertkitError
 from bertkit.secret_masking import mask_secrets, mask_text
-from bertkit.training.card_provenance import (
-    CARD_FILE,
-    checkpoint_base_model,
-    hub_id,
-    is_repo_id,
-    model_reference,
-    without_absolute_paths,
-)
-from bertkit.training.card_usage import usage_section
-from bertkit.training.lean_step import LeanStepTrainer
+
+# ================================================================================================
+# What a model card may say about where a model and its data came from: the base model of a
+# local checkpoint (a Hub id, found in the checkpoint itself), and every path made portable, so
+# that a card names no directory of the machine that trained the model (its home, its cache, a
+# temporary directory).
+
+CARD_FILE = "README.md"
+CONFIG_FILE = "config.json"
+
+# An absolute path inside a longer text (a command's `task.data_dir=/x/y`, a list of paths):
+# `/` or `~/` at the start or after a space, `=`, a bracket, a comma or a quote (not after `:`
+# or a word character, so URLs and ratios like 1/2 stay), up to the next such separator.
+_EMBEDDED_PATH = re.compile(r"(?<![^\s=\[({,'\"`])~?/[^\s,'\"\])}|`]+")
+
+
+def is_repo_id(name: str) -> bool:
+    """A valid Hub repository id (`name` or `owner/name`), whether or not it exists."""
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return False
+    return True
+
+
+def hub_id(name: str | None) -> str | None:
+    """`name` when it names something on the Hub (base_model, datasets must): not a local
+    path, and a valid repository id."""
+    if not name or Path(name).expanduser().exists() or not is_repo_id(name):
+        return None
+    return name
+
+
+def portable_path(path: str) -> str:
+    """An absolute path relative to the working directory when it lies inside it, else its
+    last component (a directory's name)."""
+    resolved = Path(os.path.expanduser(path))
+    cwd = Path.cwd()
+    if cwd != Path(cwd.anchor) and resolved != cwd and resolved.is_relative_to(cwd):
+        return resolved.relative_to(cwd).as_posix()
+    return resolved.name or path
+
+
+def without_absolute_paths(value):
+    """`value` (a string, or lists and dicts of them) with every absolute path made portable;
+    anything else as it is."""
+    if isinstance(value, str):
+        if os.path.isabs(os.path.expanduser(value)):
+            return portable_path(value)
+        return _EMBEDDED_PATH.sub(lambda match: portable_path(match.group()), value)
+    if isinstance(value, dict):
+        return {key: without_absolute_paths(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(without_absolute_paths(item) for item in value)
+    return value
+
+
+def model_reference(name: str) -> str:
+    """How a card names a model: its Hub id, or a local checkpoint's portable path."""
+    return name if hub_id(name) else without_absolute_paths(name)
+
+
+def _hub_ids(value) -> str | list[str] | None:
+    values = [value] if isinstance(value, str) else list(value or [])
+    found = [item for item in values if isinstance(item, str) and hub_id(item)]
+    if not found:
+        return None
+    return found[0] if isinstance(value, str) or len(found) == 1 else found
+
+
+def checkpoint_base_model(name: str | None) -> str | list[str] | None:
+    """The Hub model a local checkpoint directory comes from: `base_model` in its own card
+    (README.md metadata, as the Hub and bertkit write it), else `_name_or_path` in its
+    config.json when that is a Hub id (what it was loaded from before it was saved; the
+    extracted MiniLM says nreimers/MiniLM-L6-H384-uncased). None: not a directory, or nothing
+    names a Hub model."""
+    if not name:
+        return None
+    directory = Path(name).expanduser()
+    if not directory.is_dir():
+        return None
+    if (directory / CARD_FILE).is_file():
+        try:
+            metadata = metadata_load(directory / CARD_FILE) or {}
+        except (ValueError, UnicodeDecodeError, yaml.YAMLError):  # a README.md but no card
+            metadata = {}
+        found = _hub_ids(metadata.get("base_model"))
+        if found:
+            return found
+    config = directory / CONFIG_FILE
+    if config.is_file():
+        try:
+            name_or_path = json.loads(config.read_text(encoding="utf-8")).get("_name_or_path")
+        except (ValueError, UnicodeDecodeError, AttributeError):
+            return None
+        return _hub_ids(name_or_path)
+    return None
+
+
+# ================================================================================================
+# The model card's usage section: a few lines of transformers that load the model and run it,
+# with the pipeline of its family where transformers has one (SWAG's multiple choice never had
+# one, and transformers 5 removed question-answering: the Auto model class then).
+
+# How a card names a model that is not on the Hub: its directory, wherever it is copied to.
+LOCAL_PLACEHOLDER = "path/to/model"
+
+_PIPELINE = '''from transformers import pipeline
+
+{name} = pipeline("{task}", model="{model}"{extra})
+{call}'''
+
+_MULTIPLE_CHOICE = '''import torch
+from transformers import AutoModelForMultipleChoice, AutoTokenizer
+
+tokenizer = AutoTokenizer.from_pretrained("{model}")
+model = AutoModelForMultipleChoice.from_pretrained("{model}")
+context = "A man sits down at the piano."
+endings = ["He starts to play a song.", "He eats the piano.", "He swims across the room.",
+           "He paints the sky."]
+# One [CLS] context [SEP] ending [SEP] sequence per choice, in a batch of one question.
+inputs = tokenizer([context] * len(endings), endings, padding=True, return_tensors="pt")
+with torch.no_grad():
+    logits = model(**{{key: value.unsqueeze(0) for key, value in inputs.items()}}).logits
+print(endings[logits.argmax(-1).item()])'''
+
+_QUESTION_ANSWERING = '''import torch
+from transformers import AutoModelForQuestionAnswering, AutoTokenizer
+
+tokenizer = AutoTokenizer.from_pretrained("{model}")
+model = AutoModelForQuestionAnswering.from_pretrained("{model}")
+question, context = "Where did the cat sit?", "The cat sat on the mat."
+inputs = tokenizer(question, context, return_tensors="pt")
+with torch.no_grad():
+    output = model(**inputs)
+# The best span of the context: its best start, then the best end from there.
+outside = torch.tensor([segment != 1 for segment in inputs.sequence_ids()])
+start = output.start_logits[0].masked_fill(outside, -1e9).argmax().item()
+end = start + output.end_logits[0, start:].masked_fill(outside[start:], -1e9).argmax().item()
+print(tokenizer.decode(inputs["input_ids"][0, start:end + 1]))'''
+
+_FEATURE_BASED = (
+    "{imports}from bertkit.tasks.ner.feature_based_tagger import load_feature_based_tagger\n\n"
+    "# A frozen BERT with bertkit's tagger on its layers' features: no transformers pipeline.\n"
+    "model, labels = load_feature_based_tagger({directory})")
+
+
+def _classification_call(pair: bool, regression: bool) -> str:
+    text = ('{"text": "The cat sat on the mat.", "text_pair": "A cat was sitting on the mat."}'
+            if pair else '"The film was a delight from start to end."')
+    what = "a sentence pair" if pair else "a sentence"
+    note = ("score: the predicted value (a regression head)" if regression
+            else "label: one of the model's class names")
+    return f"# {what}; {note}\nprint(classifier({text}))"
+
+
+def usage_code(family: str, model: str, *, on_hub: bool = False, pair: bool = False,
+               regression: bool = False, feature_based: bool = False) -> str | None:
+    """Python that loads `model` (a Hub id, on_hub, or a path) and runs it; None for an
+    unknown family."""
+    if family == "glue":
+        return _PIPELINE.format(name="classifier", task="text-classification", model=model,
+                                extra="", call=_classification_call(pair, regression))
+    if family == "squad":
+        return _QUESTION_ANSWERING.format(model=model)
+    if family == "ner":
+        if feature_based:  # bertkit's loader reads a directory: a Hub model's local copy
+            return _FEATURE_BASED.format(
+                imports="from huggingface_hub import snapshot_download\n" if on_hub else "",
+                directory=f'snapshot_download("{model}")' if on_hub else f'"{model}"')
+        return _PIPELINE.format(name="tagger", task="token-classification", model=model,
+                                extra=', aggregation_strategy="simple"',
+                                call='print(tagger("Angela Merkel visited Paris in May."))')
+    if family == "swag":
+        return _MULTIPLE_CHOICE.format(model=model)
+    if family == "pretraining":
+        return _PIPELINE.format(name="fill", task="fill-mask", model=model, extra="",
+                                call='print(fill("The capital of France is [MASK]."))')
+    return None
+
+
+def usage_section(family: str, hub_model_id: str | None, **kinds) -> str | None:
+    """The card's `## Usage` section: the model by its Hub id when it is pushed, else by
+    LOCAL_PLACEHOLDER."""
+    model = hub_model_id or LOCAL_PLACEHOLDER
+    code = usage_code(family, model, on_hub=bool(hub_model_id), **kinds)
+    if code is None:
+        return None
+    where = ("" if hub_model_id else
+             f"`{LOCAL_PLACEHOLDER}`: this directory (`<run dir>/model`), or its Hub id once "
+             f"uploaded.\n\n")
+    return f"## Usage\n\n{where}```python\n{code}\n```\n"
+
+
+# ================================================================================================
+# The Hub model card (README.md) of every saved model directory, and the Hub push that
+# carries it.
+#
+# training.run.publish writes <run dir>/model/README.md right after metrics.json, from the
+# same record, so that a model directory copied or uploaded anywhere says what it is: YAML
+# metadata in the Hub's format (model-index with the dev scores, license, base model, tags) and
+# a body with the results, a usage snippet, the command, the seed and the hyperparameters. No
+# absolute path of the training machine appears in it (the provenance above). Settings: the
+# model_card node of conf/config.yaml.
+#
+# With trainer.push_to_hub=true the model goes up through Trainer's own push_to_hub, once, at
+# the end of the run (training.run.push_if_asked), with this card as its README.md
+# (BertkitTrainer, bertkit.training.trainer).
 
 # task.family -> the Hub's task id (model-index, pipeline_tag) and its name.
 TASK_TYPES = {
@@ -83,7 +275,7 @@ class CardFacts:
     seed: int
     training: dict = field(default_factory=dict)  # steps, loss, ...: the body's facts
     sections: list[str] = field(default_factory=list)  # further Markdown sections
-    usage: str | None = None  # the `## Usage` section (bertkit.training.card_usage)
+    usage: str | None = None  # the `## Usage` section (usage_section)
 
 
 def command_line() -> str | None:
@@ -340,59 +532,3 @@ def write_card(card: ModelCard | None, model_dir: Path) -> Path | None:
     if card is None or not model_dir.is_dir():
         return None
     return write_text_atomic(model_dir / CARD_FILE, str(card))
-
-
-class HubTrainer(LeanStepTrainer):
-    """Trainer whose Hub push carries bertkit's card. bertkit pushes once, at the end of
-    the run (push_model); Trainer's save_model would push by itself when the job saves
-    <run dir>/model, before metrics.json and the card exist, so a save here never pushes; and
-    the README.md that push_to_hub uploads is bertkit's card, not Trainer's draft."""
-
-    hub_card: str | None = None  # set by push_with_card
-
-    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
-        super().save_model(output_dir, _internal_call=True)
-        if self.args.should_save:  # checkpoints come here too (Trainer._save_checkpoint)
-            follow_umask(output_dir or self.args.output_dir)
-
-    def create_model_card(self, **kwargs) -> None:
-        if self.hub_card is None:  # model_card.enabled=false: Trainer's own card
-            return super().create_model_card(**kwargs)
-        if self.is_world_process_zero():
-            write_text_atomic(Path(self.args.output_dir) / CARD_FILE, self.hub_card)
-
-    def init_hf_repo(self, token: str | None = None, **kwargs) -> None:
-        # Network, login and permission errors come in many types (httpx's, OSError, the
-        # Hub's HTTP errors): whichever it is, one message naming the settings. **kwargs:
-        # whatever this transformers passes (`private` in newer releases).
-        try:
-            super().init_hf_repo(token=token, **kwargs)
-        except Exception as err:
-            raise BertkitError(
-                f"trainer.push_to_hub=true: cannot create or reach the Hub repository "
-                f"trainer.hub_model_id={self.args.hub_model_id} "
-                f"({type(err).__name__}: {err}); log in with `hf auth login` (or set "
-                f"HF_TOKEN), or set trainer.push_to_hub=false") from err
-
-    def push_with_card(self, card: str | None, model_dir: Path):
-        """Trainer.push_to_hub (the model saved into args.output_dir and that folder uploaded)
-        with `card` as its README.md; every process calls it (a sharded model saves from
-        all)."""
-        self.hub_card = card
-        try:
-            return self.push_to_hub(commit_message="bertkit: model and card at the end of "
-                                                   "training")
-        except Exception as err:  # as in init_hf_repo: any failure of the upload
-            repo = self.hub_model_id or self.args.hub_model_id
-            raise BertkitError(
-                f"trainer.push_to_hub=true: pushing to {repo} failed "
-                f"({type(err).__name__}: {err}); the model and its card are saved in "
-                f"{model_dir}: upload them with `hf upload {repo} {model_dir}`") from err
-
-
-def push_model(trainer: Trainer, card: ModelCard | None, model_dir: Path):
-    """The end of a run with trainer.push_to_hub=true: the model and its card to the Hub."""
-    if not isinstance(trainer, HubTrainer):
-        raise TypeError(f"{type(trainer).__name__} is not a HubTrainer: its push would upload "
-                        f"Trainer's own card and push on every save_model")
-    return trainer.push_with_card(None if card is None else str(card), model_dir)

@@ -1,16 +1,10 @@
-"""Tokenizer and BERT model from a Hub id, a local checkpoint, or a config trained from scratch.
-Each family adds its own head through load_with_head (bertkit/tasks/<family>/models.py).
-
-Every checkpoint, config and tokenizer bertkit reads goes through `from_pretrained` here: the
-files a user hands us are data, never code. A folder whose config names custom code (an
-auto_map) is refused unless model.trust_remote_code is true, and transformers is told so
-(it would otherwise ask "Do you wish to run the custom code? [y/N]" on stdin); weights are
-read as safetensors or plain tensors (weights_only), and a pickle that needs more is refused
-naming the file; a vocabulary lacking a special token the job feeds the model is refused
-naming the file and the token (it was a tokenizers traceback at the first unknown word)."""
+"""Tokenizer and BERT model from a Hub id, a local checkpoint, or a config trained from
+scratch, with the attention kernel the model runs.
+"""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import pickle
 import re
@@ -32,7 +26,40 @@ from transformers.utils import CONFIG_NAME, WEIGHTS_NAME, cached_file
 
 from bertkit.data.readback import read_json
 from bertkit.errors import BertkitError
-from bertkit.training.attention import attention_implementation
+
+# ================================================================================================
+# Which attention kernel the model runs (model.attn_implementation), chosen once per run.
+#
+# auto: FlashAttention-2 where its package is installed and a GPU runs the model, because with
+# a padded batch transformers then runs it on the real tokens only (varlen: the padding is cut
+# out before attention and put back after); PyTorch's fused SDPA everywhere else (CPU, or no
+# flash_attn). An explicit value (eager, sdpa, flash_attention_2, flex_attention) is passed to
+# transformers as it is.
+
+CHOICES = ("auto", "eager", "sdpa", "flash_attention_2", "flex_attention")
+
+
+def attention_implementation(setting: str | None) -> str:
+    """`setting` is one of CHOICES (the schema's, bertkit.config_schema), or None: auto."""
+    setting = setting or "auto"
+    if setting != "auto":
+        return setting
+    if torch.cuda.is_available() and importlib.util.find_spec("flash_attn") is not None:
+        return "flash_attention_2"
+    return "sdpa"
+
+
+# ================================================================================================
+# Tokenizer and BERT model from a Hub id, a local checkpoint, or a config trained from scratch.
+# Each family adds its own head through load_with_head (bertkit/tasks/<family>/models.py).
+#
+# Every checkpoint, config and tokenizer bertkit reads goes through `from_pretrained` here: the
+# files a user hands us are data, never code. A folder whose config names custom code (an
+# auto_map) is refused unless model.trust_remote_code is true, and transformers is told so
+# (it would otherwise ask "Do you wish to run the custom code? [y/N]" on stdin); weights are
+# read as safetensors or plain tensors (weights_only), and a pickle that needs more is refused
+# naming the file; a vocabulary lacking a special token the job feeds the model is refused
+# naming the file and the token (it was a tokenizers traceback at the first unknown word).
 
 # The special tokens each job feeds the model, named by the tokenizer's attributes (the
 # strings are the tokenizer's own: BertTokenizerFast's [UNK] [CLS] [SEP] [PAD] [MASK]).

@@ -1,40 +1,78 @@
-"""The steps every training job shares, finetunes and pretraining alike, as three calls that a
-job makes top-down (bertkit.training.finetune.finetune, bertkit.pretraining.run.pretrain):
-
-    start_run   the shared settings checks, TrainingArguments, the checkpoint to resume (a
-                wrong run directory fails here, before any data is read), the seed
-    train_run   the run's training clock and the job's callbacks on the trainer, then train
-                (lifecycle: early stopping, train_fraction, time budget, resume, W&B)
-    publish     metrics.json, the model's card (model/README.md), the W&B summary and the
-                printout (main process); push_if_asked: the Hub push (trainer.push_to_hub)
+"""The run lifecycle every training job shares, finetunes and pretraining alike: the
+TrainingArguments from the config, the process ranks, what happens around Trainer.train (early
+stopping, train_fraction, a time budget, resume, preemption, W&B) and the publishing of the
+results. One module because a job reads it top-down as one story: start_run, train_run,
+publish, push_if_asked (each section below says why it does what it does).
 """
 
 from __future__ import annotations
 
+import copy
+import copyreg
+import importlib.util
+import logging
+import os
+import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import psutil
+import torch
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from transformers import Trainer, TrainingArguments, set_seed
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from bertkit.data.atomic_files import write_json_atomic
-from bertkit.data.metrics_file import METRICS_FILE
-from bertkit.secret_masking import mask_secrets
-from bertkit.training.arguments import build_training_arguments
-from bertkit.training.budget import ClockCallback, budget_hyperparameters, budget_settings
-from bertkit.training.clock import TrainingClock
-from bertkit.training.lifecycle import (
-    TrainingRun,
-    finish_wandb,
-    report_to,
-    resume_checkpoint,
-    train,
+from bertkit.data.atomic_files import (
+    failed_write,
+    refused_write,
+    telling_failed_writes,
+    write_json_atomic,
+    write_yaml_atomic,
 )
-from bertkit.training.model_card import check_hub_settings, push_model, run_card, write_card
-from bertkit.training.static_shapes import padding_multiple, static_shapes_pay
+from bertkit.data.metrics_file import METRICS_FILE
+from bertkit.errors import BertkitError
+from bertkit.secret_masking import mask_secrets, remember_secrets
+from bertkit.training.budget import (
+    ClockCallback,
+    TrainingClock,
+    add_budget,
+    add_early_stopping,
+    add_train_fraction,
+    budget_hyperparameters,
+    budget_settings,
+    show_budget_progress,
+)
+from bertkit.training.checkpoints import (
+    DurableCheckpoints,
+    Preempted,
+    PreemptionCallback,
+    checkpoint_fault,
+    scan_checkpoints,
+)
+from bertkit.training.model_card import check_hub_settings, run_card, write_card
+from bertkit.training.progress import progress_bars_shown
+from bertkit.training.static_shapes import compile_setting, padding_multiple, static_shapes_pay
+from bertkit.training.throughput import add_throughput
+from bertkit.training.trainer import push_model
+from bertkit.training.wandb_logging import resolve_wandb_mode, start_wandb_run
 
+logger = logging.getLogger(__name__)
+
+
+# ================================================================================================
+# The steps every training job shares, finetunes and pretraining alike, as three calls that a
+# job makes top-down (bertkit.training.finetune.finetune, bertkit.pretraining.run.pretrain):
+#
+#     start_run   the shared settings checks, TrainingArguments, the checkpoint to resume (a
+#                 wrong run directory fails here, before any data is read), the seed
+#     train_run   the run's training clock and the job's callbacks on the trainer, then train
+#                 (below: early stopping, train_fraction, time budget, resume, W&B)
+#     publish     metrics.json, the model's card (model/README.md), the W&B summary and the
+#                 printout (main process); push_if_asked: the Hub push (trainer.push_to_hub)
 
 @dataclass
 class RunSetup:
@@ -110,3 +148,381 @@ def push_if_asked(cfg: DictConfig, setup: RunSetup, trainer: Trainer, record: di
     sharded model saves from all)."""
     if trainer.args.push_to_hub:
         push_model(trainer, run_card(cfg, record), setup.run_dir / "model")
+
+
+# ================================================================================================
+# What every job does around Trainer.train, in one place: the tracker Trainer
+# reports to, early stopping, stopping at a share of the schedule (successive halving), the W&B
+# run and the resolved config.yaml on the main process, resuming from the newest complete
+# checkpoint when asked, each checkpoint fsynced once saved, saving and stopping on a
+# preemption signal (all three bertkit.training.checkpoints), training to a time budget and its
+# progress bar (bertkit.training.budget), the training time and throughput
+# (bertkit.training.throughput), and closing the W&B run with the final scores.
+
+
+def report_to(logger_node: DictConfig) -> list[str]:
+    """Trainer's trackers, from the `logger` node (not this module's `logger`): W&B unless
+    logger=none or its mode is disabled."""
+    mode = resolve_wandb_mode(logger_node.mode)
+    return ["wandb"] if logger_node.backend == "wandb" and mode != "disabled" else []
+
+
+@dataclass
+class TrainingRun:
+    main: bool  # this is the process that writes results
+    wandb_run: Any  # the open W&B run (main process, W&B on), else None
+    output: Any  # Trainer's TrainOutput
+    seconds: float
+    planned_steps: int  # the whole schedule's optimizer steps
+    complete: bool  # False when train_fraction stopped it before the end of its schedule
+    throughput: dict | None = None  # the whole run's ThroughputMeter.record (None: disabled)
+    training_seconds: float | None = None  # the training clock at the end, earlier runs' included
+    budget: dict | None = None  # {"minutes", "ended_by_budget"} when budget.minutes is set
+    hyperparameters: dict = field(default_factory=dict)  # as recorded in W&B and metrics.json
+    # The epochs really trained (Trainer's state.epoch, fractional): max_steps, early
+    # stopping, train_fraction or a time budget end a run before num_train_epochs.
+    epochs: float | None = None
+
+    def train_record(self, **sizes) -> dict:
+        """metrics.json's "train": the loss, how far training went of its schedule (successive
+        halving's accounting), its time (seconds: this train() call's; training_seconds: the
+        training clock's, across resumes), the time budget, the family's data sizes, and the
+        throughput."""
+        throughput = {"throughput": self.throughput} if self.throughput is not None else {}
+        clock = {} if self.training_seconds is None \
+            else {"training_seconds": round(self.training_seconds, 2)}
+        budget = {"budget": self.budget} if self.budget is not None else {}
+        return {"loss": self.output.training_loss, "steps": self.output.global_step,
+                "epochs": self.epochs, "planned_steps": self.planned_steps,
+                "complete": self.complete,
+                "seconds": round(self.seconds, 2), **clock, **budget, **sizes, **throughput}
+
+
+def result_header(cfg: DictConfig, family: str, seed: int, main_value: float) -> dict:
+    """The keys every finetuning metrics.json starts with: what bertkit-report identifies and
+    ranks a run by (bertkit.data.metrics_file)."""
+    return {"recipe": cfg.recipe.name, "family": family, "task": cfg.task.name,
+            # Two-stage finetuning's target starts from the first stage's encoder; the run is
+            # still named by the checkpoint it all started from (model.started_from).
+            "model": (OmegaConf.select(cfg, "model.started_from") or cfg.model.name_or_path
+                      or "from_scratch"), "seed": seed,
+            "main_metric": cfg.task.main_metric, "main_value": main_value}
+
+
+RESUME = (False, True, "auto")
+
+
+def resume_checkpoint(resume, args) -> str | None:
+    """resume=true: the run directory's newest complete checkpoint, and an error when there is
+    none (a mistyped hydra.run.dir must not silently train from the start); resume=auto
+    (preemptible cluster jobs): the newest complete checkpoint if there is one, else from the
+    start. Checkpoints whose save was cut short are skipped, each named with why
+    (bertkit.training.checkpoints)."""
+    if resume not in RESUME:
+        raise BertkitError(f"resume={resume!r}: expected false, true or auto")
+    if resume is False:
+        return None
+    scan = scan_checkpoints(args.output_dir, weights_only=args.save_only_model)
+    if scan.complete is None and resume is True:
+        found = (f"only incomplete checkpoints ({scan.describe_skipped()})" if scan.skipped
+                 else "no checkpoint")
+        raise BertkitError(f"resume=true but {args.output_dir} holds {found}: give "
+                           f"hydra.run.dir=<the run to continue>, or resume=auto to start "
+                           f"from the beginning when there is none")
+    if scan.skipped:
+        logger.warning("resume=%s: skipped incomplete checkpoints in %s (%s)", resume,
+                       args.output_dir, scan.describe_skipped())
+    if scan.complete is None:
+        logger.info("resume=auto: no complete checkpoint in %s, training from the start",
+                    args.output_dir)
+        return None
+    return str(scan.complete)
+
+
+def train(cfg: DictConfig, run_dir: Path, trainer: Trainer, hyperparameters: dict,
+          checkpoint: str | None = None, *, clock: TrainingClock) -> TrainingRun:
+    """Trains from `checkpoint` (resume_checkpoint's choice, made before any data is read);
+    `clock` is the run's training clock, started by the trainer's ClockCallback."""
+    add_early_stopping(cfg, trainer)
+    stopper = add_train_fraction(cfg, trainer)
+    budget = add_budget(cfg, trainer, clock)
+    if budget is not None:  # the bar counts the budget's time, not max_steps
+        show_budget_progress(trainer, budget)
+    meter = add_throughput(cfg, trainer)
+    preemption = PreemptionCallback(
+        agree_every_steps=OmegaConf.select(cfg, "agree_every_steps", default=1))
+    trainer.add_callback(preemption)
+    if OmegaConf.select(cfg, "fsync_checkpoints", default=True):
+        trainer.add_callback(DurableCheckpoints())
+    main = trainer.is_world_process_zero()
+    uses_wandb = "wandb" in (trainer.args.report_to or [])
+    wandb_run = start_wandb_run(cfg, run_dir, hyperparameters) if main and uses_wandb else None
+    if main:
+        remember_secrets(cfg)
+        settings = mask_secrets(OmegaConf.to_container(cfg, resolve=True))
+        write_yaml_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(settings)))
+    started = time.perf_counter()
+    try:
+        output = _train_or_explain(trainer, checkpoint)
+    finally:
+        preemption.restore_handlers()
+    seconds = time.perf_counter() - started
+    try:
+        preemption.raise_if_stopped(trainer.args.output_dir)
+    except Preempted as err:
+        if wandb_run is not None:  # W&B shows the run as preempted, not failed
+            wandb_run.mark_preempting()
+            wandb_run.finish(exit_code=err.exit_status)
+        raise
+    training_seconds = clock.elapsed()
+    state = trainer.state
+    # Early stopping also ends a run before max_steps; only the step share leaves it incomplete.
+    complete = stopper is None or state.global_step >= state.max_steps
+    return TrainingRun(main, wandb_run, output, seconds, state.max_steps, complete,
+                       meter.record if meter is not None else None, training_seconds,
+                       budget.record() if budget is not None else None, hyperparameters,
+                       state.epoch)
+
+
+def _train_or_explain(trainer: Trainer, checkpoint: str | None):
+    """Trainer.train, with a refused write (a full disk, most often during a checkpoint save)
+    told as one line: the file, the space left, and which checkpoint is still whole. The
+    checkpoint the save left half written is removed (the main process's), so that only
+    whole ones remain and the space it took is free again."""
+    try:
+        return trainer.train(resume_from_checkpoint=checkpoint)
+    except Exception as err:
+        if refused_write(err) is None:
+            raise
+        output_dir, weights_only = Path(trainer.args.output_dir), trainer.args.save_only_model
+        saving = output_dir / f"{PREFIX_CHECKPOINT_DIR}-{trainer.state.global_step}"
+        torn = saving.is_dir() and checkpoint_fault(saving, weights_only=weights_only) is not None
+        whole = scan_checkpoints(output_dir, weights_only=weights_only).complete
+        kept = (f"the last complete checkpoint, {whole}, is intact: free some space and run "
+                f"the same command with resume=auto" if whole is not None
+                else "no complete checkpoint was saved before it")
+        raise failed_write(
+            err, f"{saving.name}, removed" if torn else "training", saving if torn else output_dir,
+            leftovers=[saving] if torn and trainer.args.should_save else [], then=kept) from err
+
+
+@contextmanager
+def saving_model(model_dir: Path, main: bool):
+    """The block that saves the trained model into model_dir: a refused write ends it in one
+    line, and the folder it started is removed (the main process's), so that no half-saved
+    model is left behind."""
+    started_it = not model_dir.exists()
+    with telling_failed_writes(
+            "the trained model, removed" if started_it else "the trained model", model_dir,
+            leftovers=lambda: [model_dir] if started_it and main else [],
+            then="free some space and run the same command with resume=auto"):
+        yield
+
+
+def finish_wandb(run: TrainingRun, final: dict[str, float], num_parameters: int,
+                 headline: tuple[str, float] | None = None) -> str:
+    """The final scores into the run's summary as final/<key>, the task's main metric and
+    value (what bertkit-report ranks by, also from offline run files), then close it; returns
+    a line saying where the run went."""
+    if run.wandb_run is None:
+        return "W&B: off"
+    for key, value in final.items():
+        run.wandb_run.summary[f"final/{key}"] = value
+    run.wandb_run.summary["num_parameters"] = num_parameters
+    run.wandb_run.summary["train/complete"] = run.complete
+    run.wandb_run.summary["train/planned_steps"] = run.planned_steps
+    for key, value in (run.throughput or {}).items():  # the whole run's, beside the curves
+        if value is not None:
+            run.wandb_run.summary[f"throughput/{key}"] = value
+    if headline is not None:
+        run.wandb_run.summary["main_metric"], run.wandb_run.summary["main_value"] = headline
+    where = f"W&B run: {run.wandb_run.dir if run.wandb_run.offline else run.wandb_run.url}"
+    run.wandb_run.finish()
+    return where
+
+
+# ================================================================================================
+# TrainingArguments from the `trainer` config group, plus what bertkit decides for the user:
+# mixed precision on a GPU, where checkpoints go, which tracker Trainer reports to, and no secret
+# in the training_args.bin Trainer saves.
+
+PRECISIONS = ("auto", "bf16", "fp16", "no")
+
+
+def resolve_mixed_precision(setting: str) -> str:
+    """auto: bf16 where the GPU has it, else fp16 on a GPU, else full precision on the CPU
+    (`setting` is one of PRECISIONS: the schema's choices, bertkit.config_schema)."""
+    if setting != "auto":
+        if setting != "no" and not torch.cuda.is_available():
+            raise BertkitError(f"mixed_precision={setting}: needs a GPU, and none is visible")
+        return setting
+    if not torch.cuda.is_available():
+        return "no"
+    return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+
+
+def available_cores() -> int:
+    """The cores this process may run on: its CPU affinity where the system has one (a SLURM
+    job's cpus_per_task, a hydra/launcher=gpu_pack job's share), else the machine's."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
+
+
+def resolve_dataloader_workers(setting, on_gpu: bool, gpu_workers: int, cpus: int,
+                               processes: int) -> int:
+    """trainer.dataloader_num_workers: a number as given; auto: none on a CPU, where workers
+    would take the cores training needs, and on a GPU gpu_workers, at most the cores each
+    process has less one (its own)."""
+    if setting == "auto":
+        workers = max(0, min(int(gpu_workers), cpus // max(processes, 1) - 1)) if on_gpu else 0
+        logger.info("trainer.dataloader_num_workers=auto: %d worker process(es) (%s, %d cores, "
+                    "%d process(es))", workers, "GPU" if on_gpu else "CPU", cpus, processes)
+        return workers
+    if isinstance(setting, bool) or not isinstance(setting, int) or setting < 0:
+        raise BertkitError(f"trainer.dataloader_num_workers={setting!r}: expected auto or a "
+                           f"number of worker processes, 0 or more")
+    return setting
+
+
+# Trainer's options that shard the model over the processes of a launch: in one process
+# started alone Trainer fails deep inside (FSDP: "only works in distributed training";
+# DeepSpeed: an MPI lookup), so they are refused here with the command that works.
+SHARDING_OPTIONS = {"fsdp": "FSDP", "deepspeed": "DeepSpeed"}
+
+
+def deepspeed_installed() -> bool:
+    return importlib.util.find_spec("deepspeed") is not None
+
+
+def check_sharding_launch(options: dict) -> None:
+    for key, name in SHARDING_OPTIONS.items():
+        value = options.get(key)
+        if value and not launched():
+            raise BertkitError(
+                f"trainer.{key}={value!r}: {name} shards the model over the processes of a "
+                f"launch, and this process was started alone: launch it with torchrun, e.g. "
+                f"torchrun --nproc_per_node=N -m bertkit <the same overrides> "
+                f"(docs/scale.md)")
+    if options.get("deepspeed") and not deepspeed_installed():
+        raise BertkitError(
+            f"trainer.deepspeed={options['deepspeed']!r}: DeepSpeed is not installed; it is "
+            f"an optional extra: pip install 'bertkit[deepspeed]'")
+
+
+class TrainingArgumentsWithoutSecrets(TrainingArguments):
+    """TrainingArguments whose pickle holds its secrets masked (trainer.hub_token: Trainer
+    pickles its arguments into training_args.bin beside every checkpoint and in the model
+    directory it pushes). Unpickled, it is plain TrainingArguments, readable without bertkit;
+    copies in this process keep the real values (Trainer's Hub calls read them)."""
+
+    def __reduce_ex__(self, protocol):
+        # pickle's own reconstructor, naming the base class: no bertkit needed to load it
+        return (copyreg._reconstructor, (TrainingArguments, object, None),
+                mask_secrets(self.__dict__))
+
+    def __copy__(self):
+        clone = object.__new__(type(self))
+        clone.__dict__.update(self.__dict__)
+        return clone
+
+    def __deepcopy__(self, memo):
+        clone = object.__new__(type(self))
+        memo[id(self)] = clone
+        clone.__dict__.update(copy.deepcopy(self.__dict__, memo))
+        return clone
+
+
+def build_training_arguments(
+    cfg: DictConfig, run_dir: Path, report_to: list[str]
+) -> TrainingArguments:
+    options = OmegaConf.to_container(cfg.trainer, resolve=True)
+    # auto: eager here; a finetune decides once it knows its length (decide_compile), so the
+    # benchmarks and pretraining, which build their arguments here, compile only when asked.
+    options["torch_compile"] = compile_setting(cfg) is True
+    check_sharding_launch(options)
+    if options.get("disable_tqdm") is None:  # progress_bars decides (training.progress)
+        options["disable_tqdm"] = not progress_bars_shown(cfg)
+    precision = resolve_mixed_precision(cfg.mixed_precision)
+    options["dataloader_num_workers"] = resolve_dataloader_workers(
+        options.get("dataloader_num_workers", 0), torch.cuda.is_available(),
+        OmegaConf.select(cfg, "gpu_dataloader_workers", default=0), available_cores(),
+        world_size())
+    if options["dataloader_num_workers"] == 0:
+        # Prefetching and persistence are worker settings: DataLoader refuses them without.
+        options.pop("dataloader_prefetch_factor", None)
+        options.pop("dataloader_persistent_workers", None)
+    if not torch.cuda.is_available():
+        options["dataloader_pin_memory"] = False  # pinning needs a GPU; it only warns on a CPU
+        if world_size() > 1:
+            # Without use_cpu, accelerate opens the gloo group but reports no distributed
+            # type, and each torchrun process trains alone on all the data.
+            options.setdefault("use_cpu", True)
+    try:
+        return TrainingArgumentsWithoutSecrets(
+            output_dir=str(run_dir / "checkpoints"),
+            bf16=precision == "bf16",
+            fp16=precision == "fp16",
+            report_to=report_to,
+            run_name=run_dir.name,
+            **options,
+        )
+    except TypeError as err:  # an option Trainer does not know: name it as a config key
+        raise BertkitError(f"trainer: {err} (the trainer group takes TrainingArguments' "
+                           f"argument names)") from None
+    except ValueError as err:
+        raise BertkitError(f"trainer: {err}") from None
+
+
+# ================================================================================================
+# Process-rank facts for torchrun / accelerate launches, readable before torch.distributed
+# starts; and the same facts for a SLURM job whose tasks are the processes (submitit).
+
+def world_size() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def rank() -> int:
+    return int(os.environ.get("RANK", "0"))
+
+
+def is_main_process() -> bool:
+    return rank() == 0
+
+
+def launched() -> bool:
+    """Started by a distributed launcher (torchrun, accelerate launch, deepspeed, a submitit
+    job's joined tasks), even as its only process: each process is given its LOCAL_RANK,
+    which is also what tells Trainer that it runs distributed."""
+    return "LOCAL_RANK" in os.environ
+
+
+def run_stamp() -> str:
+    """A time stamp for the run directory that every process of one launch agrees on.
+
+    Each torchrun worker composes its own Hydra config, and their clocks may tick over a
+    second apart; the launcher (their common parent) started once, so its start time is shared.
+    BERTKIT_RUN_STAMP overrides both, e.g. for multi-node launches.
+    """
+    if os.environ.get("BERTKIT_RUN_STAMP"):
+        return os.environ["BERTKIT_RUN_STAMP"]
+    started = time.time()
+    if world_size() > 1:
+        started = psutil.Process(os.getppid()).create_time()
+    return time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(started))
+
+
+def join_submitit_tasks() -> bool:
+    """Inside a submitit job with several tasks (hydra/launcher=slurm_multi_gpu: one task per
+    GPU), make each task one process of a data-parallel run by exporting what torchrun would:
+    RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT (submitit's own helper derives them
+    from SLURM's variables). CUDA_VISIBLE_DEVICES is left to SLURM; Trainer picks the GPU by
+    LOCAL_RANK. True when it exported them."""
+    if not os.environ.get("SUBMITIT_EXECUTOR") or "RANK" in os.environ:
+        return False
+    import submitit
+
+    if submitit.JobEnvironment().num_tasks < 2:
+        return False
+    submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+    return True

@@ -28,7 +28,6 @@ import logging
 import math
 import os
 from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -103,77 +102,6 @@ def first_rows(values, rows: int):
     if isinstance(values, dict):
         return {key: first_rows(value, rows) for key, value in values.items()}
     return values
-
-
-class FixedRowsTrainer:
-    """The Trainer hooks of fixed rows, mixed into bertkit's trainer (LeanStepTrainer): the
-    dataloaders built with FixedRows at their batch size, REAL_ROWS taken out before the model,
-    and the padded rows' predictions cut off after it. Off (padded_rows None) unless
-    use_padded_rows turned it on."""
-
-    padded_rows: PaddedRows | None = None
-    _eager_predictions = False  # inside predicting_eagerly
-    _compiled_for_evaluation = None  # the model compiled for evaluation (_wrap_model)
-
-    @contextmanager
-    def _fixed_rows(self, rows: int):
-        if self.padded_rows is None or self.data_collator is None:
-            yield
-            return
-        collator = self.data_collator
-        self.data_collator = FixedRows(collator, rows, self.padded_rows)
-        try:
-            yield
-        finally:
-            self.data_collator = collator
-
-    def get_train_dataloader(self):
-        with self._fixed_rows(self._train_batch_size):
-            return super().get_train_dataloader()
-
-    def get_eval_dataloader(self, eval_dataset=None):
-        with self._fixed_rows(self.args.eval_batch_size):
-            return super().get_eval_dataloader(eval_dataset)
-
-    def get_test_dataloader(self, test_dataset):
-        with self._fixed_rows(self.args.eval_batch_size):
-            return super().get_test_dataloader(test_dataset)
-
-    def compute_loss(self, model, inputs, *args, **kwargs):
-        inputs.pop(REAL_ROWS, None)
-        return super().compute_loss(model, inputs, *args, **kwargs)
-
-    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
-        rows = inputs.pop(REAL_ROWS, None)
-        loss, logits, labels = super().prediction_step(model, inputs, prediction_loss_only,
-                                                       ignore_keys)
-        if rows is None:
-            return loss, logits, labels
-        return loss, first_rows(logits, rows), first_rows(labels, rows)
-
-    @contextmanager
-    def predicting_eagerly(self):
-        """Predictions that happen once, on data without labels (GLUE's leaderboard files), run
-        the model uncompiled: a graph of their own (no loss) would cost more than it saves."""
-        self._eager_predictions = True
-        try:
-            yield
-        finally:
-            self._eager_predictions = False
-
-    def _wrap_model(self, model, training=True, dataloader=None):
-        """Evaluation after training runs compiled too: Trainer compiles the model it trains
-        (accelerate's prepare) but evaluates the plain one once it has trained."""
-        wrapped = super()._wrap_model(model, training, dataloader)
-        if training or not self.args.torch_compile or wrapped is not self.model \
-                or not self.accelerator._models or self._eager_predictions:
-            return wrapped
-        compiled = self._compiled_for_evaluation
-        if compiled is None or compiled._orig_mod is not self.model:
-            compiled = torch.compile(self.model,
-                                     **self.accelerator.state.dynamo_plugin.to_kwargs())
-            self._compiled_for_evaluation = compiled
-        return compiled
 
 
 def use_padded_rows(trainer, padded: PaddedRows) -> None:
@@ -270,7 +198,7 @@ def prepare_compile(cfg: DictConfig, graphs: int = 0) -> None:
     recompile limit that keeps every bucket compiled instead of falling back to eager, the
     graphs of an earlier run in this process (a sweep's jobs under Hydra's basic launcher)
     forgotten, and the compile caches under cache_dir/torch_compile (a user's
-    TORCHINDUCTOR_CACHE_DIR wins). (No dynamic-shape graph at a second shape: LeanStepTrainer
+    TORCHINDUCTOR_CACHE_DIR wins). (No dynamic-shape graph at a second shape: BertkitTrainer
     turns Dynamo's automatic dynamic shapes off.)"""
     import torch._dynamo
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir

@@ -13,11 +13,11 @@ backend, cloudpickle for Hydra's task function and context), created with its en
 set before Python starts: CUDA_VISIBLE_DEVICES names its GPU, OMP_NUM_THREADS (and MKL's,
 tokenizers' RAYON_NUM_THREADS) its share of the threads. Its share of the cores is also its
 CPU affinity, from which bertkit counts the cores its dataloader workers may take
-(trainer.dataloader_num_workers=auto, bertkit.training.arguments). A job leaves its slot (one
+(trainer.dataloader_num_workers=auto, bertkit.training.run). A job leaves its slot (one
 GPU, one share of the cores) when its process ends, and the next job takes the free slot.
 
 Before any job starts, every job's config is composed and its memory estimated
-(bertkit.training.memory_estimate): a packing that cannot fit is refused in one line with the
+(bertkit.training.throughput): a packing that cannot fit is refused in one line with the
 numbers. The GPUs' free memory is read in a short-lived process (reading it here would hold a
 CUDA context on every GPU for the whole sweep), or taken from hydra.launcher.device_memory_gib.
 
@@ -236,7 +236,7 @@ class GpuPackLauncher(Launcher):
         """Refuse, before any job starts, jobs_per_gpu jobs (the largest one's estimate each)
         that would not fit in one device's free memory."""
         from bertkit.errors import BertkitError
-        from bertkit.training.memory_estimate import job_memory, memory_kind
+        from bertkit.training.throughput import job_memory, memory_kind
 
         on_gpu = devices[0][0] != "cpu"
         if self.device_memory_gib is None and not on_gpu:

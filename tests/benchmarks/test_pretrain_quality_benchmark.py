@@ -22,7 +22,7 @@ from bertkit.benchmarks.pretrain_quality import (
 )
 from bertkit.errors import BertkitError
 from bertkit.training import run as run_module
-from bertkit.training.clock import TrainingClock
+from bertkit.training.budget import TrainingClock
 from tests.conftest import compose_config
 
 STEP_SECONDS = 2.0

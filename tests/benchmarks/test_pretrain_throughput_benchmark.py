@@ -24,8 +24,8 @@ from bertkit.errors import BertkitError
 from bertkit.jobs import run_job
 from bertkit.pretraining.demo_corpus import ensure_demo_corpus
 from bertkit.pretraining.model import load_pretraining_model
-from bertkit.training.flops import training_flops
 from bertkit.training.models import load_tokenizer
+from bertkit.training.throughput import training_flops
 from tests.benchmarks.test_pretrain_data_benchmark import pipeline_lengths
 from tests.conftest import compose_config
 

@@ -10,7 +10,7 @@ import pytest
 from safetensors.torch import load_file
 
 from bertkit.jobs import run_job
-from bertkit.training.length_grouped_trainer import LengthGroupedTrainer
+from bertkit.training.trainer import BertkitTrainer
 from tests.conftest import compose_config, tiny_run_overrides
 
 
@@ -30,7 +30,7 @@ def test_an_interrupted_run_resumes_to_the_uninterrupted_result(methods, glue_di
         "trainer.save_total_limit": 2, **methods})
     reference = run_job(compose_config(overrides), run_dir=tmp_path / "reference")
 
-    original_step = LengthGroupedTrainer.training_step
+    original_step = BertkitTrainer.training_step
     calls = {"n": 0}
 
     def interrupt_in_step_five(self, *args, **kwargs):
@@ -39,7 +39,7 @@ def test_an_interrupted_run_resumes_to_the_uninterrupted_result(methods, glue_di
             raise Interrupted
         return original_step(self, *args, **kwargs)
 
-    monkeypatch.setattr(LengthGroupedTrainer, "training_step", interrupt_in_step_five)
+    monkeypatch.setattr(BertkitTrainer, "training_step", interrupt_in_step_five)
     run_dir = tmp_path / "run"
     with pytest.raises(Interrupted):
         run_job(compose_config(overrides), run_dir=run_dir)

@@ -31,8 +31,8 @@ from bertkit.reporting.identity import DATA_KEY, PRETRAINING, _patterns
 from bertkit.reporting.sections import render_markdown
 from bertkit.reporting.writer import build_report
 from bertkit.tasks import task_family
-from bertkit.training.lifecycle import result_header
 from bertkit.training.models import load_tokenizer
+from bertkit.training.run import result_header
 from tests.conftest import compose_config, tiny_run_overrides
 from tests.glue_fixtures import WORDS, write_glue_task
 from tests.reporting.test_run_results import glue_metrics

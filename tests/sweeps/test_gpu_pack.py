@@ -15,7 +15,7 @@ import pytest
 from omegaconf import OmegaConf
 from transformers import BertConfig, BertModel
 
-from bertkit.training.memory_estimate import GIB, job_memory, memory_kind
+from bertkit.training.throughput import GIB, job_memory, memory_kind
 from hydra_plugins.bertkit_gpu_pack_launcher import gpu_pack_launcher
 from hydra_plugins.bertkit_gpu_pack_launcher.gpu_pack_launcher import (
     MemoryEstimateConf,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bertkit.reporting.cli import main as report_main
-from bertkit.training.sweep_dirs import NAME_MAX, job_dirname
+from bertkit.training.wandb_logging import NAME_MAX, job_dirname
 from tests.conftest import tiny_run_overrides
 from tests.sweeps.test_successive_halving import run_bertkit_in_process
 

@@ -14,21 +14,20 @@ from bertkit.config_schema import check_ranges
 from bertkit.errors import BertkitError
 from bertkit.pretraining.model import load_pretraining_model
 from bertkit.tasks.glue.models import load_sequence_classifier
-from bertkit.training import attention
-from bertkit.training.attention import attention_implementation
-from bertkit.training.models import load_tokenizer
+from bertkit.training import models
+from bertkit.training.models import attention_implementation, load_tokenizer
 from tests.conftest import compose_config
 
 
 def test_auto_falls_back_to_sdpa_without_a_gpu_or_flash_attn(monkeypatch):
     assert attention_implementation("auto") == "sdpa"  # this machine: no GPU
     assert attention_implementation(None) == "sdpa"
-    monkeypatch.setattr(attention.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(models.torch.cuda, "is_available", lambda: True)
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(attention.importlib.util, "find_spec",
+    monkeypatch.setattr(models.importlib.util, "find_spec",
                         lambda name: None if name == "flash_attn" else real_find_spec(name))
     assert attention_implementation("auto") == "sdpa"  # a GPU, but no flash_attn
-    monkeypatch.setattr(attention.importlib.util, "find_spec",
+    monkeypatch.setattr(models.importlib.util, "find_spec",
                         lambda name: object() if name == "flash_attn" else real_find_spec(name))
     assert attention_implementation("auto") == "flash_attention_2"
     assert attention_implementation("eager") == "eager"  # explicit choices pass through

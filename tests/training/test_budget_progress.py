@@ -10,12 +10,11 @@ from types import SimpleNamespace
 import pytest
 from transformers import PrinterCallback, ProgressCallback
 
-import bertkit.training.budget_progress as budget_progress
-import bertkit.training.lifecycle as lifecycle
+import bertkit.training.budget as budget_progress
+import bertkit.training.run as lifecycle
 from bertkit.jobs import run_job
 from bertkit.trainer_internals import callbacks_of
-from bertkit.training.budget import Budget, BudgetCallback
-from bertkit.training.budget_progress import BudgetBar, BudgetProgressCallback
+from bertkit.training.budget import Budget, BudgetBar, BudgetCallback, BudgetProgressCallback
 from tests.conftest import compose_config, tiny_run_overrides
 from tests.training.test_time_budget import budget_overrides, fake_clock  # noqa: F401 (fixture)
 

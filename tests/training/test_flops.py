@@ -1,4 +1,4 @@
-"""bertkit.training.flops: the closed-form parameter counts against transformers' models, the
+"""bertkit.training.throughput: the closed-form parameter counts against transformers' models, the
 training FLOPs against torch's own FLOP counter on a real model, and the peak table lookups."""
 
 from __future__ import annotations
@@ -9,7 +9,12 @@ from torch.utils.flop_counter import FlopCounterMode
 from transformers import BertConfig, BertForPreTraining, BertModel
 
 from bertkit.pretraining.model import MaskedOnlyBertForPreTraining
-from bertkit.training.flops import flops_per_token, parameter_counts, peak_flops, training_flops
+from bertkit.training.throughput import (
+    flops_per_token,
+    parameter_counts,
+    peak_flops,
+    training_flops,
+)
 from tests.conftest import compose_config
 
 BASE = BertConfig(vocab_size=30522, hidden_size=768, num_hidden_layers=12,

@@ -12,9 +12,8 @@ from transformers import BertConfig, BertForSequenceClassification
 
 from bertkit.errors import BertkitError
 from bertkit.jobs import run_job
-from bertkit.training.checkpoints import scan_checkpoints
-from bertkit.training.durable_checkpoints import DurableCheckpoints
-from bertkit.training.length_grouped_trainer import LengthGroupedTrainer
+from bertkit.training.checkpoints import DurableCheckpoints, scan_checkpoints
+from bertkit.training.trainer import BertkitTrainer
 from tests.conftest import compose_config, tiny_run_overrides
 from tests.small_disk import TMPFS, disk_kinds, small_disk
 
@@ -59,13 +58,13 @@ def test_a_full_disk_during_a_save_is_one_line_and_the_previous_checkpoint_resum
         disk.free_again()
         monkeypatch.setattr(DurableCheckpoints, "on_save", real_on_save)
         calls = {"n": 0}
-        original_step = LengthGroupedTrainer.training_step
+        original_step = BertkitTrainer.training_step
 
         def count(self, *args, **kwargs):
             calls["n"] += 1
             return original_step(self, *args, **kwargs)
 
-        monkeypatch.setattr(LengthGroupedTrainer, "training_step", count)
+        monkeypatch.setattr(BertkitTrainer, "training_step", count)
         run_job(compose_config(overrides + ["resume=auto"]), run_dir=run_dir)
         assert calls["n"] == 6  # from checkpoint-2: steps 3..8
         assert (run_dir / "metrics.json").is_file()
@@ -73,7 +72,7 @@ def test_a_full_disk_during_a_save_is_one_line_and_the_previous_checkpoint_resum
 
 @pytest.mark.parametrize("kind", disk_kinds())
 def test_a_model_saved_on_a_full_disk_is_one_line_and_leaves_no_folder(tmp_path, kind):
-    from bertkit.training.lifecycle import saving_model  # here: the other tests run without it
+    from bertkit.training.run import saving_model  # here: the other tests run without it
 
     model = BertForSequenceClassification(BertConfig(
         vocab_size=500, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,

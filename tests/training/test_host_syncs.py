@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-import bertkit.training.lifecycle as lifecycle
+import bertkit.training.run as lifecycle
 from bertkit.benchmarks.host_syncs import HostSyncCounter
 from bertkit.jobs import run_job
 from bertkit.pretraining.run import pretrain

@@ -7,7 +7,7 @@ import random
 
 import torch
 
-from bertkit.training.length_grouped_trainer import EpochSeededLengthGroupedSampler
+from bertkit.training.trainer import EpochSeededLengthGroupedSampler
 
 _RNG = random.Random(0)
 LENGTHS = [_RNG.randint(5, 120) for _ in range(200)]

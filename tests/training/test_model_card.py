@@ -24,9 +24,13 @@ from hydra.core.hydra_config import HydraConfig
 from bertkit.errors import BertkitError
 from bertkit.jobs import run_job
 from bertkit.pretraining.run import pretrain
-from bertkit.training.card_provenance import portable_path, without_absolute_paths
-from bertkit.training.card_usage import LOCAL_PLACEHOLDER
-from bertkit.training.model_card import build_card, finetune_facts
+from bertkit.training.model_card import (
+    LOCAL_PLACEHOLDER,
+    build_card,
+    finetune_facts,
+    portable_path,
+    without_absolute_paths,
+)
 from tests.conftest import compose_config, tiny_run_overrides
 from tests.ner_fixtures import conll_text, make_sentences
 from tests.ner_fixtures import write_vocab as write_ner_vocab

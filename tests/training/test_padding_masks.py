@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import BertConfig, BertModel, DataCollatorWithPadding
 
-from bertkit.training.padding_masks import attach_padding_masks, without_full_masks
+from bertkit.training.trainer import attach_padding_masks, without_full_masks
 
 
 @pytest.mark.parametrize("implementation", ["sdpa", "eager"])

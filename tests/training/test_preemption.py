@@ -18,8 +18,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from bertkit.training.checkpoints import scan_checkpoints
-from bertkit.training.preemption import Preempted, PreemptionCallback, preemption_signals
+from bertkit.training.checkpoints import (
+    Preempted,
+    PreemptionCallback,
+    preemption_signals,
+    scan_checkpoints,
+)
 from tests.conftest import tiny_run_overrides
 
 # The unit: the signal only raises a flag; the step's end saves and stops.
@@ -168,7 +172,7 @@ def test_sigkill_at_random_moments_then_resume_auto_ends_as_the_uninterrupted_ru
 def test_under_ddp_processes_compare_flags_every_n_steps_only(monkeypatch):
     """The flag's all-reduce (a host sync on a GPU) runs at every agree_every_steps-th step;
     a signal is acted on at the next such step, by every process alike."""
-    from bertkit.training.preemption import PreemptionCallback
+    from bertkit.training.checkpoints import PreemptionCallback
 
     reductions = []
     monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
@@ -238,7 +242,7 @@ def test_a_preempted_run_keeps_its_checkpoint_under_save_total_limit_1_with_a_be
     every checkpoint but the best and loads the best back: after a preemption save it must
     do neither (the preemption checkpoint is the one to resume from, and the process exits)."""
     from bertkit.jobs import run_job
-    from bertkit.training.length_grouped_trainer import LengthGroupedTrainer
+    from bertkit.training.trainer import BertkitTrainer
     from tests.conftest import compose_config
 
     overrides = tiny_run_overrides("rte", glue_dir("rte"), vocab_dir, **{
@@ -248,7 +252,7 @@ def test_a_preempted_run_keeps_its_checkpoint_under_save_total_limit_1_with_a_be
         "trainer.save_strategy": "steps", "trainer.save_steps": 2,
         "trainer.save_total_limit": 1, "trainer.metric_for_best_model": "validation_accuracy",
         "trainer.load_best_model_at_end": True})
-    original_step, calls = LengthGroupedTrainer.training_step, {"n": 0}
+    original_step, calls = BertkitTrainer.training_step, {"n": 0}
 
     def signalled_in_step_5(self, *args, **kwargs):
         calls["n"] += 1
@@ -256,7 +260,7 @@ def test_a_preempted_run_keeps_its_checkpoint_under_save_total_limit_1_with_a_be
             os.kill(os.getpid(), signal.SIGTERM)  # caught by the run: stop at this step's end
         return original_step(self, *args, **kwargs)
 
-    monkeypatch.setattr(LengthGroupedTrainer, "training_step", signalled_in_step_5)
+    monkeypatch.setattr(BertkitTrainer, "training_step", signalled_in_step_5)
     run_dir = tmp_path / "run"
     with pytest.raises(Preempted, match="at step 5"):
         run_job(compose_config(overrides), run_dir=run_dir)
@@ -273,13 +277,13 @@ def test_a_run_whose_training_raises_gives_back_the_signal_handlers(
     outlive the run, and a worker pool forked later (datasets' num_proc) would ignore the
     SIGTERM that ends it: the pool's terminate then waits forever."""
     from bertkit.jobs import run_job
-    from bertkit.training.length_grouped_trainer import LengthGroupedTrainer
+    from bertkit.training.trainer import BertkitTrainer
     from tests.conftest import compose_config
 
     def broken_step(self, *args, **kwargs):
         raise RuntimeError("a step that fails")
 
-    monkeypatch.setattr(LengthGroupedTrainer, "training_step", broken_step)
+    monkeypatch.setattr(BertkitTrainer, "training_step", broken_step)
     before = {signum: signal.getsignal(signum) for signum in preemption_signals()}
     overrides = tiny_run_overrides("rte", glue_dir("rte"), vocab_dir,
                                    **{"trainer.max_steps": 2})

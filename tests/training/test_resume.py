@@ -19,9 +19,8 @@ from transformers.trainer import (
 from transformers.utils import SAFE_WEIGHTS_NAME
 
 from bertkit.jobs import run_job
-from bertkit.training.checkpoint_files import RNG_PATTERN, file_fault
-from bertkit.training.checkpoints import scan_checkpoints
-from bertkit.training.length_grouped_trainer import LengthGroupedTrainer
+from bertkit.training.checkpoints import RNG_PATTERN, file_fault, scan_checkpoints
+from bertkit.training.trainer import BertkitTrainer
 from tests.conftest import compose_config, tiny_run_overrides
 
 
@@ -32,7 +31,7 @@ class Interrupted(Exception):
 def interrupted_run(overrides, run_dir, monkeypatch, at_step: int) -> dict:
     """Runs until step `at_step` starts and raises there; returns the step counter, which
     the test resets to count the resumed run's steps (no more interruptions then)."""
-    original_step = LengthGroupedTrainer.training_step
+    original_step = BertkitTrainer.training_step
     calls = {"n": 0}
 
     def interrupt(self, *args, **kwargs):
@@ -41,7 +40,7 @@ def interrupted_run(overrides, run_dir, monkeypatch, at_step: int) -> dict:
             raise Interrupted
         return original_step(self, *args, **kwargs)
 
-    monkeypatch.setattr(LengthGroupedTrainer, "training_step", interrupt)
+    monkeypatch.setattr(BertkitTrainer, "training_step", interrupt)
     with pytest.raises(Interrupted):
         run_job(compose_config(overrides), run_dir=run_dir)
     assert not (run_dir / "metrics.json").exists()

@@ -13,7 +13,7 @@ from transformers import BertConfig, BertForSequenceClassification, TrainingArgu
 
 from bertkit.errors import BertkitError
 from bertkit.jobs import run_job
-from bertkit.training.lifecycle import resume_checkpoint
+from bertkit.training.run import resume_checkpoint
 from tests.conftest import compose_config, tiny_run_overrides
 
 

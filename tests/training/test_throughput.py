@@ -15,8 +15,8 @@ from bertkit.jobs import run_job
 from bertkit.pretraining.model import MaskedOnlyBertForPreTraining
 from bertkit.pretraining.run import pretrain
 from bertkit.training import throughput
-from bertkit.training.flops import training_flops
 from bertkit.training.models import load_tokenizer
+from bertkit.training.throughput import training_flops
 from tests.conftest import compose_config, tiny_run_overrides
 from tests.pretraining.test_pretrain_recipe import small_run
 from tests.tasks.swag.test_swag_recipe import swag_files, swag_overrides  # noqa: F401

@@ -25,10 +25,10 @@ from bertkit.training.budget import (
     CLOCK_FILE,
     Budget,
     BudgetCallback,
+    TrainingClock,
     budget_multiplier,
     carried_seconds,
 )
-from bertkit.training.clock import TrainingClock
 from tests.conftest import compose_config, tiny_run_overrides
 from tests.pretraining.test_pretrain_recipe import small_run
 

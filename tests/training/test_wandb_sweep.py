@@ -8,7 +8,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
 from bertkit.data.job_overrides import short_key
-from bertkit.training.wandb_sweep import MAX_NAME_LENGTH, fit
+from bertkit.training.wandb_logging import MAX_NAME_LENGTH, fit
 from tests.conftest import compose_config
 
 # As `bertkit -m recipe=glue task=mrpc sweep=paper_grid trainer.learning_rate=2e-5,3e-5

@@ -23,8 +23,8 @@ from bertkit.tasks.glue.metrics import predictions_from_logits, task_metrics
 from bertkit.tasks.glue.models import load_sequence_classifier
 from bertkit.tasks.glue.predictions import write_dev_predictions, write_leaderboard_file
 from bertkit.training.family import Evaluation, TaskFamily
-from bertkit.training.length_grouped_trainer import LengthGroupedTrainer
 from bertkit.training.static_shapes import PaddedRows, nan_ignoring_mse
+from bertkit.training.trainer import BertkitTrainer
 
 
 def logits_of(output) -> np.ndarray:
@@ -86,7 +86,7 @@ class GlueFamily(TaskFamily):
             return metrics(predictions_from_logits(logits_of(prediction), regression),
                            prediction.label_ids)
 
-        return LengthGroupedTrainer(
+        return BertkitTrainer(
             model=model, args=args, train_dataset=data.features["train"],
             eval_dataset={split: table for split, table in data.features.items()
                           if is_validation_split(split)},

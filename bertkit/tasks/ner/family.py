@@ -21,10 +21,16 @@ from bertkit.errors import BertkitError
 from bertkit.tasks.ner.data import load_ner_splits
 from bertkit.tasks.ner.feature_based_tagger import FeatureBasedTagger, check_settings
 from bertkit.tasks.ner.features import DECODING_COLUMNS, feature_splits
-from bertkit.tasks.ner.metrics import entity_scores, write_conll_predictions
+from bertkit.tasks.ner.metrics import (
+    EntityScorer,
+    argmax_tags,
+    entity_scores,
+    predict_tags,
+    write_conll_predictions,
+)
 from bertkit.tasks.ner.models import load_tagger
-from bertkit.tasks.ner.trainer import TokenClassificationTrainer
 from bertkit.training.family import Evaluation, TaskFamily
+from bertkit.training.trainer import BertkitTrainer
 
 _LABEL = re.compile(r"O|[BI]-\S+")
 
@@ -73,13 +79,13 @@ class NerFamily(TaskFamily):
         return load_tagger(cfg.model, tokenizer, _labels(cfg.task))
 
     def build_trainer(self, cfg, args, model, tokenizer, data, pad_to_multiple_of):
-        return TokenClassificationTrainer(
+        return BertkitTrainer(
             model=model, args=args,
             train_dataset=data.features["train"].remove_columns(list(DECODING_COLUMNS)),
             eval_dataset=data.features["validation"], processing_class=tokenizer,
             data_collator=DataCollatorForTokenClassification(
                 tokenizer, pad_to_multiple_of=pad_to_multiple_of),
-            tag_names=_labels(cfg.task))
+            preprocess_logits_for_metrics=argmax_tags, scorer=EntityScorer(_labels(cfg.task)))
 
     def hyperparameters(self, cfg, model) -> dict:
         task, feature_based = cfg.task, isinstance(model, FeatureBasedTagger)
@@ -103,8 +109,8 @@ class NerFamily(TaskFamily):
         validation split and, when there is one, the test split."""
         results, files = {}, {}
         for split in (s for s in ("validation", "test") if s in data.features):
-            gold, predicted, loop = trainer.predict_tags(data.features[split], f"eval_{split}")
-            results[split] = {**entity_scores(gold, predicted, trainer.types),
+            gold, predicted, loop = predict_tags(trainer, data.features[split], f"eval_{split}")
+            results[split] = {**entity_scores(gold, predicted, trainer.scorer.types),
                               "loss": loop.get(f"eval_{split}_loss")}
             if main:
                 files[split] = str(write_conll_predictions(
@@ -118,7 +124,7 @@ class NerFamily(TaskFamily):
     def save_model(self, trainer, run_dir: Path, main: bool) -> None:
         trainer.save_model(str(run_dir / "model"))
         if main and isinstance(trainer.model, FeatureBasedTagger):
-            trainer.model.save_settings(run_dir / "model", trainer.tag_names)
+            trainer.model.save_settings(run_dir / "model", trainer.scorer.tag_names)
 
     def headline(self, summary: dict) -> str:
         return "; ".join(

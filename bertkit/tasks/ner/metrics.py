@@ -16,7 +16,12 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
+import datasets
+import torch
+from transformers.trainer_utils import EvalLoopOutput
+
 from bertkit.data.atomic_files import write_text_atomic
+from bertkit.tasks.ner.features import word_predictions
 
 MICRO = ("precision", "recall", "f1")
 
@@ -72,3 +77,44 @@ def write_conll_predictions(path: str | Path, tokens: Sequence[Sequence[str]],
             lines.append(f"{_field(word)} {g} {p}\n")
         lines.append("\n")
     return write_text_atomic(path, "".join(lines))
+
+
+# -- scoring a trainer's evaluation -----------------------------------------------------------
+
+def argmax_tags(logits, labels) -> torch.Tensor:
+    """Trainer's preprocess_logits_for_metrics: evaluation memory at one id per token instead
+    of a logit per label."""
+    return (logits[0] if isinstance(logits, tuple) else logits).argmax(dim=-1)
+
+
+class EntityScorer:
+    """BertkitTrainer's scorer for NER: entities scored word by word, as the CoNLL evaluation
+    does. Trainer's compute_metrics sees token predictions only, but a word's tag is its first
+    sub-token's prediction, a long sentence may span several features, and a word without
+    sub-tokens has none: scoring needs each evaluation dataset's word positions. Through the
+    trainer, seqeval's entity scores are eval_* metrics that checkpoint selection
+    (metric_for_best_model: f1), early stopping and loggers see."""
+
+    def __init__(self, tag_names: Sequence[str]):
+        """tag_names: label id -> tag (task.labels)."""
+        self.tag_names = list(tag_names)
+        self.types = entity_types(tag_names)
+
+    def tags(self, output: EvalLoopOutput, dataset: datasets.Dataset
+             ) -> tuple[list[list[str]], list[list[str]]]:
+        """(gold tags, predicted tags) per sentence and word of a feature dataset."""
+        gold, predicted = word_predictions(dataset, output.predictions,
+                                           self.tag_names.index("O"))
+        names = self.tag_names
+        return [[names[i] for i in s] for s in gold], [[names[i] for i in s] for s in predicted]
+
+    def __call__(self, output: EvalLoopOutput, dataset: datasets.Dataset) -> dict[str, float]:
+        return entity_scores(*self.tags(output, dataset), self.types)
+
+
+def predict_tags(trainer, dataset: datasets.Dataset, metric_key_prefix: str = "eval",
+                 ignore_keys=None) -> tuple[list[list[str]], list[list[str]], dict[str, float]]:
+    """(gold tags, predicted tags, the evaluation loop's metrics: loss) of a dataset, by a
+    trainer whose scorer is an EntityScorer."""
+    output = trainer.predict_loop(dataset, metric_key_prefix, ignore_keys)
+    return (*trainer.scorer.tags(output, dataset), output.metrics)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import datasets
 from omegaconf import DictConfig
+from transformers.trainer_utils import EvalLoopOutput
 
 from bertkit.data.atomic_files import write_json_atomic
 from bertkit.tasks.squad.decoding import SquadPredictions, decode_predictions
@@ -51,6 +52,24 @@ def answer_evaluator(task: DictConfig, examples: datasets.Dataset,
         return scores, SquadPredictions(final, odds, decoded.nbest, spans)
 
     return evaluate
+
+
+class AnswerScorer:
+    """BertkitTrainer's scorer for SQuAD: the evaluation's (start, end logits) of every window
+    decoded into answers and scored with the official metrics (an answer comes from all the
+    windows of a question together, cut from the passage text; without labels the QA model
+    returns no loss, so Hugging Face's run_qa.py cannot choose checkpoints by F1). The answers
+    of the latest evaluation stay here, for the final model's prediction files."""
+
+    def __init__(self, evaluate_answers):
+        """evaluate_answers: answer_evaluator's (start, end logits) -> (scores, answers)."""
+        self.evaluate_answers = evaluate_answers
+        self.last_answers: SquadPredictions | None = None  # what the latest evaluation decoded
+
+    def __call__(self, output: EvalLoopOutput, dataset: datasets.Dataset) -> dict[str, float]:
+        start_logits, end_logits = output.predictions[:2]
+        scores, self.last_answers = self.evaluate_answers(start_logits, end_logits)
+        return scores
 
 
 def write_answer_files(run_dir: Path, answers: SquadPredictions) -> dict[str, str]:

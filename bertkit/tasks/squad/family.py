@@ -2,7 +2,7 @@
 v2.0.
 
 Cuts the splits into windows once (cached), selects checkpoints by the official F1 (the
-evaluation decodes answers: bertkit.tasks.squad.trainer), and leaves in the run directory,
+evaluation decodes answers: bertkit.tasks.squad.answers), and leaves in the run directory,
 beside what every finetune writes (bertkit.training.finetune): predictions.json (question id
 -> answer, the official scripts' input), for v2.0 null_odds.json (their --na-prob-file) and
 best_span_predictions.json, optionally nbest_predictions.json (bertkit.tasks.squad.answers).
@@ -17,14 +17,14 @@ from transformers import DataCollatorWithPadding
 
 from bertkit.data.task_data import TaskData
 from bertkit.errors import BertkitError
-from bertkit.tasks.squad.answers import answer_evaluator, write_answer_files
+from bertkit.tasks.squad.answers import AnswerScorer, answer_evaluator, write_answer_files
 from bertkit.tasks.squad.data import load_squad_splits
 from bertkit.tasks.squad.features import DECODING_COLUMNS, check_window_settings, window_splits
 from bertkit.tasks.squad.files import VERSIONS
 from bertkit.tasks.squad.models import load_question_answerer
-from bertkit.tasks.squad.trainer import QuestionAnsweringTrainer
 from bertkit.training.family import Evaluation, TaskFamily
 from bertkit.training.static_shapes import PAST_WINDOW, PaddedRows
+from bertkit.training.trainer import BertkitTrainer
 
 # Scores shown in the printout, as many as the version has.
 HEADLINE = ("exact_match", "exact", "f1", "best_f1", "best_f1_thresh")
@@ -73,13 +73,14 @@ class SquadFamily(TaskFamily):
 
     def build_trainer(self, cfg, args, model, tokenizer, data, pad_to_multiple_of):
         evaluation = data.features["validation"]
-        return QuestionAnsweringTrainer(
+        return BertkitTrainer(
             model=model, args=args, train_dataset=data.features["train"],
             eval_dataset=evaluation.remove_columns(list(DECODING_COLUMNS)),
             processing_class=tokenizer,
             data_collator=DataCollatorWithPadding(tokenizer,
                                                   pad_to_multiple_of=pad_to_multiple_of),
-            evaluate_answers=answer_evaluator(cfg.task, data.splits["validation"], evaluation))
+            scorer=AnswerScorer(answer_evaluator(cfg.task, data.splits["validation"],
+                                                 evaluation)))
 
     def hyperparameters(self, cfg, model) -> dict:
         return {key: cfg.task[key] for key in ("doc_stride", "max_query_length", "n_best_size",
@@ -92,7 +93,7 @@ class SquadFamily(TaskFamily):
         """The best checkpoint's answers (load_best_model_at_end), decoded once more: their
         scores, and the files of the answers this evaluation decoded."""
         final = trainer.evaluate()
-        files = write_answer_files(run_dir, trainer.last_answers) if main else {}
+        files = write_answer_files(run_dir, trainer.scorer.last_answers) if main else {}
         return Evaluation(
             validation={"validation": _scores(final)}, files=files,
             details={"version": cfg.task.version,

@@ -31,7 +31,7 @@ from bertkit.data.cache import cache_entry, cached_map
 from bertkit.data.task_data import TaskSplits
 from bertkit.errors import BertkitError
 
-# length: the window's token count, for batches grouped by length (LengthGroupedTrainer).
+# length: the window's token count, for batches grouped by length (BertkitTrainer).
 TRAIN_COLUMNS = ("input_ids", "token_type_ids", "attention_mask", "start_positions",
                  "end_positions", "length")
 EVAL_COLUMNS = ("input_ids", "token_type_ids", "attention_mask", "example_id", "offset_mapping",

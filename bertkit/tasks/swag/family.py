@@ -23,8 +23,8 @@ from bertkit.tasks.swag.features import check_max_seq_length, encode_splits
 from bertkit.tasks.swag.files import NUM_CHOICES
 from bertkit.tasks.swag.metrics import accuracy, choice_logits, write_predictions
 from bertkit.training.family import Evaluation, TaskFamily
-from bertkit.training.length_grouped_trainer import LengthGroupedTrainer
 from bertkit.training.models import load_with_head
+from bertkit.training.trainer import BertkitTrainer
 
 METRICS = ("accuracy",)
 
@@ -60,7 +60,7 @@ class SwagFamily(TaskFamily):
                               BertForMultipleChoice, {})
 
     def build_trainer(self, cfg, args, model, tokenizer, data, pad_to_multiple_of):
-        return LengthGroupedTrainer(
+        return BertkitTrainer(
             model=model, args=args, train_dataset=data.features["train"],
             eval_dataset=data.features["validation"], processing_class=tokenizer,
             data_collator=DataCollatorForMultipleChoice(tokenizer,

@@ -5,7 +5,7 @@ tokenizer, max length) for every run.
 Only the second segment is truncated: the context is shared by the four choices, so cutting
 it would compare them on different contexts. No padding here: the collator pads the four
 choices of every example in a batch together; `length` (the longest of the four) lets
-LengthGroupedTrainer group batches.
+BertkitTrainer group batches.
 """
 
 from __future__ import annotations

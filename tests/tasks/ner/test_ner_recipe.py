@@ -14,7 +14,7 @@ from seqeval.metrics import f1_score, precision_score, recall_score
 from bertkit.errors import BertkitError
 from bertkit.jobs import run_job
 from bertkit.tasks.ner import family as ner_finetune
-from bertkit.training.length_grouped_trainer import LengthGroupedTrainer
+from bertkit.training.trainer import BertkitTrainer
 from tests.conftest import compose_config, real_data_dir, tiny_checkpointed_training
 from tests.ner_fixtures import (
     LABELS,
@@ -121,11 +121,11 @@ def test_offline_wandb_run_holds_the_entity_scores(conll_files, tmp_path):
 
 def test_checkpoints_are_selected_by_entity_f1(conll_files, tmp_path, monkeypatch):
     """With F1 0.1, 0.3, 0.2 at steps 2, 4, 6 the run keeps step 4's weights."""
-    from bertkit.tasks.ner import trainer as ner_trainer
+    from bertkit.tasks.ner import metrics as ner_metrics
 
     schedule = iter([0.1, 0.3, 0.2])
-    real_scores = ner_trainer.entity_scores
-    monkeypatch.setattr(ner_trainer, "entity_scores",
+    real_scores = ner_metrics.entity_scores
+    monkeypatch.setattr(ner_metrics, "entity_scores",
                         lambda *a: {**real_scores(*a), "f1": next(schedule)})
     files = conll_files()
     run_dir = tmp_path / "run"
@@ -209,7 +209,7 @@ def test_resume_continues_an_interrupted_run(conll_files, tmp_path, monkeypatch)
     overrides = ner_overrides(files, write_vocab(tmp_path / "vocab"), tmp_path, **{
         "trainer.max_steps": 6, "trainer.eval_strategy": "no",
         "trainer.load_best_model_at_end": False, "trainer.save_total_limit": 2})
-    original_step = LengthGroupedTrainer.training_step
+    original_step = BertkitTrainer.training_step
     calls = {"n": 0}
 
     def interrupt_after_three_steps(self, *args, **kwargs):
@@ -218,7 +218,7 @@ def test_resume_continues_an_interrupted_run(conll_files, tmp_path, monkeypatch)
             raise Interrupted
         return original_step(self, *args, **kwargs)
 
-    monkeypatch.setattr(LengthGroupedTrainer, "training_step", interrupt_after_three_steps)
+    monkeypatch.setattr(BertkitTrainer, "training_step", interrupt_after_three_steps)
     run_dir = tmp_path / "run"
     with pytest.raises(Interrupted):
         run_job(compose_config(overrides), run_dir=run_dir)

@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 
 from bertkit.errors import BertkitError
 from bertkit.jobs import run_job
-from bertkit.training.length_grouped_trainer import LengthGroupedTrainer
+from bertkit.training.trainer import BertkitTrainer
 from tests.conftest import compose_config
 from tests.swag_fixtures import make_rows, write_swag_csv, write_vocab
 
@@ -104,8 +104,8 @@ def test_resume_continues_from_the_last_checkpoint(swag_files, tmp_path, monkeyp
     at_four = load_file(run_dir / "checkpoints" / "checkpoint-4" / "model.safetensors")
 
     steps = []
-    original = LengthGroupedTrainer.training_step
-    monkeypatch.setattr(LengthGroupedTrainer, "training_step",
+    original = BertkitTrainer.training_step
+    monkeypatch.setattr(BertkitTrainer, "training_step",
                         lambda self, *a, **k: steps.append(1) or original(self, *a, **k))
     summary = run_job(compose_config(swag_overrides(
         train, dev, tmp_path, **saving, **{"trainer.max_steps": 6, "resume": True})), run_dir)

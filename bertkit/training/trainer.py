@@ -1,0 +1,535 @@
+"""The one Trainer bertkit trains with, and the steps it changes in transformers' Trainer:
+a step without host syncs between logging steps, attention masks that cost the host nothing,
+training batches grouped by the precomputed length with evaluation in dataset order, and
+evaluation that scores whole examples. Each section below says why Trainer's own way did not
+do.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from pathlib import Path
+
+import datasets
+import torch
+from huggingface_hub import ModelCard
+from torch.utils.data import Sampler, SequentialSampler
+from transformers import BertModel, Trainer, TrainerCallback
+from transformers.trainer_pt_utils import LengthGroupedSampler
+from transformers.trainer_utils import EvalLoopOutput, IntervalStrategy, speed_metrics
+
+from bertkit.data.atomic_files import follow_umask, write_text_atomic
+from bertkit.errors import BertkitError
+from bertkit.trainer_internals import put_last
+from bertkit.training.model_card import CARD_FILE
+from bertkit.training.static_shapes import REAL_ROWS, FixedRows, PaddedRows, first_rows
+
+# ================================================================================================
+# Attention masks that cost the host nothing.
+#
+# transformers turns a 2D padding mask into the attention kernel's 4D mask inside the model, and
+# before SDPA it asks whether the mask is all ones (`padding_mask.all()`, a host sync on a GPU) so
+# that an unpadded batch can go without one. Both answers are cheaper elsewhere: the collator's
+# batch is still on the host, where "is anything padded?" is free, so a batch without padding
+# goes to the model without a mask; and a padded batch's mask is expanded on the device into the
+# 4D mask transformers would build (its documented input: a 4D mask is used as given), so the
+# model never asks. Results are unchanged: the same mask reaches the same kernel.
+
+MASK = "attention_mask"
+# A padding-free batch's key (bertkit.pretraining.padding_free): each sequence's length, 0 in an
+# unused slot; such a batch has no attention mask, its real tokens are these lengths' sum.
+SEQUENCE_LENGTHS = "sequence_lengths"
+# The kernels whose 4D mask is built here; FlashAttention-2 and flex attention take the 2D
+# mask (flash unpads with it), and keep transformers' own path.
+FOUR_D = ("sdpa", "eager")
+
+
+class WithoutFullMasks:
+    """A collator whose batches carry no attention mask when nothing in them is padded."""
+
+    def __init__(self, collator):
+        self.collator = collator
+
+    def __call__(self, features):
+        batch = self.collator(features)
+        mask = batch.get(MASK) if hasattr(batch, "get") else None
+        if isinstance(mask, torch.Tensor) and mask.device.type == "cpu" and bool(mask.all()):
+            del batch[MASK]
+        return batch
+
+
+def without_full_masks(collator):
+    return collator if isinstance(collator, WithoutFullMasks) else WithoutFullMasks(collator)
+
+
+def four_d_mask(mask: torch.Tensor, implementation: str, dtype: torch.dtype) -> torch.Tensor:
+    """transformers' bidirectional mask for `implementation`: [batch, 1, query, key], True (or
+    0.0 for eager's additive mask) where the key is a real token."""
+    length = mask.shape[-1]
+    keep = mask[:, None, None, :].bool().expand(mask.shape[0], 1, length, length)
+    if implementation == "sdpa":
+        return keep
+    zero = torch.zeros((), dtype=dtype, device=mask.device)
+    return torch.where(keep, zero, torch.finfo(dtype).min)
+
+
+def _expand_mask(module: BertModel, args, kwargs):
+    positional = MASK not in kwargs and len(args) > 1
+    mask = args[1] if positional else kwargs.get(MASK)
+    implementation = module.config._attn_implementation
+    if not isinstance(mask, torch.Tensor) or mask.dim() != 2 or implementation not in FOUR_D:
+        return None
+    mask = four_d_mask(mask, implementation, module.get_input_embeddings().weight.dtype)
+    if positional:
+        return (args[0], mask, *args[2:]), kwargs
+    return args, {**kwargs, MASK: mask}
+
+
+def attach_padding_masks(model: torch.nn.Module) -> None:
+    """Every BertModel inside `model` (task heads, peft wrappers) builds its 4D mask here."""
+    for module in model.modules():
+        if isinstance(module, BertModel) and not getattr(module, "_bertkit_masks", False):
+            module.register_forward_pre_hook(_expand_mask, with_kwargs=True)
+            module._bertkit_masks = True
+
+
+# ================================================================================================
+# Trainer's step without host syncs between logging steps, for every bertkit trainer.
+#
+# On a GPU, anything that reads a device value on the host (`.item()`, `bool(tensor)`, a
+# data-dependent shape) stops Python until the GPU has run every kernel queued before it, so the
+# next step's kernels start late. Counted with bertkit.benchmarks.host_syncs, Trainer's own step
+# made three or four per step; each is moved here to the device, or to logging steps only:
+#
+# - the NaN/Inf filter of the logged loss (trainer.logging_nan_inf_filter): Trainer asks
+#   `torch.isnan(loss) or torch.isinf(loss)` every micro-batch. Here a non-finite loss is
+#   replaced on the device by the mean of the window's finite ones (Trainer adds the mean of the
+#   window so far: the same idea) and counted; the count is logged as `nonfinite_losses` when not
+#   zero. Evaluation keeps Trainer's own filter (on host arrays, no sync).
+# - tokens seen (trainer.include_num_input_tokens_seen): Trainer gathers and `.item()`s the count
+#   every step; here it is summed on the device and added to state.num_input_tokens_seen at
+#   logging, saving and the end of training (one collective each time under DDP).
+# - the FLOPs Trainer logs (floating_point_ops): Trainer walks the model's parameters in Python
+#   every step; here the per-token count is taken once (the same 6 x non-embedding parameters x
+#   tokens).
+# - the attention mask (attach_padding_masks, above): transformers asks the GPU whether a
+#   padding mask is all ones before SDPA; a batch without padding goes without a mask (unless
+#   compiled: one graph per shape), and a padded one as the 4D mask transformers would build,
+#   which it uses as given.
+#
+# The last step is a logging step too (LogLastStep): Trainer logs at every logging_steps only,
+# so a run shorter than logging_steps (trainer.max_steps=3, logging_steps=100) ended on step 1's
+# line, and the final losses printed and sent to W&B were step 1's.
+#
+# Trainer's own flags are turned off on the arguments this trainer holds (their values are kept
+# and acted on here), so the rest of Trainer's loop is unchanged.
+
+class _DeviceWindow:
+    """Sums on the device between two readings: input tokens, finite losses and their count,
+    non-finite losses."""
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self) -> None:
+        self.tokens: torch.Tensor | int = 0
+        self.loss_sum: torch.Tensor | None = None
+        self.finite = self.nonfinite = None
+
+    def add_tokens(self, count: torch.Tensor | int) -> None:
+        self.tokens = self.tokens + count
+
+    def filtered(self, loss: torch.Tensor) -> torch.Tensor:
+        finite = torch.isfinite(loss)
+        if self.loss_sum is None:
+            self.loss_sum = torch.zeros_like(loss)
+            self.finite = torch.zeros((), dtype=torch.int64, device=loss.device)
+            self.nonfinite = torch.zeros((), dtype=torch.int64, device=loss.device)
+        kept = torch.where(finite, loss, torch.zeros_like(loss))
+        self.loss_sum = self.loss_sum + kept
+        self.finite = self.finite + finite
+        self.nonfinite = self.nonfinite + ~finite
+        mean = self.loss_sum / self.finite.clamp(min=1)
+        return torch.where(finite, loss, mean)
+
+    def read(self, accelerator) -> tuple[int, int]:
+        """(tokens, non-finite losses) of the window over all processes; opens the next."""
+        nonfinite = 0 if self.nonfinite is None else self.nonfinite
+        values = torch.stack([torch.as_tensor(value, dtype=torch.int64, device=accelerator.device)
+                              for value in (self.tokens, nonfinite)])
+        if accelerator.num_processes > 1:
+            values = accelerator.reduce(values, reduction="sum")
+        tokens, nonfinite = (int(value) for value in values.tolist())
+        self.reset()
+        return tokens, nonfinite
+
+
+class LogLastStep(TrainerCallback):
+    """Makes the step that ends training a logging step, so that the last training line (and
+    with it the final losses) covers the steps up to the end: at max_steps, or where another
+    callback stops the run at a step's end (time budget, train_fraction, preemption), or, for
+    a stop decided after the step's log (early stopping, at an evaluation), at the epoch's end
+    that follows. Keeps the window of the last training line: (first step, last step)."""
+
+    def __init__(self):
+        self.window: tuple[int, int] | None = None
+        self._last_logged = 0
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self._last_logged = state.global_step  # Trainer's window starts here on a resume too
+        return control
+
+    def on_step_end(self, args, state, control, **kwargs):
+        return self._log_if_ending(args, state, control)
+
+    def on_epoch_end(self, args, state, control, **kwargs):
+        return self._log_if_ending(args, state, control)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and "loss" in logs:  # a training line (not evaluation, held-out or closing)
+            self.window = (self._last_logged + 1, state.global_step)
+            self._last_logged = state.global_step
+        return control
+
+    @staticmethod
+    def _log_if_ending(args, state, control):
+        ending = control.should_training_stop or state.global_step >= state.max_steps
+        if ending and args.logging_strategy != IntervalStrategy.NO:
+            control.should_log = True
+        return control
+
+
+class FlushAtLoggingSteps(TrainerCallback):
+    """Flushes the counters into Trainer's state before a checkpoint is saved and when
+    training ends, so that a resumed run counts on from the right number."""
+
+    def __init__(self, trainer: BertkitTrainer):
+        self.trainer = trainer
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if control.should_save and not control.should_log:
+            self.trainer.flush_step_counters()
+        return control
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.trainer.flush_step_counters()
+        return control
+
+
+def push_model(trainer: Trainer, card: ModelCard | None, model_dir: Path):
+    """The end of a run with trainer.push_to_hub=true: the model and its card to the Hub."""
+    if not isinstance(trainer, BertkitTrainer):
+        raise TypeError(f"{type(trainer).__name__} is not a BertkitTrainer: its push would upload "
+                        f"Trainer's own card and push on every save_model")
+    return trainer.push_with_card(None if card is None else str(card), model_dir)
+
+
+class EpochSeededLengthGroupedSampler(LengthGroupedSampler):
+    """Each epoch's length-grouped order drawn from seed + epoch (Trainer calls set_epoch), as
+    accelerate's SeedableRandomSampler does for Trainer's default sampler. With the global
+    RNG instead, a run resumed in a later epoch would draw another order than the
+    uninterrupted run: the RNG state at that epoch's start is not in the checkpoint."""
+
+    def __init__(self, batch_size: int, lengths: list[int], seed: int):
+        super().__init__(batch_size, lengths=lengths, generator=torch.Generator())
+        self.seed, self.epoch = seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self):
+        self.generator.manual_seed(self.seed + self.epoch)
+        return super().__iter__()
+
+
+# ================================================================================================
+# The one Trainer. Besides the lean step (above) it changes three things of Trainer's:
+#
+# - batches: at full rows where static shapes pay (bertkit.training.static_shapes: the
+#   dataloaders built with FixedRows, REAL_ROWS taken out before the model, the padded rows'
+#   predictions cut off after it); training batches grouped by length from the precomputed
+#   `length` column, and evaluation in dataset order. Trainer (transformers 5) drops `length`
+#   before it builds the sampler, so it re-measures every example, and it applies length
+#   grouping to evaluation too, which shuffles the order of predictions that prediction files
+#   rely on.
+# - evaluation, with a family's `scorer`: Trainer's compute_metrics sees one prediction per
+#   model input, but a SQuAD answer comes from all the windows of a question, cut from the
+#   passage text, and an NER tag is a word's, from its first sub-token, across the features of
+#   a long sentence. evaluate() then runs Trainer's own evaluation loop, hands its predictions
+#   to the scorer with the evaluated dataset, and returns the scores as eval_* metrics, so that
+#   checkpoint selection (metric_for_best_model), early stopping and loggers see the numbers
+#   metrics.json reports. A dict of evaluation datasets is scored one by one, with the split in
+#   the metric names.
+# - the Hub push: bertkit pushes once, at the end of the run (push_model); Trainer's save_model
+#   would push by itself when the job saves <run dir>/model, before metrics.json and the card
+#   exist, so a save here never pushes; and the README.md that push_to_hub uploads is bertkit's
+#   card (bertkit.training.model_card), not Trainer's draft.
+
+# (the evaluation loop's output, the evaluated dataset) -> {metric: value}
+Scorer = Callable[[EvalLoopOutput, datasets.Dataset], dict[str, float]]
+
+
+class BertkitTrainer(Trainer):
+    """Trainer with the step's host syncs moved to logging steps, batches at full rows where
+    static shapes pay, length-grouped training batches, evaluation in dataset order and scored
+    by the family's scorer, and a Hub push that carries bertkit's card (the comments above)."""
+
+    padded_rows: PaddedRows | None = None
+    _eager_predictions = False  # inside predicting_eagerly
+    _compiled_for_evaluation = None  # the model compiled for evaluation (_wrap_model)
+
+    hub_card: str | None = None  # set by push_with_card
+
+    def __init__(self, *args, scorer: Scorer | None = None, **kwargs):
+        """scorer: how evaluation scores whole examples (a family's answers or entities);
+        None: Trainer's own evaluation, with the family's compute_metrics."""
+        super().__init__(*args, **kwargs)
+        self.scorer = scorer
+        settings = getattr(self.args, "_bertkit_lean_settings", None)
+        if settings is None:  # the user's settings, taken once per arguments object
+            tokens = self.args.include_num_input_tokens_seen
+            tokens = {True: "all", False: "no"}.get(tokens, tokens)
+            settings = (bool(self.args.logging_nan_inf_filter), str(tokens))
+            self.args._bertkit_lean_settings = settings
+            self.args.logging_nan_inf_filter = False
+            self.args.include_num_input_tokens_seen = "no"
+        self.filter_nonfinite, self.count_tokens = settings
+        self._lean_window = _DeviceWindow()
+        self._flops_per_token: int | None = None
+        # Compiled, a batch with and one without a mask would be two graphs: keep the mask.
+        if self.data_collator is not None and not self.args.torch_compile:
+            self.data_collator = without_full_masks(self.data_collator)
+        attach_padding_masks(self.model)
+        if self.args.torch_compile:
+            # Trainer compiles with dynamic=None: at a second batch width dynamo would trace a
+            # dynamic-shape graph (slower kernels, no CUDA graphs). bertkit's widths are a few
+            # phases or buckets, known ahead: one static graph each.
+            torch._dynamo.config.automatic_dynamic_shapes = False
+        self._flush_callback = FlushAtLoggingSteps(self)
+        self.add_callback(self._flush_callback)
+        self._last_step_callback = LogLastStep()
+        self.add_callback(self._last_step_callback)
+
+    @property
+    def last_logging_window(self) -> tuple[int, int] | None:
+        """(first, last) optimizer step of the last training log line: its losses are the
+        mean over these steps (Trainer's window); None before any line."""
+        return self._last_step_callback.window
+
+    # -- the step -------------------------------------------------------------------------
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        if self.count_tokens != "no":
+            self._lean_window.add_tokens(self._tokens_of(inputs))
+        if self.filter_nonfinite:
+            loss = self._lean_window.filtered(loss)
+        return loss
+
+    def _tokens_of(self, inputs) -> torch.Tensor | int:
+        ids = inputs[getattr(self.model, "main_input_name", "input_ids")]
+        mask = inputs.get("attention_mask")
+        if self.count_tokens == "non_padding" and mask is not None:
+            return mask.sum()
+        if self.count_tokens == "non_padding" and SEQUENCE_LENGTHS in inputs:
+            return inputs[SEQUENCE_LENGTHS].sum()
+        return ids.numel()  # "all", or a batch without padding (its mask was dropped)
+
+    def floating_point_ops(self, inputs) -> int:
+        """Trainer's count (6 x non-embedding parameters x input tokens), the parameters
+        counted once rather than every step."""
+        main = getattr(self.model, "main_input_name", "input_ids")
+        if main not in inputs or not hasattr(self.model, "num_parameters"):
+            return 0
+        if self._flops_per_token is None:
+            self._flops_per_token = 6 * self.model.num_parameters(exclude_embeddings=True)
+        return self._flops_per_token * inputs[main].numel()
+
+    # -- reading the window at logging steps -------------------------------------------------
+    def flush_step_counters(self) -> int:
+        """Adds the window's tokens to state.num_input_tokens_seen (a read of the device: at
+        logging, saving and the end only); returns the window's non-finite losses."""
+        tokens, nonfinite = self._lean_window.read(self.accelerator)
+        self.state.num_input_tokens_seen += tokens
+        return nonfinite
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """Trainer's log line, with the tokens seen (and their rate on the closing line) that
+        Trainer adds when it counts them itself."""
+        nonfinite = self.flush_step_counters()
+        logs = dict(logs)
+        if nonfinite:
+            logs["nonfinite_losses"] = nonfinite
+        if self.count_tokens != "no":
+            logs["num_input_tokens_seen"] = self.state.num_input_tokens_seen
+            if start_time is not None:
+                session = self.state.num_input_tokens_seen - getattr(
+                    self, "_initial_num_input_tokens_seen", 0)
+                logs.update(speed_metrics("train", start_time, num_tokens=session))
+        super().log(logs, start_time)
+
+    def train(self, *args, **kwargs):
+        # Last among the callbacks, so that a stop or save that another callback decides at a
+        # step's end still finds the counters flushed into the state it saves; the last-step
+        # log just before, so that it sees every stop decided at the step's end.
+        put_last(self, self._last_step_callback)
+        put_last(self, self._flush_callback)
+        return super().train(*args, **kwargs)
+
+    def evaluation_loop(self, *args, **kwargs):
+        """Evaluation keeps Trainer's own NaN/Inf filter (on host arrays: no sync)."""
+        self.args.logging_nan_inf_filter = self.filter_nonfinite
+        try:
+            return super().evaluation_loop(*args, **kwargs)
+        finally:
+            self.args.logging_nan_inf_filter = False
+
+    # -- batches: fixed rows, length grouping, evaluation order ----------------------------
+    @contextmanager
+    def _fixed_rows(self, rows: int):
+        if self.padded_rows is None or self.data_collator is None:
+            yield
+            return
+        collator = self.data_collator
+        self.data_collator = FixedRows(collator, rows, self.padded_rows)
+        try:
+            yield
+        finally:
+            self.data_collator = collator
+
+    def get_train_dataloader(self):
+        with self._fixed_rows(self._train_batch_size):
+            return super().get_train_dataloader()
+
+    def get_eval_dataloader(self, eval_dataset=None):
+        with self._fixed_rows(self.args.eval_batch_size):
+            return super().get_eval_dataloader(eval_dataset)
+
+    def get_test_dataloader(self, test_dataset):
+        with self._fixed_rows(self.args.eval_batch_size):
+            return super().get_test_dataloader(test_dataset)
+
+    def compute_loss(self, model, inputs, *args, **kwargs):
+        inputs.pop(REAL_ROWS, None)
+        return super().compute_loss(model, inputs, *args, **kwargs)
+
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
+        rows = inputs.pop(REAL_ROWS, None)
+        loss, logits, labels = super().prediction_step(model, inputs, prediction_loss_only,
+                                                       ignore_keys)
+        if rows is None:
+            return loss, logits, labels
+        return loss, first_rows(logits, rows), first_rows(labels, rows)
+
+    @contextmanager
+    def predicting_eagerly(self):
+        """Predictions that happen once, on data without labels (GLUE's leaderboard files), run
+        the model uncompiled: a graph of their own (no loss) would cost more than it saves."""
+        self._eager_predictions = True
+        try:
+            yield
+        finally:
+            self._eager_predictions = False
+
+    def _wrap_model(self, model, training=True, dataloader=None):
+        """Evaluation after training runs compiled too: Trainer compiles the model it trains
+        (accelerate's prepare) but evaluates the plain one once it has trained."""
+        wrapped = super()._wrap_model(model, training, dataloader)
+        if training or not self.args.torch_compile or wrapped is not self.model \
+                or not self.accelerator._models or self._eager_predictions:
+            return wrapped
+        compiled = self._compiled_for_evaluation
+        if compiled is None or compiled._orig_mod is not self.model:
+            compiled = torch.compile(self.model,
+                                     **self.accelerator.state.dynamo_plugin.to_kwargs())
+            self._compiled_for_evaluation = compiled
+        return compiled
+
+    def _get_train_sampler(self, train_dataset=None) -> Sampler | None:
+        column = self.args.length_column_name
+        if (self.args.train_sampling_strategy == "group_by_length"
+                and column in getattr(self.train_dataset, "column_names", [])):
+            return EpochSeededLengthGroupedSampler(
+                self.args.train_batch_size * self.args.gradient_accumulation_steps,
+                # [:] makes a list: datasets >= 4 returns a lazy Column whose item-by-item
+                # reads cost about 11 s an epoch on SST-2.
+                lengths=self.train_dataset[column][:],
+                seed=self.args.data_seed if self.args.data_seed is not None else self.args.seed,
+            )
+        return super()._get_train_sampler(train_dataset)
+
+    def _get_eval_sampler(self, eval_dataset) -> Sampler | None:
+        # None lets accelerate shard in order across processes; one process reads in order.
+        return SequentialSampler(eval_dataset) if self.args.world_size <= 1 else None
+
+    # -- evaluation scored by the family's scorer ------------------------------------------
+    def predict_loop(self, dataset: datasets.Dataset, metric_key_prefix: str = "eval",
+                     ignore_keys=None) -> EvalLoopOutput:
+        dataloader = self.get_eval_dataloader(dataset)
+        return self.evaluation_loop(dataloader, description="Evaluation",
+                                    prediction_loss_only=False, ignore_keys=ignore_keys,
+                                    metric_key_prefix=metric_key_prefix)
+
+    def evaluate(self, eval_dataset=None, ignore_keys=None,
+                 metric_key_prefix: str = "eval") -> dict[str, float]:
+        if self.scorer is None:
+            return super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
+        dataset = self.eval_dataset if eval_dataset is None else eval_dataset
+        if isinstance(dataset, dict):
+            metrics = {}
+            for name, table in dataset.items():
+                metrics.update(self.evaluate(table, ignore_keys, f"{metric_key_prefix}_{name}"))
+            return metrics
+        started = time.perf_counter()
+        output = self.predict_loop(dataset, metric_key_prefix, ignore_keys)
+        scoring = time.perf_counter()
+        scores = self.scorer(output, dataset)
+        metrics = {f"{metric_key_prefix}_{name}": value for name, value in scores.items()}
+        metrics.update(output.metrics)
+        metrics[f"{metric_key_prefix}_scoring_seconds"] = time.perf_counter() - scoring
+        metrics[f"{metric_key_prefix}_runtime"] = time.perf_counter() - started
+        self.log(metrics)
+        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control,
+                                                         metrics)
+        return metrics
+
+    # -- the Hub push ----------------------------------------------------------------------
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        super().save_model(output_dir, _internal_call=True)
+        if self.args.should_save:  # checkpoints come here too (Trainer._save_checkpoint)
+            follow_umask(output_dir or self.args.output_dir)
+
+    def create_model_card(self, **kwargs) -> None:
+        if self.hub_card is None:  # model_card.enabled=false: Trainer's own card
+            return super().create_model_card(**kwargs)
+        if self.is_world_process_zero():
+            write_text_atomic(Path(self.args.output_dir) / CARD_FILE, self.hub_card)
+
+    def init_hf_repo(self, token: str | None = None, **kwargs) -> None:
+        # Network, login and permission errors come in many types (httpx's, OSError, the
+        # Hub's HTTP errors): whichever it is, one message naming the settings. **kwargs:
+        # whatever this transformers passes (`private` in newer releases).
+        try:
+            super().init_hf_repo(token=token, **kwargs)
+        except Exception as err:
+            raise BertkitError(
+                f"trainer.push_to_hub=true: cannot create or reach the Hub repository "
+                f"trainer.hub_model_id={self.args.hub_model_id} "
+                f"({type(err).__name__}: {err}); log in with `hf auth login` (or set "
+                f"HF_TOKEN), or set trainer.push_to_hub=false") from err
+
+    def push_with_card(self, card: str | None, model_dir: Path):
+        """Trainer.push_to_hub (the model saved into args.output_dir and that folder uploaded)
+        with `card` as its README.md; every process calls it (a sharded model saves from
+        all)."""
+        self.hub_card = card
+        try:
+            return self.push_to_hub(commit_message="bertkit: model and card at the end of "
+                                                   "training")
+        except Exception as err:  # as in init_hf_repo: any failure of the upload
+            repo = self.hub_model_id or self.args.hub_model_id
+            raise BertkitError(
+                f"trainer.push_to_hub=true: pushing to {repo} failed "
+                f"({type(err).__name__}: {err}); the model and its card are saved in "
+                f"{model_dir}: upload them with `hf upload {repo} {model_dir}`") from err
