@@ -221,8 +221,8 @@ def benchmark_glue_grid(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     run_dir = Path(run_dir or hydra_run_dir())
     run_dir.mkdir(parents=True, exist_ok=True)
     jobs = _check(cfg)
-    GLUE.generate_data(cfg)
-    splits = GLUE.read(cfg)
+    GLUE.generate_data(cfg.task)
+    splits = GLUE.read(cfg.task, cfg.data_source)
     cfg = starting_weights(cfg, run_dir, load_tokenizer(cfg.model))
     tokenizer = load_tokenizer(cfg.model)
     # The precision bertkit resolves (mixed_precision=auto: bf16 on a GPU that has it), given

@@ -120,7 +120,7 @@ def build_trainer(cfg: DictConfig, way: str, steps: int, run_dir: Path, build_mo
     trainer = trainer_class(model=model, args=args, train_dataset=train,
                             processing_class=tokenizer, data_collator=counter)
     if way == "bertkit" and static_shapes_pay(way_cfg):  # bertkit's full rows, as a finetune
-        use_padded_rows(trainer, GLUE.padded_rows(cfg))
+        use_padded_rows(trainer, GLUE.padded_rows(cfg.task))
     return trainer, model, counter
 
 
@@ -171,11 +171,13 @@ def _check(cfg: DictConfig) -> Schedule:
 def prepare(cfg: DictConfig):
     """The GLUE family's own data and model steps, exactly as `recipe=glue` runs them:
     (tokenizer, tokenised train split, a function building the seeded model)."""
-    GLUE.generate_data(cfg)
-    splits = GLUE.read(cfg)
+    GLUE.generate_data(cfg.task)
+    splits = GLUE.read(cfg.task, cfg.data_source)
     tokenizer = load_tokenizer(cfg.model)
-    data = GLUE.featurize(cfg, splits, tokenizer)
-    return tokenizer, data.features["train"], lambda: GLUE.build_model(cfg, tokenizer, data)
+    data = GLUE.featurize(cfg.task, splits, tokenizer, cfg.cache_dir,
+                          cfg.preprocessing_num_workers)
+    return (tokenizer, data.features["train"],
+            lambda: GLUE.build_model(cfg.task, cfg.model, tokenizer, data))
 
 
 def _way_summary(cfg, way: str, runs: list[dict]) -> dict:

@@ -255,8 +255,8 @@ def _verdict(parity: DictConfig, comparison: dict) -> dict:
 def benchmark_glue_parity(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     run_dir = Path(run_dir or hydra_run_dir())
     seeds, ways = _check(cfg)
-    GLUE.generate_data(cfg)
-    splits = GLUE.read(cfg)
+    GLUE.generate_data(cfg.task)
+    splits = GLUE.read(cfg.task, cfg.data_source)
     tokenizer = load_tokenizer(cfg.model)
     main = cfg.task.main_metric
     runs: dict[str, dict[int, dict]] = {way: {} for way in WAYS}

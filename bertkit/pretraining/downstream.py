@@ -44,7 +44,8 @@ def check_downstream(cfg: DictConfig) -> None:
         return
     for task, task_cfg in downstream_configs(cfg, Path("pretrained-model")).items():
         at = f"downstream.tasks.{task}'s"
-        segment = task_family(task_cfg.task.family).second_segment(task_cfg)
+        segment = task_family(task_cfg.task.family).second_segment(task_cfg.task,
+                                                                    task_cfg.data_source)
         check_model_settings(cfg.model, {f"{at} task.max_seq_length":
                                          task_cfg.task.max_seq_length},
                              f"{at} {segment}" if segment else None, None)
