@@ -78,13 +78,14 @@ def padding_counts(lengths: Sequence[int], order: Sequence[int], batch_size: int
 # The timed stages
 
 
-def _instances(cfg: DictConfig, tokenized: datasets.Dataset, tokenizer: PreTrainedTokenizerBase,
+def _instances(objective: DictConfig, pretraining: DictConfig, seed: int,
+               tokenized: datasets.Dataset, tokenizer: PreTrainedTokenizerBase,
                num_proc: int | None) -> datasets.Dataset:
     """One copy of the training instances, as recipe=pretrain builds them for its first phase."""
-    length = int(cfg.pretraining.max_seq_length)
-    return objective_of(cfg.objective).instances(
-        tokenized, tokenizer, max_seq_length=length, short_seq_prob=cfg.pretraining.short_seq_prob,
-        seed=cfg.seed, copies=1, num_proc=num_proc)
+    length = int(pretraining.max_seq_length)
+    return objective_of(objective).instances(
+        tokenized, tokenizer, max_seq_length=length, short_seq_prob=pretraining.short_seq_prob,
+        seed=seed, copies=1, num_proc=num_proc)
 
 
 def time_collators(instances: datasets.Dataset,
@@ -126,8 +127,8 @@ def _one_repeat(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase, collators: 
                                        num_proc=num_proc, sync=False)
     tokenized, seconds["tokenize"] = timed(tokenize_documents, documents, tokenizer,
                                            num_proc=num_proc, sync=False)
-    instances, seconds["instances"] = timed(_instances, cfg, tokenized, tokenizer, num_proc,
-                                            sync=False)
+    instances, seconds["instances"] = timed(_instances, cfg.objective, cfg.pretraining, cfg.seed,
+                                            tokenized, tokenizer, num_proc, sync=False)
     if len(instances) == 0:
         raise BertkitError(f"corpus {cfg.corpus.name}: no training instance of up to "
                            f"{cfg.pretraining.max_seq_length} tokens could be built")
@@ -145,18 +146,19 @@ def _one_repeat(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase, collators: 
 # The benchmark
 
 
-def _check(cfg: DictConfig) -> tuple[int, int | None, int]:
-    bench = cfg.bench
+def _check(bench: DictConfig, corpus: DictConfig,
+           trains_tokenizer: bool) -> tuple[int, int | None, int]:
+    """trains_tokenizer: tokenizer_training.enabled."""
     batch_size, repeats = int(bench.batch_size), int(bench.repeats)
     num_proc = None if bench.num_proc is None else int(bench.num_proc)
     if batch_size < 1 or (num_proc is not None and num_proc < 1) or repeats < 1:
         raise BertkitError(f"bench: batch_size ({batch_size}), num_proc ({num_proc}) and repeats "
                            f"({repeats}) must be at least 1 (num_proc may also be null)")
-    if cfg.corpus.source != "local":
+    if corpus.source != "local":
         raise BertkitError(f"bench_pretrain_data measures local corpus files (their size is the "
-                           f"MB of MB/s), not corpus.source={cfg.corpus.source}; use a local "
+                           f"MB of MB/s), not corpus.source={corpus.source}; use a local "
                            f"corpus, e.g. corpus=wikitext2 or corpus=files corpus.files=[...]")
-    if OmegaConf.select(cfg, "tokenizer_training.enabled", default=False):
+    if trains_tokenizer:
         raise BertkitError("bench_pretrain_data measures a given vocabulary (model.tokenizer); "
                            "set tokenizer_training.enabled=false")
     return batch_size, num_proc, repeats
@@ -212,7 +214,8 @@ def _timed_repeats(cfg: DictConfig, tokenizer, collators: dict, num_proc: int, b
 
 def benchmark_pretrain_data(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     run_dir = Path(run_dir or hydra_run_dir())
-    batch_size, num_proc, repeats = _check(cfg)
+    batch_size, num_proc, repeats = _check(
+        cfg.bench, cfg.corpus, OmegaConf.select(cfg, "tokenizer_training.enabled", default=False))
     synthetic = OmegaConf.select(cfg.corpus, "synthetic")
     if synthetic is not None:  # corpus=demo: generated on first use (not timed)
         ensure_demo_corpus(Path(cfg.corpus.files[0]), OmegaConf.to_container(synthetic))
