@@ -29,7 +29,8 @@ def downstream_configs(cfg: DictConfig, model_dir: Path) -> dict[str, DictConfig
             configs[task] = compose_config([
                 "recipe=glue", f"task={task}", f"model.name_or_path={model_dir}",
                 f"seed={cfg.seed}", f"logger={logger}",
-                f"cache_dir={cfg.cache_dir}", *debug_overrides(cfg), *shared,
+                f"cache_dir={cfg.cache_dir}",
+                *debug_overrides(OmegaConf.select(cfg, "debug.preset")), *shared,
                 *[str(o) for o in overrides or []]])
         except Exception as err:  # Hydra's composition errors: name the key they came from
             raise BertkitError(f"downstream.tasks.{task}: {err}") from None
