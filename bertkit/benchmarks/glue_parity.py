@@ -124,24 +124,24 @@ def _plain_collator(padding: DictConfig, tokenizer: PreTrainedTokenizerBase):
     return DataCollatorWithPadding(tokenizer)
 
 
-def _plain_run(cfg: DictConfig, seed: int, run_dir: Path, splits,
-               tokenizer: PreTrainedTokenizerBase) -> dict:
-    (output, scores), seconds = timed(_plain_finetune, cfg, seed, run_dir, splits, tokenizer,
-                                      sync=False)
+def _plain_run(task: DictConfig, model: DictConfig, trainer: DictConfig, parity: DictConfig,
+               seed: int, run_dir: Path, splits, tokenizer: PreTrainedTokenizerBase) -> dict:
+    (output, scores), seconds = timed(_plain_finetune, task, model, trainer, parity, seed,
+                                      run_dir, splits, tokenizer, sync=False)
     validation_scores = {key[len("eval_"):]: float(value) for key, value in scores.items()
-                         if key[len("eval_"):] in metric_names(cfg.task)}
+                         if key[len("eval_"):] in metric_names(task)}
     release(empty_cache=False)
     return {"validation": validation_scores, "seconds": seconds,
             "train_seconds": float(output.metrics["train_runtime"]),
             "training_loss": float(output.training_loss), "steps": int(output.global_step)}
 
 
-def _plain_finetune(cfg: DictConfig, seed: int, run_dir: Path, splits,
+def _plain_finetune(task: DictConfig, model: DictConfig, trainer: DictConfig,
+                    parity: DictConfig, seed: int, run_dir: Path, splits,
                     tokenizer: PreTrainedTokenizerBase) -> tuple:
     """run_glue.py's model, data and Trainer: (its TrainOutput, its dev scores)."""
-    trainer = plain_trainer(cfg.task, cfg.model, cfg.trainer, cfg.parity, seed, run_dir, splits,
-                            tokenizer)
-    return trainer.train(), trainer.evaluate()
+    plain = plain_trainer(task, model, trainer, parity, seed, run_dir, splits, tokenizer)
+    return plain.train(), plain.evaluate()
 
 
 def plain_trainer(task: DictConfig, model: DictConfig, trainer: DictConfig,
@@ -277,7 +277,8 @@ def benchmark_glue_parity(cfg: DictConfig, run_dir: Path | None = None) -> dict:
                 logger.info("bench_parity %s seed %d: reused %s", way, seed, where / RUN_FILE)
                 continue
             logger.info("bench_parity %s: seed %d", way, seed)
-            runs[way][seed] = (_plain_run(cfg, seed, where, splits, tokenizer) if way == "plain"
+            runs[way][seed] = (_plain_run(cfg.task, cfg.model, cfg.trainer, cfg.parity, seed,
+                                          where, splits, tokenizer) if way == "plain"
                                else _bertkit_run(cfg, seed, where))
             write_json_atomic(where / RUN_FILE, {"settings": settings, **runs[way][seed]})
             logger.info("bench_parity %s seed %d: %s=%.4f in %.0f s", way, seed, main,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import tempfile
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import datasets
@@ -78,6 +79,18 @@ def padding_counts(lengths: Sequence[int], order: Sequence[int], batch_size: int
 # The timed stages
 
 
+@dataclass(frozen=True)
+class _Stages:
+    """The settings the timed stages read: the corpus, masking, objective and pretraining
+    nodes, and the seed."""
+
+    corpus: DictConfig
+    masking: DictConfig
+    objective: DictConfig
+    pretraining: DictConfig
+    seed: int
+
+
 def _instances(objective: DictConfig, pretraining: DictConfig, seed: int,
                tokenized: datasets.Dataset, tokenizer: PreTrainedTokenizerBase,
                num_proc: int | None) -> datasets.Dataset:
@@ -117,26 +130,27 @@ def _fetch_and_collate(collate: Callable, source, indices: list[int]) -> dict:
     return collate(source.__getitems__(indices))
 
 
-def _one_repeat(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase, collators: dict,
+def _one_repeat(stages: _Stages, tokenizer: PreTrainedTokenizerBase, collators: dict,
                 num_proc: int | None, batch_size: int, cache_dir: str) -> tuple[dict, dict]:
     """Every stage once, from the files, with its outputs written under cache_dir."""
     vocab = Vocabulary.from_tokenizer(tokenizer)
-    rule = masking_rule_from_config(cfg.masking)
+    rule = masking_rule_from_config(stages.masking)
     seconds = {}
-    documents, seconds["read"] = timed(corpus_documents, cfg.corpus, cache_dir,
+    documents, seconds["read"] = timed(corpus_documents, stages.corpus, cache_dir,
                                        num_proc=num_proc, sync=False)
     tokenized, seconds["tokenize"] = timed(tokenize_documents, documents, tokenizer,
                                            num_proc=num_proc, sync=False)
-    instances, seconds["instances"] = timed(_instances, cfg.objective, cfg.pretraining, cfg.seed,
-                                            tokenized, tokenizer, num_proc, sync=False)
+    instances, seconds["instances"] = timed(_instances, stages.objective, stages.pretraining,
+                                            stages.seed, tokenized, tokenizer, num_proc,
+                                            sync=False)
     if len(instances) == 0:
-        raise BertkitError(f"corpus {cfg.corpus.name}: no training instance of up to "
-                           f"{cfg.pretraining.max_seq_length} tokens could be built")
+        raise BertkitError(f"corpus {stages.corpus.name}: no training instance of up to "
+                           f"{stages.pretraining.max_seq_length} tokens could be built")
 
     seconds["static_mask"] = timed(static_masked_copies, instances, vocab, rule, dupe_factor=1,
-                                   seed=cfg.seed, num_proc=num_proc, sync=False)[1]
+                                   seed=stages.seed, num_proc=num_proc, sync=False)[1]
 
-    torch.manual_seed(cfg.seed)  # both collators draw from torch's RNG, as under Trainer
+    torch.manual_seed(stages.seed)  # both collators draw from torch's RNG, as under Trainer
     seconds.update(time_collators(instances, collators, batch_size))
     outputs = {"documents": len(documents), "tokenized_documents": len(tokenized),
                "lengths": [int(value) for value in instances["length"]]}
@@ -190,7 +204,7 @@ DESCRIPTIONS = {
 }
 
 
-def _timed_repeats(cfg: DictConfig, tokenizer, collators: dict, num_proc: int, batch_size: int,
+def _timed_repeats(stages: _Stages, tokenizer, collators: dict, num_proc: int, batch_size: int,
                    repeats: int) -> tuple[dict[str, list[float]], dict]:
     """Seconds per stage and repeat, each repeat in a fresh cache (no stage is a cache hit),
     and the last repeat's outputs."""
@@ -202,8 +216,8 @@ def _timed_repeats(cfg: DictConfig, tokenizer, collators: dict, num_proc: int, b
         for repeat in range(repeats):
             logger.info("bench: repeat %d of %d", repeat + 1, repeats)
             with tempfile.TemporaryDirectory(prefix="bertkit-bench-") as cache_dir:
-                seconds, outputs = _one_repeat(cfg, tokenizer, collators, num_proc, batch_size,
-                                               cache_dir)
+                seconds, outputs = _one_repeat(stages, tokenizer, collators, num_proc,
+                                               batch_size, cache_dir)
             for name in STAGES:
                 times[name].append(seconds[name])
     finally:
@@ -235,7 +249,8 @@ def benchmark_pretrain_data(cfg: DictConfig, run_dir: Path | None = None) -> dic
         "hf_collator": (hf_collator, list(HF_COLUMNS)),
     }
 
-    times, outputs = _timed_repeats(cfg, tokenizer, collators, num_proc, batch_size, repeats)
+    stages = _Stages(cfg.corpus, cfg.masking, cfg.objective, cfg.pretraining, cfg.seed)
+    times, outputs = _timed_repeats(stages, tokenizer, collators, num_proc, batch_size, repeats)
     lengths = outputs["lengths"]
     n = len(lengths)
     batches = -(-n // batch_size)
