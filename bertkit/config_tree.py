@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 import bertkit.config_schema  # noqa: F401  (registers the groups' schemas with Hydra)
 from bertkit.config_paths import config_dir
@@ -25,9 +25,9 @@ def compose_config(overrides: list[str]) -> DictConfig:
         return compose(config_name="config", overrides=overrides)
 
 
-def debug_overrides(cfg: DictConfig) -> list[str]:
-    """["debug=smoke"] for a run composed with debug=smoke (its debug.preset), else []: what
-    the configs a job composes for itself (pretraining's downstream finetunes, two-stage
-    finetuning's first task) take from it, so that they are smoke runs too."""
-    preset = OmegaConf.select(cfg, "debug.preset")
+def debug_overrides(preset: str | None) -> list[str]:
+    """["debug=smoke"] for a run composed with debug=smoke (preset: its debug.preset, None
+    without one), else []: what the configs a job composes for itself (pretraining's
+    downstream finetunes, two-stage finetuning's first task) take from it, so that they are
+    smoke runs too."""
     return [f"debug={preset}"] if preset else []

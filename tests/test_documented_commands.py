@@ -99,7 +99,7 @@ def _composed(overrides: tuple[str, ...]) -> tuple[str | None, DictConfig | None
         cfg = copy.deepcopy(tree)
         ConfigLoaderImpl._apply_overrides_to_config(
             [o for o in parsed if not _is_group(o)], cfg)
-        check_task_family(cfg)
+        check_task_family(OmegaConf.select(cfg, "recipe"), OmegaConf.select(cfg, "task"))
         check_ranges(cfg)
     except Exception as err:  # noqa: BLE001
         return f"{type(err).__name__}: {_first_line(err)}", None

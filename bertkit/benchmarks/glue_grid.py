@@ -58,9 +58,8 @@ MEMORY = {"plain": "per job: {kind}",
                      "share its peak)"}
 
 
-def _check(cfg: DictConfig) -> list[tuple[float, int]]:
+def _check(grid: DictConfig, task: DictConfig) -> list[tuple[float, int]]:
     """The grid's jobs (learning rate, seed), or one message for a setting it cannot use."""
-    grid, task = cfg.bench_grid, cfg.task
     rates = [float(rate) for rate in grid.learning_rates]
     seeds = [int(seed) for seed in grid.seeds]
     if not rates or len(set(rates)) != len(rates):
@@ -111,9 +110,9 @@ def _throughput_figures(record: dict | None) -> dict:
 
 def _plain_job(cfg: DictConfig, rate: float, seed: int, run_dir: Path, splits,
                tokenizer: PreTrainedTokenizerBase, precision: dict) -> dict:
-    job_cfg = OmegaConf.merge(cfg, {"trainer": {"learning_rate": rate}})
-    trainer = plain_trainer(job_cfg, cfg.bench_grid, seed, run_dir, splits, tokenizer,
-                            **precision)
+    trainer = plain_trainer(cfg.task, cfg.model,
+                            OmegaConf.merge(cfg, {"trainer": {"learning_rate": rate}}).trainer,
+                            cfg.bench_grid, seed, run_dir, splits, tokenizer, **precision)
     meter = add_throughput(cfg, trainer)
     with PeakMemory() as memory:
         output = trainer.train()
@@ -149,10 +148,10 @@ def _plain_grid(cfg: DictConfig, jobs: list[tuple[float, int]], run_dir: Path, s
     return {"wall_seconds": seconds, "jobs": results}
 
 
-def _bertkit_command(cfg: DictConfig, sweep_dir: Path) -> list[str]:
+def _bertkit_command(grid: DictConfig, model: DictConfig, trainer: DictConfig,
+                     cache_dir: str, sweep_dir: Path) -> list[str]:
     """`bertkit -m recipe=glue ...` of the same grid, task, model, data and trainer settings:
     the user's overrides but the bench's own, then the grid."""
-    grid = cfg.bench_grid
     choices = HydraConfig.get().runtime.choices
     passed = [o for o in HydraConfig.get().overrides.task
               if not o.lstrip("+~").startswith(OWN_OVERRIDES)]
@@ -160,15 +159,15 @@ def _bertkit_command(cfg: DictConfig, sweep_dir: Path) -> list[str]:
     if grid.launcher != SEQUENTIAL_LAUNCHER:
         launcher.append(f"hydra.launcher.jobs_per_gpu={grid.jobs_per_gpu}")
     return ["-m", "recipe=glue", f"task={choices['task']}", f"model={choices['model']}",
-            f"model.name_or_path={cfg.model.name_or_path}",
-            f"model.tokenizer={cfg.model.tokenizer}", *passed, f"sweep={SWEEP}",
-            f"trainer.per_device_train_batch_size={cfg.trainer.per_device_train_batch_size}",
-            f"trainer.num_train_epochs={cfg.trainer.num_train_epochs}",
+            f"model.name_or_path={model.name_or_path}",
+            f"model.tokenizer={model.tokenizer}", *passed, f"sweep={SWEEP}",
+            f"trainer.per_device_train_batch_size={trainer.per_device_train_batch_size}",
+            f"trainer.num_train_epochs={trainer.num_train_epochs}",
             "trainer.learning_rate=" + ",".join(str(float(r)) for r in grid.learning_rates),
             "seed=" + ",".join(str(int(s)) for s in grid.seeds), *grid.job,
             # overwrite=true: the finetunes' directories are this benchmark's own, which a
             # relaunch of an unfinished benchmark measures again.
-            f"cache_dir={cfg.cache_dir}", "overwrite=true", f"hydra.sweep.dir={sweep_dir}",
+            f"cache_dir={cache_dir}", "overwrite=true", f"hydra.sweep.dir={sweep_dir}",
             *launcher]
 
 
@@ -186,9 +185,9 @@ def _bertkit_job(record: dict) -> dict:
             **_throughput_figures(throughput)}
 
 
-def _bertkit_grid(cfg: DictConfig, jobs: list[tuple[float, int]], run_dir: Path) -> dict:
+def _bertkit_grid(command: list[str], jobs: list[tuple[float, int]], run_dir: Path) -> dict:
+    """`command` (_bertkit_command's, writing its jobs under run_dir/bertkit), launched."""
     sweep_dir = run_dir / "bertkit"
-    command = _bertkit_command(cfg, sweep_dir)
     log = run_dir / "bertkit.log"
     logger.info("bench_grid bertkit: bertkit %s (output in %s)", " ".join(command), log)
     seconds = launch(command, log, job="bench_grid")
@@ -219,9 +218,9 @@ def _way_summary(way: dict, jobs: list[str]) -> dict:
 def benchmark_glue_grid(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     run_dir = Path(run_dir or hydra_run_dir())
     run_dir.mkdir(parents=True, exist_ok=True)
-    jobs = _check(cfg)
-    GLUE.generate_data(cfg)
-    splits = GLUE.read(cfg)
+    jobs = _check(cfg.bench_grid, cfg.task)
+    GLUE.generate_data(cfg.task)
+    splits = GLUE.read(cfg.task, cfg.data_source)
     cfg = starting_weights(cfg, run_dir, load_tokenizer(cfg.model))
     tokenizer = load_tokenizer(cfg.model)
     # The precision bertkit resolves (mixed_precision=auto: bf16 on a GPU that has it), given
@@ -234,7 +233,9 @@ def benchmark_glue_grid(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     names = [_job_name(*job) for job in jobs]
     # bertkit's grid first: this process has not touched the GPU yet, so the whole device is
     # the grid's.
-    ways = {"bertkit": _bertkit_grid(cfg, jobs, run_dir)}
+    command = _bertkit_command(cfg.bench_grid, cfg.model, cfg.trainer, cfg.cache_dir,
+                               run_dir / "bertkit")
+    ways = {"bertkit": _bertkit_grid(command, jobs, run_dir)}
     ways["plain"] = _plain_grid(cfg, jobs, run_dir, splits, tokenizer, precision)
     grid = cfg.bench_grid
     padding = f"{grid.baseline_padding}" + (f" {grid.baseline_max_length}"

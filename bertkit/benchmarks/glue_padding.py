@@ -119,7 +119,7 @@ def build_trainer(cfg: DictConfig, way: str, steps: int, run_dir: Path, build_mo
     trainer = trainer_class(model=model, args=args, train_dataset=train,
                             processing_class=tokenizer, data_collator=counter)
     if way == "bertkit" and static_shapes_pay(way_cfg):  # bertkit's full rows, as a finetune
-        use_padded_rows(trainer, GLUE.padded_rows(cfg))
+        use_padded_rows(trainer, GLUE.padded_rows(cfg.task))
     return trainer, model, counter
 
 
@@ -154,30 +154,31 @@ def _train(cfg: DictConfig, way: str, steps: int, run_dir: Path, build_model,
     return result
 
 
-def _check(cfg: DictConfig) -> Schedule:
+def _check(bench: DictConfig, task: DictConfig, trainer: DictConfig) -> Schedule:
     """The schedule, or one message for a setting the comparison cannot use."""
-    bench, task = cfg.bench, cfg.task
     schedule = Schedule.read(bench)
     if bench.baseline_max_length < task.max_seq_length:
         raise BertkitError(
             f"bench.baseline_max_length={bench.baseline_max_length} is below "
             f"task.max_seq_length={task.max_seq_length}: both ways truncate at "
             f"task.max_seq_length, and the plain way pads every example to baseline_max_length")
-    one_batch_a_step(cfg.trainer, "so that samples/s is steps x batch / seconds")
+    one_batch_a_step(trainer, "so that samples/s is steps x batch / seconds")
     return schedule
 
 
-def prepare(cfg: DictConfig):
+def prepare(task: DictConfig, model: DictConfig, data_source: str, cache_dir: str | None,
+            num_proc: int | None):
     """The GLUE family's own data and model steps, exactly as `recipe=glue` runs them:
     (tokenizer, tokenised train split, a function building the seeded model)."""
-    GLUE.generate_data(cfg)
-    splits = GLUE.read(cfg)
-    tokenizer = load_tokenizer(cfg.model)
-    data = GLUE.featurize(cfg, splits, tokenizer)
-    return tokenizer, data.features["train"], lambda: GLUE.build_model(cfg, tokenizer, data)
+    GLUE.generate_data(task)
+    splits = GLUE.read(task, data_source)
+    tokenizer = load_tokenizer(model)
+    data = GLUE.featurize(task, splits, tokenizer, cache_dir, num_proc)
+    return (tokenizer, data.features["train"],
+            lambda: GLUE.build_model(task, model, tokenizer, data))
 
 
-def _way_summary(cfg, way: str, runs: list[dict]) -> dict:
+def _way_summary(trainer: DictConfig, way: str, runs: list[dict]) -> dict:
     """One way's throughput: the median time over repeats; counts from the first run (every
     repeat feeds the same batches)."""
     first = runs[0]
@@ -188,8 +189,8 @@ def _way_summary(cfg, way: str, runs: list[dict]) -> dict:
     flops = meter.get("flops")
     gpu = torch.cuda.is_available()
     return {
-        "description": DESCRIPTIONS[way].format(sampling=sampling(cfg.trainer, way)),
-        "train_sampling_strategy": sampling(cfg.trainer, way),
+        "description": DESCRIPTIONS[way].format(sampling=sampling(trainer, way)),
+        "train_sampling_strategy": sampling(trainer, way),
         "samples_per_second": first["examples"] / seconds,
         # Samples/s only: the widths of bertkit's batches vary, so FLOPs are not in proportion.
         "steady_samples_per_second": steady_figures(runs, first["examples"], None,
@@ -247,8 +248,9 @@ def _result(cfg: DictConfig, probe, precision: str, ways: dict, runs: dict,
 def benchmark_glue_padding(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     run_dir = Path(run_dir or hydra_run_dir())
     bench = cfg.bench
-    schedule = _check(cfg)
-    tokenizer, train_split, build_model = prepare(cfg)
+    schedule = _check(bench, cfg.task, cfg.trainer)
+    tokenizer, train_split, build_model = prepare(cfg.task, cfg.model, cfg.data_source,
+                                                  cfg.cache_dir, cfg.preprocessing_num_workers)
     train = {"plain": pad_to_max_length(train_split, tokenizer, int(bench.baseline_max_length)),
              "bertkit": train_split}
 
@@ -263,7 +265,7 @@ def benchmark_glue_padding(cfg: DictConfig, run_dir: Path | None = None) -> dict
         way, steps, train=train[way], collate=collator(cfg, tokenizer, way, precision)))
     remove_if_empty(run_dir / "checkpoints")
 
-    ways = {way: _way_summary(cfg, way, runs[way]) for way in WAYS}
+    ways = {way: _way_summary(cfg.trainer, way, runs[way]) for way in WAYS}
     result = _result(cfg, probe, precision, ways, runs, len(train_split), schedule)
     publish(result, run_dir / RESULT_FILE, _table)
     return result

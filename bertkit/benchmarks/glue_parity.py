@@ -70,9 +70,10 @@ SHARED_ARGUMENTS = (
 )
 
 
-def _check(cfg: DictConfig) -> tuple[list[int], list[str]]:
-    seeds = [int(seed) for seed in cfg.parity.seeds]
-    ways = [str(way) for way in cfg.parity.ways]
+def _check(parity: DictConfig, task: DictConfig,
+           model: DictConfig) -> tuple[list[int], list[str]]:
+    seeds = [int(seed) for seed in parity.seeds]
+    ways = [str(way) for way in parity.ways]
     if not ways or len(set(ways)) != len(ways) or not set(ways) <= set(WAYS):
         raise BertkitError(f"parity.ways={ways}: expected one or both of {', '.join(WAYS)}")
     comparing = len(ways) == len(WAYS)
@@ -80,32 +81,33 @@ def _check(cfg: DictConfig) -> tuple[list[int], list[str]]:
         raise BertkitError(f"parity.seeds={seeds}: give at least 2 different seeds (Welch's "
                            f"test needs 2 runs per way; one way alone, parity.ways=[bertkit], "
                            f"trains any seeds)")
-    if cfg.parity.baseline_padding not in PADDINGS:
-        raise BertkitError(f"parity.baseline_padding={cfg.parity.baseline_padding}: expected "
+    if parity.baseline_padding not in PADDINGS:
+        raise BertkitError(f"parity.baseline_padding={parity.baseline_padding}: expected "
                            f"one of {', '.join(PADDINGS)}")
-    if (cfg.parity.baseline_padding == "max_length"
-            and cfg.parity.baseline_max_length < cfg.task.max_seq_length):
+    if (parity.baseline_padding == "max_length"
+            and parity.baseline_max_length < task.max_seq_length):
         raise BertkitError(
-            f"parity.baseline_max_length={cfg.parity.baseline_max_length} is below "
-            f"task.max_seq_length={cfg.task.max_seq_length}: both ways truncate at "
+            f"parity.baseline_max_length={parity.baseline_max_length} is below "
+            f"task.max_seq_length={task.max_seq_length}: both ways truncate at "
             f"task.max_seq_length, and the plain way pads every example to baseline_max_length")
-    if not cfg.model.name_or_path:
+    if not model.name_or_path:
         raise BertkitError("bench_parity compares finetuning a checkpoint: model.name_or_path "
                            "is empty (pick model=minilm_l6 or a checkpoint directory)")
     return seeds, ways
 
 
 def plain_features(split: datasets.Dataset, tokenizer: PreTrainedTokenizerBase,
-                   cfg: DictConfig, padding: DictConfig) -> datasets.Dataset:
-    """run_glue.py's preprocess_function: one tokenizer call, padded to the fixed length
-    (padding: the node with baseline_padding and baseline_max_length, parity.* here)."""
+                   max_seq_length: int, padding: DictConfig) -> datasets.Dataset:
+    """run_glue.py's preprocess_function: one tokenizer call, truncated at max_seq_length
+    (task.max_seq_length), padded to the fixed length (padding: the node with baseline_padding
+    and baseline_max_length, parity.* here)."""
     pair = "text_b" in split.column_names
 
     def encode(batch: dict) -> dict:
         texts = (batch["text_a"], batch["text_b"]) if pair else (batch["text_a"],)
         # Truncated at task.max_seq_length as bertkit truncates, padded to baseline_max_length
         # (run_glue.py's max_seq_length: one call when the two are equal, as there).
-        encoded = tokenizer(*texts, truncation=True, max_length=int(cfg.task.max_seq_length))
+        encoded = tokenizer(*texts, truncation=True, max_length=int(max_seq_length))
         if padding.baseline_padding == "max_length":
             encoded = tokenizer.pad(encoded, padding="max_length",
                                     max_length=int(padding.baseline_max_length))
@@ -122,44 +124,47 @@ def _plain_collator(padding: DictConfig, tokenizer: PreTrainedTokenizerBase):
     return DataCollatorWithPadding(tokenizer)
 
 
-def _plain_run(cfg: DictConfig, seed: int, run_dir: Path, splits,
-               tokenizer: PreTrainedTokenizerBase) -> dict:
-    (output, scores), seconds = timed(_plain_finetune, cfg, seed, run_dir, splits, tokenizer,
-                                      sync=False)
+def _plain_run(task: DictConfig, model: DictConfig, trainer: DictConfig, parity: DictConfig,
+               seed: int, run_dir: Path, splits, tokenizer: PreTrainedTokenizerBase) -> dict:
+    (output, scores), seconds = timed(_plain_finetune, task, model, trainer, parity, seed,
+                                      run_dir, splits, tokenizer, sync=False)
     validation_scores = {key[len("eval_"):]: float(value) for key, value in scores.items()
-                         if key[len("eval_"):] in metric_names(cfg.task)}
+                         if key[len("eval_"):] in metric_names(task)}
     release(empty_cache=False)
     return {"validation": validation_scores, "seconds": seconds,
             "train_seconds": float(output.metrics["train_runtime"]),
             "training_loss": float(output.training_loss), "steps": int(output.global_step)}
 
 
-def _plain_finetune(cfg: DictConfig, seed: int, run_dir: Path, splits,
+def _plain_finetune(task: DictConfig, model: DictConfig, trainer: DictConfig,
+                    parity: DictConfig, seed: int, run_dir: Path, splits,
                     tokenizer: PreTrainedTokenizerBase) -> tuple:
     """run_glue.py's model, data and Trainer: (its TrainOutput, its dev scores)."""
-    trainer = plain_trainer(cfg, cfg.parity, seed, run_dir, splits, tokenizer)
-    return trainer.train(), trainer.evaluate()
+    plain = plain_trainer(task, model, trainer, parity, seed, run_dir, splits, tokenizer)
+    return plain.train(), plain.evaluate()
 
 
-def plain_trainer(cfg: DictConfig, padding: DictConfig, seed: int, run_dir: Path, splits,
+def plain_trainer(task: DictConfig, model: DictConfig, trainer: DictConfig,
+                  padding: DictConfig, seed: int, run_dir: Path, splits,
                   tokenizer: PreTrainedTokenizerBase, **arguments) -> Trainer:
-    """run_glue.py's model, data and Trainer for one seed, with cfg.trainer's hyperparameters
-    (SHARED_ARGUMENTS) and `arguments` (other TrainingArguments, e.g. its --bf16); padding:
-    the node with baseline_padding and baseline_max_length (parity.*, bench_grid.*)."""
-    task = cfg.task
+    """run_glue.py's model, data and Trainer for one seed, with the trainer node's
+    hyperparameters (SHARED_ARGUMENTS) and `arguments` (other TrainingArguments, e.g. its
+    --bf16); padding: the node with baseline_padding and baseline_max_length (parity.*,
+    bench_grid.*)."""
     labels = list(task.labels) if task.labels is not None else None
     set_seed(seed)
     head = {"num_labels": 1} if labels is None else {
         "num_labels": len(labels), "id2label": dict(enumerate(labels)),
         "label2id": {label: i for i, label in enumerate(labels)}}
-    model = from_pretrained(
-        AutoModelForSequenceClassification, str(cfg.model.name_or_path), "model.name_or_path",
-        "model", trust_remote_code=trusts_remote_code(cfg.model),
-        hidden_dropout_prob=cfg.model.hidden_dropout_prob,
-        attention_probs_dropout_prob=cfg.model.attention_probs_dropout_prob, **head)
-    train = plain_features(splits["train"], tokenizer, cfg, padding)
-    validation = plain_features(splits[dev_split(splits)], tokenizer, cfg, padding)
-    shared = OmegaConf.to_container(cfg.trainer, resolve=True)
+    classifier = from_pretrained(
+        AutoModelForSequenceClassification, str(model.name_or_path), "model.name_or_path",
+        "model", trust_remote_code=trusts_remote_code(model),
+        hidden_dropout_prob=model.hidden_dropout_prob,
+        attention_probs_dropout_prob=model.attention_probs_dropout_prob, **head)
+    train = plain_features(splits["train"], tokenizer, task.max_seq_length, padding)
+    validation = plain_features(splits[dev_split(splits)], tokenizer, task.max_seq_length,
+                                padding)
+    shared = OmegaConf.to_container(trainer, resolve=True)
     args = TrainingArguments(
         output_dir=str(run_dir / "checkpoints"), seed=seed, report_to=[],
         eval_strategy="no", save_strategy="no", logging_strategy="no", disable_tqdm=True,
@@ -171,7 +176,7 @@ def plain_trainer(cfg: DictConfig, padding: DictConfig, seed: int, run_dir: Path
         return metrics(predictions_from_logits(logits_of(prediction), labels is None),
                        prediction.label_ids)
 
-    return Trainer(model=model, args=args, train_dataset=train, eval_dataset=validation,
+    return Trainer(model=classifier, args=args, train_dataset=train, eval_dataset=validation,
                    processing_class=tokenizer, data_collator=_plain_collator(padding, tokenizer),
                    compute_metrics=compute_metrics)
 
@@ -198,16 +203,17 @@ def _bertkit_run(cfg: DictConfig, seed: int, run_dir: Path) -> dict:
 RUN_FILE = "parity_run.json"
 
 
-def _settings(cfg: DictConfig) -> dict:
+def _settings(task: DictConfig, model: DictConfig, trainer: DictConfig,
+              finetuning: DictConfig, parity: DictConfig) -> dict:
     """What a seed's result depends on besides the seed: a reused run must match it."""
-    return {"task": cfg.task.name, "model": cfg.model.name_or_path,
-            "hyperparameters": {name: OmegaConf.select(cfg.trainer, name)
+    return {"task": task.name, "model": model.name_or_path,
+            "hyperparameters": {name: OmegaConf.select(trainer, name)
                                 for name in SHARED_ARGUMENTS},
-            "train_sampling_strategy": cfg.trainer.train_sampling_strategy,
-            "finetuning": OmegaConf.to_container(cfg.finetuning, resolve=True),
-            "max_seq_length": int(cfg.task.max_seq_length),
-            "baseline_max_length": int(cfg.parity.baseline_max_length),
-            "baseline_padding": cfg.parity.baseline_padding}
+            "train_sampling_strategy": trainer.train_sampling_strategy,
+            "finetuning": OmegaConf.to_container(finetuning, resolve=True),
+            "max_seq_length": int(task.max_seq_length),
+            "baseline_max_length": int(parity.baseline_max_length),
+            "baseline_padding": parity.baseline_padding}
 
 
 def _finished_run(where: Path, settings: dict) -> dict | None:
@@ -254,13 +260,13 @@ def _verdict(parity: DictConfig, comparison: dict) -> dict:
 
 def benchmark_glue_parity(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     run_dir = Path(run_dir or hydra_run_dir())
-    seeds, ways = _check(cfg)
-    GLUE.generate_data(cfg)
-    splits = GLUE.read(cfg)
+    seeds, ways = _check(cfg.parity, cfg.task, cfg.model)
+    GLUE.generate_data(cfg.task)
+    splits = GLUE.read(cfg.task, cfg.data_source)
     tokenizer = load_tokenizer(cfg.model)
     main = cfg.task.main_metric
     runs: dict[str, dict[int, dict]] = {way: {} for way in WAYS}
-    settings = _settings(cfg)
+    settings = _settings(cfg.task, cfg.model, cfg.trainer, cfg.finetuning, cfg.parity)
     for position, seed in enumerate(seeds):
         for way in alternating(WAYS, position):
             if way not in ways:
@@ -271,7 +277,8 @@ def benchmark_glue_parity(cfg: DictConfig, run_dir: Path | None = None) -> dict:
                 logger.info("bench_parity %s seed %d: reused %s", way, seed, where / RUN_FILE)
                 continue
             logger.info("bench_parity %s: seed %d", way, seed)
-            runs[way][seed] = (_plain_run(cfg, seed, where, splits, tokenizer) if way == "plain"
+            runs[way][seed] = (_plain_run(cfg.task, cfg.model, cfg.trainer, cfg.parity, seed,
+                                          where, splits, tokenizer) if way == "plain"
                                else _bertkit_run(cfg, seed, where))
             write_json_atomic(where / RUN_FILE, {"settings": settings, **runs[way][seed]})
             logger.info("bench_parity %s seed %d: %s=%.4f in %.0f s", way, seed, main,
@@ -280,38 +287,38 @@ def benchmark_glue_parity(cfg: DictConfig, run_dir: Path | None = None) -> dict:
         logger.info("bench_parity: trained parity.ways=%s only; launch again with both ways into "
                     "%s for the comparison (parity.json)", ways, run_dir)
         return {"seeds": seeds, "ways": ways, "runs": runs}
-    result = _result(cfg, seeds, runs)
+    result = _result(cfg.task, cfg.model, cfg.trainer, cfg.parity, seeds, runs)
     publish(result, run_dir / RESULT_FILE, _table)
     return result
 
 
-def _result(cfg: DictConfig, seeds: list[int], runs: dict) -> dict:
-    main = cfg.task.main_metric
+def _result(task: DictConfig, model: DictConfig, trainer: DictConfig, parity: DictConfig,
+            seeds: list[int], runs: dict) -> dict:
+    main = task.main_metric
     scores = {way: [runs[way][seed]["validation"][main] for seed in seeds] for way in WAYS}
     comparison = compare_groups(scores["plain"], scores["bertkit"])  # bertkit - plain
     seconds = {way: math.fsum(runs[way][seed]["seconds"] for seed in seeds) for way in WAYS}
-    trainer = cfg.trainer
     return {
-        "task": cfg.task.name,
-        "model": cfg.model.name_or_path,
+        "task": task.name,
+        "model": model.name_or_path,
         "main_metric": main,
         "seeds": seeds,
         "device": "cuda" if torch.cuda.is_available() else "cpu",
         "torch_threads": torch.get_num_threads(),
         "hyperparameters": {name: OmegaConf.select(trainer, name) for name in SHARED_ARGUMENTS},
-        "max_seq_length": int(cfg.task.max_seq_length),
-        "baseline_max_length": int(cfg.parity.baseline_max_length),
-        "baseline_padding": cfg.parity.baseline_padding,
+        "max_seq_length": int(task.max_seq_length),
+        "baseline_max_length": int(parity.baseline_max_length),
+        "baseline_padding": parity.baseline_padding,
         "ways": {way: {"description": DESCRIPTIONS[way].format(
                            sampling=trainer.train_sampling_strategy,
-                           padding=cfg.parity.baseline_padding,
-                           collator=COLLATORS[cfg.parity.baseline_padding]),
+                           padding=parity.baseline_padding,
+                           collator=COLLATORS[parity.baseline_padding]),
                        "main": summarize(scores[way]),
                        "per_seed": {str(seed): runs[way][seed] for seed in seeds},
                        "seconds": seconds[way]} for way in WAYS},
         "comparison": comparison,
-        "significance": _significance(cfg.parity, scores["plain"], scores["bertkit"]),
-        "verdict": _verdict(cfg.parity, comparison),
+        "significance": _significance(parity, scores["plain"], scores["bertkit"]),
+        "verdict": _verdict(parity, comparison),
         "time_ratio": ratio(seconds["plain"], seconds["bertkit"]),
         "timing": "wall time of each whole run (model load, tokenisation, training, dev "
                   "evaluation and each way's own saving), summed over seeds; ratio plain/bertkit",

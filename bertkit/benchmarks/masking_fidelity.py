@@ -114,21 +114,22 @@ class Tally:
         return out
 
 
-def _instances(cfg: DictConfig, tokenizer, wanted: int, cache_dir: str) -> datasets.Dataset:
+def _instances(corpus: DictConfig, objective_cfg: DictConfig, pretraining: DictConfig, seed: int,
+               tokenizer, wanted: int, cache_dir: str) -> datasets.Dataset:
     """The first `wanted` instances of as many copies (dupe_factor) as it takes."""
-    documents = corpus_documents(cfg.corpus, cache_dir)
+    documents = corpus_documents(corpus, cache_dir)
     tokenized = tokenize_documents(documents, tokenizer)
-    objective = objective_of(cfg.objective)
+    objective = objective_of(objective_cfg)
 
     def build(copies: int):
         return objective.instances(
-            tokenized, tokenizer, max_seq_length=int(cfg.pretraining.max_seq_length),
-            short_seq_prob=cfg.pretraining.short_seq_prob, seed=cfg.seed, copies=copies,
+            tokenized, tokenizer, max_seq_length=int(pretraining.max_seq_length),
+            short_seq_prob=pretraining.short_seq_prob, seed=seed, copies=copies,
             num_proc=None)
 
     instances = build(1)
     if len(instances) == 0:
-        raise BertkitError(f"corpus {cfg.corpus.name}: no instance could be built")
+        raise BertkitError(f"corpus {corpus.name}: no instance could be built")
     copies = 1
     while len(instances) < wanted:  # copies' counts vary with their cuts
         copies = math.ceil(copies * wanted / len(instances) * 1.02)
@@ -154,7 +155,8 @@ def benchmark_masking(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     datasets.disable_progress_bars()
     try:
         with tempfile.TemporaryDirectory(prefix="bertkit-bench-masking-") as cache_dir:
-            instances = _instances(cfg, tokenizer, wanted, cache_dir)
+            instances = _instances(cfg.corpus, cfg.objective, cfg.pretraining, cfg.seed,
+                                   tokenizer, wanted, cache_dir)
             rows = instances["input_ids"]
     finally:
         if progress_bars:

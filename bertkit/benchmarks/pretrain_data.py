@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import tempfile
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import datasets
@@ -78,13 +79,26 @@ def padding_counts(lengths: Sequence[int], order: Sequence[int], batch_size: int
 # The timed stages
 
 
-def _instances(cfg: DictConfig, tokenized: datasets.Dataset, tokenizer: PreTrainedTokenizerBase,
+@dataclass(frozen=True)
+class _Stages:
+    """The settings the timed stages read: the corpus, masking, objective and pretraining
+    nodes, and the seed."""
+
+    corpus: DictConfig
+    masking: DictConfig
+    objective: DictConfig
+    pretraining: DictConfig
+    seed: int
+
+
+def _instances(objective: DictConfig, pretraining: DictConfig, seed: int,
+               tokenized: datasets.Dataset, tokenizer: PreTrainedTokenizerBase,
                num_proc: int | None) -> datasets.Dataset:
     """One copy of the training instances, as recipe=pretrain builds them for its first phase."""
-    length = int(cfg.pretraining.max_seq_length)
-    return objective_of(cfg.objective).instances(
-        tokenized, tokenizer, max_seq_length=length, short_seq_prob=cfg.pretraining.short_seq_prob,
-        seed=cfg.seed, copies=1, num_proc=num_proc)
+    length = int(pretraining.max_seq_length)
+    return objective_of(objective).instances(
+        tokenized, tokenizer, max_seq_length=length, short_seq_prob=pretraining.short_seq_prob,
+        seed=seed, copies=1, num_proc=num_proc)
 
 
 def time_collators(instances: datasets.Dataset,
@@ -116,26 +130,27 @@ def _fetch_and_collate(collate: Callable, source, indices: list[int]) -> dict:
     return collate(source.__getitems__(indices))
 
 
-def _one_repeat(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase, collators: dict,
+def _one_repeat(stages: _Stages, tokenizer: PreTrainedTokenizerBase, collators: dict,
                 num_proc: int | None, batch_size: int, cache_dir: str) -> tuple[dict, dict]:
     """Every stage once, from the files, with its outputs written under cache_dir."""
     vocab = Vocabulary.from_tokenizer(tokenizer)
-    rule = masking_rule_from_config(cfg.masking)
+    rule = masking_rule_from_config(stages.masking)
     seconds = {}
-    documents, seconds["read"] = timed(corpus_documents, cfg.corpus, cache_dir,
+    documents, seconds["read"] = timed(corpus_documents, stages.corpus, cache_dir,
                                        num_proc=num_proc, sync=False)
     tokenized, seconds["tokenize"] = timed(tokenize_documents, documents, tokenizer,
                                            num_proc=num_proc, sync=False)
-    instances, seconds["instances"] = timed(_instances, cfg, tokenized, tokenizer, num_proc,
+    instances, seconds["instances"] = timed(_instances, stages.objective, stages.pretraining,
+                                            stages.seed, tokenized, tokenizer, num_proc,
                                             sync=False)
     if len(instances) == 0:
-        raise BertkitError(f"corpus {cfg.corpus.name}: no training instance of up to "
-                           f"{cfg.pretraining.max_seq_length} tokens could be built")
+        raise BertkitError(f"corpus {stages.corpus.name}: no training instance of up to "
+                           f"{stages.pretraining.max_seq_length} tokens could be built")
 
     seconds["static_mask"] = timed(static_masked_copies, instances, vocab, rule, dupe_factor=1,
-                                   seed=cfg.seed, num_proc=num_proc, sync=False)[1]
+                                   seed=stages.seed, num_proc=num_proc, sync=False)[1]
 
-    torch.manual_seed(cfg.seed)  # both collators draw from torch's RNG, as under Trainer
+    torch.manual_seed(stages.seed)  # both collators draw from torch's RNG, as under Trainer
     seconds.update(time_collators(instances, collators, batch_size))
     outputs = {"documents": len(documents), "tokenized_documents": len(tokenized),
                "lengths": [int(value) for value in instances["length"]]}
@@ -145,18 +160,19 @@ def _one_repeat(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase, collators: 
 # The benchmark
 
 
-def _check(cfg: DictConfig) -> tuple[int, int | None, int]:
-    bench = cfg.bench
+def _check(bench: DictConfig, corpus: DictConfig,
+           trains_tokenizer: bool) -> tuple[int, int | None, int]:
+    """trains_tokenizer: tokenizer_training.enabled."""
     batch_size, repeats = int(bench.batch_size), int(bench.repeats)
     num_proc = None if bench.num_proc is None else int(bench.num_proc)
     if batch_size < 1 or (num_proc is not None and num_proc < 1) or repeats < 1:
         raise BertkitError(f"bench: batch_size ({batch_size}), num_proc ({num_proc}) and repeats "
                            f"({repeats}) must be at least 1 (num_proc may also be null)")
-    if cfg.corpus.source != "local":
+    if corpus.source != "local":
         raise BertkitError(f"bench_pretrain_data measures local corpus files (their size is the "
-                           f"MB of MB/s), not corpus.source={cfg.corpus.source}; use a local "
+                           f"MB of MB/s), not corpus.source={corpus.source}; use a local "
                            f"corpus, e.g. corpus=wikitext2 or corpus=files corpus.files=[...]")
-    if OmegaConf.select(cfg, "tokenizer_training.enabled", default=False):
+    if trains_tokenizer:
         raise BertkitError("bench_pretrain_data measures a given vocabulary (model.tokenizer); "
                            "set tokenizer_training.enabled=false")
     return batch_size, num_proc, repeats
@@ -188,7 +204,7 @@ DESCRIPTIONS = {
 }
 
 
-def _timed_repeats(cfg: DictConfig, tokenizer, collators: dict, num_proc: int, batch_size: int,
+def _timed_repeats(stages: _Stages, tokenizer, collators: dict, num_proc: int, batch_size: int,
                    repeats: int) -> tuple[dict[str, list[float]], dict]:
     """Seconds per stage and repeat, each repeat in a fresh cache (no stage is a cache hit),
     and the last repeat's outputs."""
@@ -200,8 +216,8 @@ def _timed_repeats(cfg: DictConfig, tokenizer, collators: dict, num_proc: int, b
         for repeat in range(repeats):
             logger.info("bench: repeat %d of %d", repeat + 1, repeats)
             with tempfile.TemporaryDirectory(prefix="bertkit-bench-") as cache_dir:
-                seconds, outputs = _one_repeat(cfg, tokenizer, collators, num_proc, batch_size,
-                                               cache_dir)
+                seconds, outputs = _one_repeat(stages, tokenizer, collators, num_proc,
+                                               batch_size, cache_dir)
             for name in STAGES:
                 times[name].append(seconds[name])
     finally:
@@ -212,7 +228,8 @@ def _timed_repeats(cfg: DictConfig, tokenizer, collators: dict, num_proc: int, b
 
 def benchmark_pretrain_data(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     run_dir = Path(run_dir or hydra_run_dir())
-    batch_size, num_proc, repeats = _check(cfg)
+    batch_size, num_proc, repeats = _check(
+        cfg.bench, cfg.corpus, OmegaConf.select(cfg, "tokenizer_training.enabled", default=False))
     synthetic = OmegaConf.select(cfg.corpus, "synthetic")
     if synthetic is not None:  # corpus=demo: generated on first use (not timed)
         ensure_demo_corpus(Path(cfg.corpus.files[0]), OmegaConf.to_container(synthetic))
@@ -232,7 +249,8 @@ def benchmark_pretrain_data(cfg: DictConfig, run_dir: Path | None = None) -> dic
         "hf_collator": (hf_collator, list(HF_COLUMNS)),
     }
 
-    times, outputs = _timed_repeats(cfg, tokenizer, collators, num_proc, batch_size, repeats)
+    stages = _Stages(cfg.corpus, cfg.masking, cfg.objective, cfg.pretraining, cfg.seed)
+    times, outputs = _timed_repeats(stages, tokenizer, collators, num_proc, batch_size, repeats)
     lengths = outputs["lengths"]
     n = len(lengths)
     batches = -(-n // batch_size)

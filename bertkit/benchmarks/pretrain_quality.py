@@ -86,26 +86,28 @@ def grouped_blocks(documents: datasets.Dataset, tokenizer: PreTrainedTokenizerBa
                          desc=f"plain: grouping texts in blocks of {block_size}")
 
 
-def plain_model(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase, seed: int):
-    """BertForMaskedLM from random init with the same architecture; dropout as run_mlm.py
-    leaves it (BertConfig's 0.1) unless bench.plain.dropout says otherwise."""
+def plain_model(plain: DictConfig, model: DictConfig, tokenizer: PreTrainedTokenizerBase,
+                seed: int):
+    """BertForMaskedLM from random init with the same architecture (model.config); dropout as
+    run_mlm.py leaves it (BertConfig's 0.1) unless bench.plain.dropout (plain) says otherwise."""
     set_seed(seed)
-    dropout = cfg.bench.plain.dropout
+    dropout = plain.dropout
     config = BertConfig(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
                         hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout,
-                        **OmegaConf.to_container(cfg.model.config))
+                        **OmegaConf.to_container(model.config))
     return BertForMaskedLM(config)
 
 
-def plain_arguments(cfg: DictConfig, output_dir: Path, learning_rate: float,
-                    max_steps: int) -> TrainingArguments:
-    plain = cfg.bench.plain
-    precision = resolve_mixed_precision(cfg.mixed_precision)  # the same as the bertkit way's
+def plain_arguments(plain: DictConfig, mixed_precision: str, seed: int, output_dir: Path,
+                    learning_rate: float, max_steps: int) -> TrainingArguments:
+    """plain: bench.plain; mixed_precision: the run's (resolved the same as the bertkit
+    way's)."""
+    precision = resolve_mixed_precision(mixed_precision)
     return TrainingArguments(
         output_dir=str(output_dir), learning_rate=learning_rate, max_steps=max_steps,
         per_device_train_batch_size=plain.batch_size, warmup_steps=float(plain.warmup_ratio),
         lr_scheduler_type="linear", weight_decay=plain.weight_decay, optim="adamw_torch",
-        seed=cfg.seed, save_strategy="no", logging_steps=plain.logging_steps, report_to=[],
+        seed=seed, save_strategy="no", logging_steps=plain.logging_steps, report_to=[],
         disable_tqdm=True, dataloader_pin_memory=False, use_cpu=not torch.cuda.is_available(),
         bf16=precision == "bf16", fp16=precision == "fp16",
         include_num_input_tokens_seen="non_padding")
@@ -129,8 +131,9 @@ def steps_in_budget(cfg: DictConfig, blocks, tokenizer, collator, seconds: float
     """(steps that fit the budget, seconds per step): bench.plain.timing_steps steps of a
     throwaway model, after one untimed step, on a training clock like the arms'."""
     timing = int(cfg.bench.plain.timing_steps)
-    model = plain_model(cfg, tokenizer, cfg.seed)
-    args = plain_arguments(cfg, work_dir / "timing", 1e-4, timing + 1)
+    model = plain_model(cfg.bench.plain, cfg.model, tokenizer, cfg.seed)
+    args = plain_arguments(cfg.bench.plain, cfg.mixed_precision, cfg.seed, work_dir / "timing",
+                           1e-4, timing + 1)
     trainer = Trainer(model=model, args=args, train_dataset=blocks, data_collator=collator)
     clock = training_run.training_clock()
     marks: list[float] = []
@@ -175,16 +178,18 @@ def plot_curves(arms: dict[str, list[dict]], path: Path, title: str) -> Path:
     return save_figure_atomic(fig, path)
 
 
-def check_bench(cfg: DictConfig) -> None:
-    if OmegaConf.select(cfg, "budget.minutes") is None:
+def check_bench(budget_minutes: float | None, objective: DictConfig, bench: DictConfig,
+                heldout: DictConfig) -> None:
+    """budget_minutes: budget.minutes (None: unset)."""
+    if budget_minutes is None:
         raise BertkitError("bench_pretrain_quality compares two ways at one time budget: set "
                            "budget.minutes")
-    if objective_of(cfg.objective).sentence_task is not None:
+    if objective_of(objective).sentence_task is not None:
         raise BertkitError("bench_pretrain_quality compares masked LM alone (run_mlm.py has "
                            "no NSP): use objective=mlm")
-    if not cfg.bench.plain.learning_rates:
+    if not bench.plain.learning_rates:
         raise BertkitError("bench.plain.learning_rates: give at least one learning rate")
-    if not float(cfg.heldout.fraction) > 0:
+    if not float(heldout.fraction) > 0:
         raise BertkitError("bench_pretrain_quality scores both ways on the held-out set: "
                            "heldout.fraction must be positive")
 
@@ -246,8 +251,10 @@ def arm_order(bench: DictConfig) -> list[tuple[str, float | None]]:
 def _plain_arm(cfg: DictConfig, tokenizer, collator, heldout, blocks, learning_rate: float,
                steps: int, work_dir: Path) -> dict:
     budget_seconds = float(cfg.budget.minutes) * 60
-    model = plain_model(cfg, tokenizer, cfg.seed)
-    trainer = Trainer(model=model, args=plain_arguments(cfg, work_dir, learning_rate, steps),
+    model = plain_model(cfg.bench.plain, cfg.model, tokenizer, cfg.seed)
+    trainer = Trainer(model=model, args=plain_arguments(cfg.bench.plain, cfg.mixed_precision,
+                                                        cfg.seed, work_dir, learning_rate,
+                                                        steps),
                       train_dataset=blocks, data_collator=collator)
     # Measurement only: the clock (evaluations paused out of it), the held-out evaluation at
     # the bertkit way's interval, and a stop should the timed step estimate fall short.
@@ -321,7 +328,7 @@ def _read_result(path: Path) -> dict:
 
 def benchmark_pretrain_quality(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     run_dir = Path(run_dir or hydra_run_dir())
-    check_bench(cfg)
+    check_bench(OmegaConf.select(cfg, "budget.minutes"), cfg.objective, cfg.bench, cfg.heldout)
     path = run_dir / RESULT_FILE
     result = _read_result(path)
     result["settings"] = {"budget_minutes": float(cfg.budget.minutes),
@@ -332,8 +339,9 @@ def benchmark_pretrain_quality(cfg: DictConfig, run_dir: Path | None = None) -> 
     budget_seconds = float(cfg.budget.minutes) * 60
     # The plain way's data: the same split and vocabulary as the bertkit way's run.
     train_docs, heldout_docs = split_corpus(cfg)
-    tokenizer = pretraining_tokenizer(cfg, train_docs)
-    heldout = build_heldout(cfg, tokenizer, heldout_docs)
+    tokenizer = pretraining_tokenizer(cfg.tokenizer_training, cfg.model, cfg.corpus,
+                                      cfg.cache_dir, train_docs)
+    heldout = build_heldout(cfg.heldout, cfg.pretraining, cfg.objective, tokenizer, heldout_docs)
     result["settings"]["heldout_fingerprint"] = heldout_fingerprint(heldout.mlm)
     blocks = grouped_blocks(train_docs, tokenizer, cfg.pretraining.max_seq_length,
                             cfg.preprocessing_num_workers)

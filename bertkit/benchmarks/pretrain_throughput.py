@@ -302,11 +302,11 @@ def _way_summary(way: str, runs: list[dict], peak: float | None) -> dict:
     }
 
 
-def _peak(cfg: DictConfig, name: str, precision: str) -> float | None:
-    """The device's peak FLOP/s at this precision (throughput.peak_tflops); none on a CPU."""
+def _peak(table: DictConfig | None, name: str, precision: str) -> float | None:
+    """The device's peak FLOP/s at this precision (table: throughput.peak_tflops); none on a
+    CPU."""
     if name == "cpu":
         return None
-    table = OmegaConf.select(cfg, "throughput.peak_tflops", default=None)
     return peak_flops(name, precision, OmegaConf.to_container(table) if table else {})
 
 
@@ -322,7 +322,7 @@ def benchmark_pretrain_throughput(cfg: DictConfig, run_dir: Path | None = None) 
     remove_if_empty(run_dir / "checkpoints")
 
     name, precision = device_name(), precision_of(probe)
-    peak = _peak(cfg, name, precision)
+    peak = _peak(OmegaConf.select(cfg, "throughput.peak_tflops", default=None), name, precision)
     ways = {way: _way_summary(way, runs[way], peak) for way in WAYS}
     result = _result(cfg, probe, data, ways, runs, schedule)
     result.update(device_name=name, precision=precision, peak_flops=peak)

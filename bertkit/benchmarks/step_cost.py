@@ -150,11 +150,12 @@ BATCHES = {"pretraining": pretraining_batch, "pretraining_packed": packed_pretra
            "glue": glue_batch}
 
 
-def build_batches(cfg: DictConfig, workload: str) -> list[dict[str, torch.Tensor]]:
+def build_batches(bench: DictConfig, seed: int,
+                  workload: str) -> list[dict[str, torch.Tensor]]:
     """The workload's distinct batches (seeded), as int64 tensors on the host."""
-    settings = cfg.bench[workload]
-    rng = np.random.default_rng(int(cfg.seed))
-    vocab_size = int(cfg.bench.model.vocab_size)
+    settings = bench[workload]
+    rng = np.random.default_rng(int(seed))
+    vocab_size = int(bench.model.vocab_size)
     return [{name: value if isinstance(value, int)  # a packed batch's phase length
              else torch.from_numpy(np.ascontiguousarray(value, dtype=np.int64))
              for name, value in BATCHES[workload](settings, vocab_size, rng).items()}
@@ -197,12 +198,12 @@ class FeedBatches:
 
 
 # -- the model and the arguments ------------------------------------------------------------------
-def initial_model(cfg: DictConfig, workload: str) -> torch.nn.Module:
+def initial_model(bench: DictConfig, seed: int, workload: str) -> torch.nn.Module:
     """The workload's model from the seeded init (every run trains a deep copy of it)."""
-    options = OmegaConf.to_container(cfg.bench.model, resolve=True)
-    set_seed(int(cfg.seed))
+    options = OmegaConf.to_container(bench.model, resolve=True)
+    set_seed(int(seed))
     if workload == "glue":
-        config = BertConfig(pad_token_id=PAD_ID, num_labels=int(cfg.bench.glue.num_labels),
+        config = BertConfig(pad_token_id=PAD_ID, num_labels=int(bench.glue.num_labels),
                             **options)
         return BertForSequenceClassification(config)
     model = MaskedOnlyBertForPreTraining(BertConfig(pad_token_id=PAD_ID, **options))
@@ -325,8 +326,7 @@ def _syncs(cfg: DictConfig, way: str, workload: str, initial, batches, steps: in
 
 
 # -- the job ----------------------------------------------------------------------------------
-def _check(cfg: DictConfig) -> tuple[Schedule, list[str]]:
-    bench = cfg.bench
+def _check(bench: DictConfig, trainer: DictConfig) -> tuple[Schedule, list[str]]:
     schedule = Schedule.read(bench)
     if int(bench.sync_steps) < 2:
         raise BertkitError(f"bench.sync_steps={bench.sync_steps}: at least 2 (the last step "
@@ -354,14 +354,14 @@ def _check(cfg: DictConfig) -> tuple[Schedule, list[str]]:
                                f"{key}.seq_length to at most {positions}")
         if pretraining and int(settings.mlm_used) > int(settings.mlm_slots):
             raise BertkitError(f"{key}: mlm_used must be at most mlm_slots")
-    one_batch_a_step(cfg.trainer, "as the bare loop runs")
+    one_batch_a_step(trainer, "as the bare loop runs")
     return schedule, workloads
 
 
 def _workload(cfg: DictConfig, workload: str, schedule: Schedule, run_dir: Path) -> dict:
     bench = cfg.bench
-    batches = build_batches(cfg, workload)
-    initial = initial_model(cfg, workload)
+    batches = build_batches(bench, cfg.seed, workload)
+    initial = initial_model(bench, cfg.seed, workload)
 
     def run(way: str, steps: int, timed: bool) -> float:
         seconds = _run(cfg, way, workload, initial, batches, steps, run_dir)
@@ -396,7 +396,7 @@ def _workload(cfg: DictConfig, workload: str, schedule: Schedule, run_dir: Path)
 
 def benchmark_step_cost(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     run_dir = Path(run_dir or hydra_run_dir())
-    schedule, workloads = _check(cfg)
+    schedule, workloads = _check(cfg.bench, cfg.trainer)
     probe = _arguments(cfg, workloads[0], schedule.steps, run_dir)
     one_process(cfg.bench, probe, "it times one process's steps")
     results = {workload: _workload(cfg, workload, schedule, run_dir) for workload in workloads}

@@ -24,7 +24,7 @@ RESULT_FILE = "sweep_bench.json"  # written last (bertkit.jobs.JOBS names it)
 WAYS = ("sequential", "parallel")
 
 
-def _job_overrides(cfg: DictConfig) -> list[str]:
+def _job_overrides(bench_sweep: DictConfig, cache_dir: str) -> list[str]:
     """This job's command line as a finetune's: recipe=glue, its task and model, and the
     user's other overrides (data directory, ...) without the benchmark's own keys."""
     choices = HydraConfig.get().runtime.choices
@@ -33,7 +33,7 @@ def _job_overrides(cfg: DictConfig) -> list[str]:
     # overwrite=true: the finetunes' directories are this benchmark's own, which a relaunch
     # of an unfinished benchmark measures again.
     return ["recipe=glue", f"task={choices['task']}", f"model={choices['model']}",
-            *passed, *cfg.bench_sweep.job, f"cache_dir={cfg.cache_dir}", "overwrite=true"]
+            *passed, *bench_sweep.job, f"cache_dir={cache_dir}", "overwrite=true"]
 
 
 def launch(overrides: list[str], log: Path, job: str = "bench_sweep") -> float:
@@ -56,7 +56,7 @@ def _scores(sweep_dir: Path) -> dict[str, float]:
 def benchmark_sweep_launchers(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     run_dir = Path(run_dir or HydraConfig.get().runtime.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    job = _job_overrides(cfg)
+    job = _job_overrides(cfg.bench_sweep, cfg.cache_dir)
     seeds = ",".join(str(seed) for seed in cfg.bench_sweep.seeds)
     launch([*job, "trainer.max_steps=1", f"hydra.run.dir={run_dir / 'warmup'}"],
             run_dir / "warmup.log")

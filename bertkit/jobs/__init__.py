@@ -94,13 +94,14 @@ def check_finished_run(cfg: DictConfig, run_dir: Path) -> None:
                        f"{', '.join(ways[:-1])}, or {ways[-1]}")
 
 
-def check_task_family(cfg: DictConfig) -> None:
-    """recipe=glue with task=squad_v1 would train SQuAD with GLUE's settings: refused."""
-    wanted = OmegaConf.select(cfg, "recipe.task_family")
-    family = OmegaConf.select(cfg, "task.family")
+def check_task_family(recipe: DictConfig | None, task: DictConfig | None) -> None:
+    """recipe=glue with task=squad_v1 would train SQuAD with GLUE's settings: refused (the
+    recipe and task nodes; None where the config has none, as a pretraining config's task)."""
+    wanted = None if recipe is None else OmegaConf.select(recipe, "task_family")
+    family = None if task is None else OmegaConf.select(task, "family")
     if wanted is not None and family != wanted:
         raise BertkitError(
-            f"task={cfg.task.name} is a {family} task, but recipe={cfg.recipe.name} runs "
+            f"task={task.name} is a {family} task, but recipe={recipe.name} runs "
             f"{wanted} tasks: pick a task of conf/task/ with family {wanted}, or "
             f"recipe={family}")
 
@@ -110,13 +111,14 @@ def run_job(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     job = cfg.recipe.job
     if job not in JOBS:
         raise BertkitError(f"recipe.job={job!r}: expected {', '.join(JOBS)}")
-    check_task_family(cfg)  # first: another family's task leaves the recipe's ${task.*} unset
+    # first: another family's task leaves the recipe's ${task.*} unset
+    check_task_family(OmegaConf.select(cfg, "recipe"), OmegaConf.select(cfg, "task"))
     check_ranges(cfg)  # the schema'd groups (bertkit.config_schema): types were checked already
     # Before anything is read or written (the two checks above only read the settings).
     check_finished_run(cfg, Path(run_dir or hydra_run_dir()))
     check_local_files(cfg.model, fetched_only=True)  # model=minilm_l6: make minilm
     apply_progress_bars(cfg)  # decided once for the job: bars on a terminal only (auto)
-    if job == "finetune" and is_two_stage(cfg):
+    if job == "finetune" and is_two_stage(cfg.finetuning):
         return finetune_two_stage(cfg, run_dir or hydra_run_dir())
     if job == "finetune":
         return finetune(cfg, task_family(cfg.task.family), run_dir)

@@ -33,8 +33,9 @@ from bertkit.training.models import from_pretrained
 INTERMEDIATE = "intermediate"
 
 
-def is_two_stage(cfg: DictConfig) -> bool:
-    return OmegaConf.select(cfg, "finetuning.intermediate.task") is not None
+def is_two_stage(finetuning: DictConfig) -> bool:
+    """finetuning.intermediate.task is set."""
+    return OmegaConf.select(finetuning, "intermediate.task") is not None
 
 
 def stage_configs(cfg: DictConfig, run_dir: Path) -> tuple[DictConfig, DictConfig]:
@@ -43,7 +44,8 @@ def stage_configs(cfg: DictConfig, run_dir: Path) -> tuple[DictConfig, DictConfi
     name = str(settings.task)
     try:
         # debug=smoke: the first task's examples cut as the run's (task.max_*_samples)
-        defaults = compose_config([f"task={name}", *debug_overrides(cfg)])
+        defaults = compose_config([f"task={name}",
+                                   *debug_overrides(OmegaConf.select(cfg, "debug.preset"))])
     except Exception as err:  # Hydra's MissingConfigException and friends
         raise BertkitError(f"finetuning.intermediate.task={name}: not a task of conf/task/ "
                            f"({str(err).splitlines()[0]})") from None

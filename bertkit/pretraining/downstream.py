@@ -29,7 +29,8 @@ def downstream_configs(cfg: DictConfig, model_dir: Path) -> dict[str, DictConfig
             configs[task] = compose_config([
                 "recipe=glue", f"task={task}", f"model.name_or_path={model_dir}",
                 f"seed={cfg.seed}", f"logger={logger}",
-                f"cache_dir={cfg.cache_dir}", *debug_overrides(cfg), *shared,
+                f"cache_dir={cfg.cache_dir}",
+                *debug_overrides(OmegaConf.select(cfg, "debug.preset")), *shared,
                 *[str(o) for o in overrides or []]])
         except Exception as err:  # Hydra's composition errors: name the key they came from
             raise BertkitError(f"downstream.tasks.{task}: {err}") from None
@@ -44,7 +45,8 @@ def check_downstream(cfg: DictConfig) -> None:
         return
     for task, task_cfg in downstream_configs(cfg, Path("pretrained-model")).items():
         at = f"downstream.tasks.{task}'s"
-        segment = task_family(task_cfg.task.family).second_segment(task_cfg)
+        segment = task_family(task_cfg.task.family).second_segment(task_cfg.task,
+                                                                    task_cfg.data_source)
         check_model_settings(cfg.model, {f"{at} task.max_seq_length":
                                          task_cfg.task.max_seq_length},
                              f"{at} {segment}" if segment else None, None)

@@ -12,7 +12,8 @@ Usable outside the pretraining job (a benchmark's plain BertForMaskedLM):
 
     train_docs, heldout_docs = split_documents(documents, cfg.heldout.fraction,
                                                cfg.heldout.min_documents)
-    heldout = build_heldout(cfg, tokenizer, heldout_docs)
+    heldout = build_heldout(cfg.heldout, cfg.pretraining, cfg.objective, tokenizer,
+                            heldout_docs)
     scores = score_heldout(model, heldout.mlm, heldout_collator(tokenizer),
                            cfg.heldout.batch_size)
 """
@@ -197,23 +198,24 @@ def _masked(instances: datasets.Dataset, max_sequences: int, vocab: Vocabulary, 
     return masked.remove_columns("length")
 
 
-def build_heldout(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase,
+def build_heldout(heldout: DictConfig, pretraining: DictConfig, objective_cfg: DictConfig,
+                  tokenizer: PreTrainedTokenizerBase,
                   heldout_docs: datasets.Dataset) -> HeldoutSet:
     """The held-out sets from split_documents' held-out documents. They depend on the
     documents, the tokenizer, pretraining.max_seq_length (and short_seq_prob for pairs),
     objective.sentence_task and heldout.* only: not on the arm's masking, seed or process
     count (packing and masking run in one process, each row seeded by heldout.seed). A
-    sentence task is scored on the objective's own instances of the held-out documents."""
-    heldout = heldout_settings(cfg)
+    sentence task is scored on the objective's own instances of the held-out documents.
+    heldout: the heldout node (heldout_settings'), pretraining and objective_cfg: those nodes."""
     rule, vocab = heldout_rule(heldout), Vocabulary.from_tokenizer(tokenizer)
-    length = cfg.pretraining.max_seq_length
+    length = pretraining.max_seq_length
     tokenized = tokenize_documents(heldout_docs, tokenizer)
     packed = packed_sequences_dataset(tokenized, tokenizer, max_seq_length=length)
     if len(packed) == 0:
         raise BertkitError(f"heldout: the {len(heldout_docs)} held-out documents hold no "
                            f"sentence to score; raise heldout.fraction or set it to 0")
     mlm = _masked(packed, heldout.max_sequences, vocab, rule, heldout.seed)
-    objective = objective_of(cfg.objective)
+    objective = objective_of(objective_cfg)
     sentence_task = objective.sentence_task
     pairs = None
     if sentence_task is not None and len(heldout_docs) < objective.documents_needed:
@@ -225,7 +227,7 @@ def build_heldout(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase,
     if sentence_task is not None:  # scored on the objective's own instances, held out
         instances = objective.instances(
             tokenized, tokenizer, max_seq_length=length,
-            short_seq_prob=cfg.pretraining.short_seq_prob, seed=heldout.seed, copies=1)
+            short_seq_prob=pretraining.short_seq_prob, seed=heldout.seed, copies=1)
         if len(instances) == 0:
             raise BertkitError(f"heldout: the {len(heldout_docs)} held-out documents give no "
                                f"{sentence_task.upper()} pair; raise heldout.fraction")

@@ -113,12 +113,14 @@ def check_pretraining_config(cfg: DictConfig) -> None:
                                "corpus.hub.streaming=false")
 
 
-def pretraining_hyperparameters(cfg: DictConfig, args: TrainingArguments, model) -> dict:
+def pretraining_hyperparameters(pretraining: DictConfig, masking: DictConfig,
+                                objective: DictConfig, corpus: DictConfig,
+                                args: TrainingArguments, model) -> dict:
     """The paper's names plus what defines a pretraining run, for W&B and metrics.json."""
-    masking, long_phase = cfg.masking, cfg.pretraining.long_phase
+    long_phase = pretraining.long_phase
     return {
-        **paper_hyperparameters(args, model, cfg.pretraining.max_seq_length),
-        "objective": cfg.objective.name,
+        **paper_hyperparameters(args, model, pretraining.max_seq_length),
+        "objective": objective.name,
         "masking": masking.kind,
         "dupe_factor": masking.dupe_factor if masking.kind == "static" else None,
         "mlm_probability": masking.mlm_probability,
@@ -127,12 +129,12 @@ def pretraining_hyperparameters(cfg: DictConfig, args: TrainingArguments, model)
         "max_predictions_per_seq": masking.max_predictions_per_seq,
         "masking_unit": masking.unit,
         "masking_convention": masking.convention,
-        "short_seq_prob": cfg.pretraining.short_seq_prob,
+        "short_seq_prob": pretraining.short_seq_prob,
         "long_phase_fraction": long_phase.fraction,
         "long_phase_max_seq_length": long_phase.max_seq_length if long_phase.fraction else None,
-        "corpus": cfg.corpus.name,
+        "corpus": corpus.name,
         "vocab_size": model.vocab_rows,  # as saved: without the padding rows
-        "pad_vocab_to_multiple_of": cfg.pretraining.pad_vocab_to_multiple_of,
+        "pad_vocab_to_multiple_of": pretraining.pad_vocab_to_multiple_of,
     }
 
 
@@ -176,7 +178,7 @@ def pretrain(cfg: DictConfig, run_dir: Path | None = None) -> dict:
                   **corpus_input_fingerprints(cfg.corpus, cfg.cache_dir)}
     trainer, hyperparameters = build_pretraining_trainer(cfg, setup.args, data)
     run = train_run(cfg, setup, trainer, hyperparameters,
-                    heldout_callbacks(cfg, trainer, data, setup.clock))
+                    heldout_callbacks(heldout_settings(cfg), trainer, data, setup.clock))
     with saving_model(setup.run_dir / "model", run.main):
         trainer.save_model(str(setup.run_dir / "model"))
     outcome = _outcome(cfg, trainer, data, run, setup.run_dir, inputs)
@@ -198,15 +200,16 @@ def build_pretraining_trainer(cfg: DictConfig, args: TrainingArguments,
         data_collator=data.collator, processing_class=data.tokenizer,
         phases=data.phases, sentence_task=objective_of(cfg.objective).sentence_task,
         group_by_length=data.group_by_length, packing=data.packing)
-    return trainer, pretraining_hyperparameters(cfg, args, model)
+    return trainer, pretraining_hyperparameters(cfg.pretraining, cfg.masking, cfg.objective,
+                                                cfg.corpus, args, model)
 
 
-def heldout_callbacks(cfg: DictConfig, trainer, data: PretrainingData,
+def heldout_callbacks(settings: DictConfig, trainer, data: PretrainingData,
                       clock: TrainingClock) -> list:
-    """The held-out evaluation, on the run's training clock (paused while it scores)."""
+    """The held-out evaluation, on the run's training clock (paused while it scores);
+    settings: the heldout node (heldout_settings')."""
     if data.heldout is None:
         return []
-    settings = heldout_settings(cfg)
     return [HeldoutEvaluation(trainer, data.heldout, clock, batch_size=settings.batch_size,
                               every_seconds=settings.every_seconds,
                               every_steps=settings.every_steps)]
@@ -234,7 +237,8 @@ def _outcome(cfg: DictConfig, trainer, data: PretrainingData, run: TrainingRun,
                 {"max_seq_length": length, "instances": len(phase.lengths),
                  "mean_length": float(np.mean(phase.lengths)) if len(phase.lengths) else 0.0,
                  "samples": phase.num_samples}
-                for (length, _, _), phase in zip(phase_settings(cfg), phases, strict=False)],
+                for (length, _, _), phase in zip(phase_settings(cfg.pretraining, cfg.masking),
+                                                 phases, strict=False)],
             "preprocessing_seconds": round(data.seconds, 2),
         },
         "hyperparameters": run.hyperparameters,

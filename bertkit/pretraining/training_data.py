@@ -87,7 +87,8 @@ def prepare_pretraining_data(cfg: DictConfig, args: TrainingArguments) -> Pretra
     # Held-out documents never reach the vocabulary nor the training data.
     documents, heldout_docs = split_corpus(cfg)
     with stage(cfg, VOCABULARY) as made:
-        tokenizer = pretraining_tokenizer(cfg, documents)
+        tokenizer = pretraining_tokenizer(cfg.tokenizer_training, cfg.model, cfg.corpus,
+                                          cfg.cache_dir, documents)
         made.count, made.unit = len(tokenizer), "tokens" + (
             "" if cfg.tokenizer_training.enabled else f" ({cfg.model.tokenizer}, as given)")
     train_dataset, phases, collator, packing = build_training_data(cfg, documents, tokenizer,
@@ -95,7 +96,8 @@ def prepare_pretraining_data(cfg: DictConfig, args: TrainingArguments) -> Pretra
     heldout = None
     if heldout_docs is not None:
         with stage(cfg, HELDOUT_SET) as made:
-            heldout = build_heldout(cfg, tokenizer, heldout_docs)
+            heldout = build_heldout(heldout_settings(cfg), cfg.pretraining, cfg.objective,
+                                    tokenizer, heldout_docs)
             made.count = len(heldout.mlm) + (0 if heldout.pairs is None else len(heldout.pairs))
             made.unit = "sequences"
     train_documents = len(documents) if isinstance(documents, datasets.Dataset) else None
@@ -115,20 +117,19 @@ def _corpus_fingerprint(corpus: DictConfig, documents) -> str:
     return hashlib.sha256(OmegaConf.to_yaml(corpus, resolve=True).encode()).hexdigest()[:16]
 
 
-def pretraining_documents(cfg: DictConfig):
+def pretraining_documents(corpus: DictConfig, cache_dir: str, num_proc: int | None):
     """The corpus's documents (the demo corpus generated first if it is the one).
 
     Every later step (tokenised documents, instances, static-mask copies, held-out sets) is a
     datasets.map cached beside the corpus's Arrow file, and datasets reads a cached file it
     finds without checking it: the caches are checked first and a cut one is deleted, to be
-    rebuilt (bertkit.data.readback)."""
-    synthetic = OmegaConf.select(cfg.corpus, "synthetic")
+    rebuilt (bertkit.data.readback). num_proc: preprocessing_num_workers."""
+    synthetic = OmegaConf.select(corpus, "synthetic")
     if synthetic is not None:
-        ensure_demo_corpus(Path(cfg.corpus.files[0]), OmegaConf.to_container(synthetic))
-    discard_damaged_arrow_cache(Path(cfg.cache_dir) / "corpus")
-    documents = corpus_documents(cfg.corpus, cfg.cache_dir,
-                                 num_proc=cfg.preprocessing_num_workers)
-    if cfg.corpus.source != "local" and isinstance(documents, datasets.Dataset):
+        ensure_demo_corpus(Path(corpus.files[0]), OmegaConf.to_container(synthetic))
+    discard_damaged_arrow_cache(Path(cache_dir) / "corpus")
+    documents = corpus_documents(corpus, cache_dir, num_proc=num_proc)
+    if corpus.source != "local" and isinstance(documents, datasets.Dataset):
         for directory in {Path(f["filename"]).parent for f in documents.cache_files}:
             discard_damaged_arrow_cache(directory, maps_only=True)
     return documents
@@ -148,7 +149,8 @@ def split_corpus(cfg: DictConfig):
     """(training documents, held-out documents or None): the corpus split by heldout.fraction,
     as every pretraining run (and a benchmark scoring another model alike) splits it."""
     with stage(cfg, READING) as made:
-        documents = pretraining_documents(cfg)
+        documents = pretraining_documents(cfg.corpus, cfg.cache_dir,
+                                          cfg.preprocessing_num_workers)
         made.count, made.unit = _size(documents), "documents"
     heldout = heldout_settings(cfg)
     if isinstance(documents, datasets.Dataset):  # a stream's size is not known ahead
@@ -163,14 +165,15 @@ def split_corpus(cfg: DictConfig):
     return train, held
 
 
-def pretraining_tokenizer(cfg: DictConfig, documents) -> PreTrainedTokenizerBase:
-    """The configured WordPiece vocabulary, or one trained on this corpus (and cached)."""
-    training = cfg.tokenizer_training
+def pretraining_tokenizer(training: DictConfig, model: DictConfig, corpus: DictConfig,
+                          cache_dir: str, documents) -> PreTrainedTokenizerBase:
+    """The configured WordPiece vocabulary (model.tokenizer), or one trained on this corpus (and
+    cached) by the tokenizer_training node (`training`)."""
     if not training.enabled:
-        return load_tokenizer(cfg.model, job="pretraining")
+        return load_tokenizer(model, job="pretraining")
     settings = {"vocab_size": training.vocab_size, "min_frequency": training.min_frequency,
                 "lowercase": training.lowercase}
-    directory = trained_tokenizer_dir(cfg.cache_dir, _corpus_fingerprint(cfg.corpus, documents),
+    directory = trained_tokenizer_dir(cache_dir, _corpus_fingerprint(corpus, documents),
                                       **settings)
 
     def sentences():
@@ -181,10 +184,10 @@ def pretraining_tokenizer(cfg: DictConfig, documents) -> PreTrainedTokenizerBase
     return ensure_trained_tokenizer(sentences, directory, **settings)
 
 
-def phase_settings(cfg: DictConfig) -> list[tuple[int, int, float]]:
+def phase_settings(pretraining: DictConfig, masking: DictConfig) -> list[tuple[int, int, float]]:
     """(max_seq_length, max_predictions_per_seq, share of steps) per phase."""
-    long_phase = cfg.pretraining.long_phase
-    phases = [(cfg.pretraining.max_seq_length, cfg.masking.max_predictions_per_seq,
+    long_phase = pretraining.long_phase
+    phases = [(pretraining.max_seq_length, masking.max_predictions_per_seq,
                1.0 - long_phase.fraction)]
     if long_phase.fraction > 0:
         phases.append((long_phase.max_seq_length, long_phase.max_predictions_per_seq,
@@ -203,7 +206,7 @@ def build_training_data(cfg: DictConfig, documents, tokenizer: PreTrainedTokeniz
     padding-free batches' plan or None)."""
     num_proc = cfg.preprocessing_num_workers
     pad_to = cfg.pad_to_multiple_of if (args.bf16 or args.fp16) else None
-    settings = phase_settings(cfg)
+    settings = phase_settings(cfg.pretraining, cfg.masking)
     static = cfg.masking.kind == "static"
     # Batches at their phase's length where static shapes pay (bertkit.training.run).
     widths = static_shapes_pay(cfg)
@@ -256,7 +259,7 @@ def _phase_instances(cfg: DictConfig, tokenized: datasets.Dataset,
                      static: bool) -> tuple[list[datasets.Dataset], list[Phase]]:
     """Each phase's instances (masked when static) and its Phase for the sampler."""
     num_proc = cfg.preprocessing_num_workers
-    settings = phase_settings(cfg)
+    settings = phase_settings(cfg.pretraining, cfg.masking)
     vocab = Vocabulary.from_tokenizer(tokenizer)
     objective = objective_of(cfg.objective)
     # Pairs: each duplicate cuts the documents anew (as Google's dupe_factor does); packed

@@ -31,49 +31,55 @@ class Evaluation:
 
 class TaskFamily:
     """One task family's steps. `name` is task.family; `preparing` says what reading and
-    featurizing do (the log line of main_process_first)."""
+    featurizing do (the log line of main_process_first).
+
+    Each step gets the settings it reads, not the whole config: the `task` node first, then
+    the `model` node, data_source or the preprocessing keys where it reads them."""
 
     name: str
     preparing = "reading and tokenizing the data"
 
-    def check(self, cfg: DictConfig) -> None:
+    def check(self, task: DictConfig, model: DictConfig) -> None:
         """Settings errors, before any data is read."""
 
-    def second_segment(self, cfg: DictConfig) -> str | None:
+    def second_segment(self, task: DictConfig, data_source: str) -> str | None:
         """The setting that makes this task feed the model a second segment (token type 1:
         a sentence pair, a question and its passage), as `key=value` for messages; None when
         every input is one segment. check_model_settings holds model's token types to it."""
         return None
 
-    def generate_data(self, cfg: DictConfig) -> None:
+    def generate_data(self, task: DictConfig) -> None:
         """Write generated data sets (the embedded demo) before the tokenizer or the reader
         looks for their files; a no-op for real data."""
 
-    def read(self, cfg: DictConfig) -> TaskSplits:
+    def read(self, task: DictConfig, data_source: str) -> TaskSplits:
         """The raw splits, from local files or the Hub (bertkit.data.sources). Before the
         tokenizer loads, so that a bad data file is reported before a missing tokenizer."""
         raise NotImplementedError
 
-    def featurize(self, cfg: DictConfig, splits: TaskSplits,
-                  tokenizer: PreTrainedTokenizerBase) -> TaskData:
-        """The model's features of every split (cached: bertkit.data.cache)."""
+    def featurize(self, task: DictConfig, splits: TaskSplits,
+                  tokenizer: PreTrainedTokenizerBase, cache_dir: str | None,
+                  num_proc: int | None) -> TaskData:
+        """The model's features of every split (cached under cache_dir: bertkit.data.cache;
+        num_proc: preprocessing_num_workers)."""
         raise NotImplementedError
 
-    def build_model(self, cfg: DictConfig, tokenizer: PreTrainedTokenizerBase,
+    def build_model(self, task: DictConfig, model: DictConfig,
+                    tokenizer: PreTrainedTokenizerBase,
                     data: TaskData) -> PreTrainedModel:
         raise NotImplementedError
 
-    def build_trainer(self, cfg: DictConfig, args: TrainingArguments, model: PreTrainedModel,
+    def build_trainer(self, task: DictConfig, args: TrainingArguments, model: PreTrainedModel,
                       tokenizer: PreTrainedTokenizerBase, data: TaskData,
                       pad_to_multiple_of: int | None) -> Trainer:
         raise NotImplementedError
 
-    def padded_rows(self, cfg: DictConfig) -> PaddedRows:
+    def padded_rows(self, task: DictConfig) -> PaddedRows:
         """How the rows that fill a short batch up to its batch size weigh nothing (static
         shapes: bertkit.training.static_shapes): by default, labels the loss ignores (-100)."""
         return PaddedRows()
 
-    def hyperparameters(self, cfg: DictConfig, model: PreTrainedModel) -> dict:
+    def hyperparameters(self, task: DictConfig, model: PreTrainedModel) -> dict:
         """The family's settings beyond the paper's, for W&B and metrics.json."""
         return {}
 
@@ -81,7 +87,7 @@ class TaskFamily:
         """How much data one epoch is, for metrics.json's train record."""
         return {"examples": len(data.features["train"])}
 
-    def evaluate(self, cfg: DictConfig, trainer: Trainer, data: TaskData, run_dir: Path,
+    def evaluate(self, task: DictConfig, trainer: Trainer, data: TaskData, run_dir: Path,
                  main: bool) -> Evaluation:
         """The final model (the best checkpoint's, with load_best_model_at_end) on the dev and
         labelled test splits; prediction files written by the main process only."""

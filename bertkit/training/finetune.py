@@ -50,35 +50,38 @@ def finetune(cfg: DictConfig, family: TaskFamily, run_dir: Path | None = None,
     the run's context added to its details, e.g. two-stage finetuning's first stage)."""
     check_ranges(cfg)  # each value's type and range first, for callers other than run_job too
     toolbox = Toolbox(cfg.finetuning)  # the rules between finetuning.* keys
-    family.check(cfg)
-    check_model_for_task(cfg, family, tokenizer_size(cfg.model))
+    family.check(cfg.task, cfg.model)
+    check_model_for_task(cfg.task, cfg.model, cfg.data_source, family,
+                         tokenizer_size(cfg.model))
     setup = start_run(cfg, run_dir)
     with setup.args.main_process_first(desc=family.preparing):
-        family.generate_data(cfg)
+        family.generate_data(cfg.task)
         # task.max_*_samples: the first N examples, before any tokenisation (smoke runs)
-        splits = first_examples(family.read(cfg), sample_limits(cfg.task))
+        splits = first_examples(family.read(cfg.task, cfg.data_source), sample_limits(cfg.task))
         tokenizer = load_tokenizer(cfg.model)
         # The local checkpoint and tokenizer by content (hashed once here, remembered in the
         # cache for the other processes and runs), for the report as data_fingerprint below.
         inputs = model_input_fingerprints(cfg.model, tokenizer, cfg.cache_dir)
         # Again with what only loading tells: a Hub checkpoint's config, a generated vocabulary.
-        check_model_for_task(cfg, family, len(tokenizer), local_only=False)
-        data = family.featurize(cfg, splits, tokenizer)
+        check_model_for_task(cfg.task, cfg.model, cfg.data_source, family, len(tokenizer),
+                             local_only=False)
+        data = family.featurize(cfg.task, splits, tokenizer, cfg.cache_dir,
+                                cfg.preprocessing_num_workers)
 
-    model = family.build_model(cfg, tokenizer, data)
+    model = family.build_model(cfg.task, cfg.model, tokenizer, data)
     hyperparameters = {**paper_hyperparameters(setup.args, model, cfg.task.max_seq_length),
-                       **family.hyperparameters(cfg, model), **toolbox.hyperparameters()}
+                       **family.hyperparameters(cfg.task, model), **toolbox.hyperparameters()}
     model = toolbox.apply(model)
     compiling = compile_if_it_pays(cfg, setup.args, len(data.features["train"]))
-    trainer = family.build_trainer(cfg, setup.args, model, tokenizer, data,
+    trainer = family.build_trainer(cfg.task, setup.args, model, tokenizer, data,
                                    setup.pad_to_multiple_of)
     if setup.static_shapes:  # every batch at its full rows: one graph per bucket
-        use_padded_rows(trainer, family.padded_rows(cfg))
+        use_padded_rows(trainer, family.padded_rows(cfg.task))
     toolbox.attach(trainer)
     run = train_run(cfg, setup, trainer, hyperparameters)
 
     toolbox.finish(trainer, setup.run_dir, run.main)  # LoRA: the merged model evaluated
-    evaluation = family.evaluate(cfg, trainer, data, setup.run_dir, run.main)
+    evaluation = family.evaluate(cfg.task, trainer, data, setup.run_dir, run.main)
     with saving_model(setup.run_dir / "model", run.main):
         family.save_model(trainer, setup.run_dir, run.main)
     record = metrics_record(
@@ -125,12 +128,13 @@ def compile_if_it_pays(cfg: DictConfig, args, train_rows: int) -> CompileRecord 
     return CompileRecord()
 
 
-def check_model_for_task(cfg: DictConfig, family: TaskFamily, tokens: int | None,
+def check_model_for_task(task: DictConfig, model: DictConfig, data_source: str,
+                         family: TaskFamily, tokens: int | None,
                          local_only: bool = True) -> None:
     """The model's sizes against the task (bertkit.training.models.check_model_settings):
     its length, whether it feeds a second segment, the tokenizer's `tokens` (None: unknown)."""
-    check_model_settings(cfg.model, {"task.max_seq_length": cfg.task.max_seq_length},
-                         family.second_segment(cfg), tokens, local_only)
+    check_model_settings(model, {"task.max_seq_length": task.max_seq_length},
+                         family.second_segment(task, data_source), tokens, local_only)
 
 
 def main_value(evaluation: Evaluation, main_metric: str) -> float:

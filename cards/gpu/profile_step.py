@@ -33,7 +33,8 @@ steps = int(cfg.bench.steps)
 if recipe == "bench_glue":
     from bertkit.benchmarks import glue_padding as glue
 
-    tokenizer, train, build_model = glue.prepare(cfg)
+    tokenizer, train, build_model = glue.prepare(cfg.task, cfg.model, cfg.data_source,
+                                                 cfg.cache_dir, cfg.preprocessing_num_workers)
     probe = glue.build_training_arguments(cfg, run_dir, [])
     precision = "bf16" if probe.bf16 else "fp16" if probe.fp16 else "fp32"
     trainer, model, _ = glue.build_trainer(

@@ -106,7 +106,8 @@ def test_the_bertkit_way_is_the_users_command_on_the_grid(glue_dir, vocab_dir, t
         cfg = compose_config(overrides)
         cfg = starting_weights(cfg, tmp_path / "bench", load_tokenizer(cfg.model))
         checkpoint = tmp_path / "bench" / "initial_checkpoint"
-        command = _bertkit_command(cfg, tmp_path / "sweep")
+        command = _bertkit_command(cfg.bench_grid, cfg.model, cfg.trainer, cfg.cache_dir,
+                                   tmp_path / "sweep")
 
         assert command[:3] == ["-m", "recipe=glue", "task=mrpc"]
         assert f"task.data_dir={data}" in command and "model.hidden_dropout_prob=0.0" in command

@@ -87,7 +87,7 @@ def test_three_ways_on_both_workloads(tmp_path):
 
 def test_pretraining_batches_fill_the_slots_inside_each_row():
     cfg = compose_config(bench_overrides())
-    batches = build_batches(cfg, "pretraining")
+    batches = build_batches(cfg.bench, cfg.seed, "pretraining")
     assert len(batches) == 2
     for batch in batches:
         assert batch["input_ids"].shape == (BATCH, LENGTH)
@@ -101,12 +101,13 @@ def test_pretraining_batches_fill_the_slots_inside_each_row():
         for row, mask in zip(positions, used, strict=True):
             assert len(set(row[mask].tolist())) == USED  # distinct positions
         assert ((batch["input_ids"] == 0) == (batch["attention_mask"] == 0)).all()
-    assert torch.equal(build_batches(cfg, "pretraining")[1]["input_ids"], batches[1]["input_ids"])
+    assert torch.equal(build_batches(cfg.bench, cfg.seed, "pretraining")[1]["input_ids"],
+                       batches[1]["input_ids"])
 
 
 def test_packed_batches_lay_the_pretraining_lengths_end_to_end():
     cfg = compose_config(bench_overrides())
-    for batch in build_batches(cfg, "pretraining_packed"):
+    for batch in build_batches(cfg.bench, cfg.seed, "pretraining_packed"):
         assert batch["input_ids"].shape == batch["position_ids"].shape == (1, BATCH * LENGTH)
         lengths = batch["sequence_lengths"][batch["sequence_lengths"] > 0]
         total = int(lengths.sum())

@@ -143,7 +143,7 @@ def test_nsp_on_a_small_corpus_is_scored_on_two_heldout_documents(tmp_path, voca
     labels = prepared.heldout.pairs["next_sentence_label"]
     assert 0 < sum(labels) < len(labels)  # both IsNext and NotNext pairs
     with pytest.raises(BertkitError, match="NSP's held-out pairs need 2 held-out documents"):
-        build_heldout(cfg, prepared.tokenizer,
+        build_heldout(cfg.heldout, cfg.pretraining, cfg.objective, prepared.tokenizer,
                       documents_dataset(generated_documents(1)))
 
 
@@ -200,7 +200,8 @@ def test_the_vocabulary_is_trained_without_the_heldout_documents(tmp_path):
 
 def heldout_set(tokenizer, objective: str = "mlm", **extra):
     cfg = config(**{"objective": objective, "heldout.max_sequences": 200, **extra})
-    return cfg, build_heldout(cfg, tokenizer, documents_dataset(generated_documents(300)))
+    return cfg, build_heldout(cfg.heldout, cfg.pretraining, cfg.objective, tokenizer,
+                              documents_dataset(generated_documents(300)))
 
 
 def test_heldout_masks_follow_the_fixed_rule_whatever_the_arm_masks(tokenizer):
@@ -330,7 +331,7 @@ def test_every_arm_is_scored_on_the_same_heldout_positions(tmp_path):
     cfg = compose_config(tiny_run())
     _, heldout_docs = split_corpus(cfg)
     tokenizer = BertTokenizerFast.from_pretrained(str(tmp_path / "static_nsp" / "model"))
-    heldout = build_heldout(cfg, tokenizer, heldout_docs)
+    heldout = build_heldout(cfg.heldout, cfg.pretraining, cfg.objective, tokenizer, heldout_docs)
     assert heldout_fingerprint(heldout.mlm) == first["fingerprint"]
     assert heldout_fingerprint(heldout.pairs) == first["pairs"]["fingerprint"]
     # A constant prediction's accuracy, beside which the NSP accuracy is read.

@@ -71,7 +71,7 @@ def test_the_checkpoint_loads_with_a_new_head_for_every_family(minilm_dir, encod
         "glue": load_sequence_classifier(cfg.model, tokenizer, ["0", "1"]),
         "glue regression": load_sequence_classifier(cfg.model, tokenizer, None),
         "squad": load_question_answerer(cfg.model, tokenizer),
-        "swag": SWAG.build_model(cfg, tokenizer, None),
+        "swag": SWAG.build_model(cfg.task, cfg.model, tokenizer, None),
         "ner": load_tagger(cfg.model, tokenizer, ["O", "B-PER", "I-PER"]),
     }
     for family, model in models.items():

@@ -123,7 +123,7 @@ def write_yaml(path: Path, cfg: DictConfig) -> None:
 
 def record_finetune(run_dir: Path, cfg: DictConfig, value: float) -> None:
     """metrics.json and config.yaml of an RTE finetune, its details as finetune() builds them."""
-    splits = task_family(cfg.task.family).read(cfg)
+    splits = task_family(cfg.task.family).read(cfg.task, cfg.data_source)
     tokenizer = load_tokenizer(cfg.model)
     metrics = glue_metrics("rte", int(cfg.seed), {"validation": {"accuracy": value}})
     metrics.update(result_header(cfg, "glue", int(cfg.seed), value))

@@ -143,20 +143,23 @@ def test_a_task_that_feeds_a_second_segment_needs_two_token_types(
     cfg = family_run(family, {"model.config.type_vocab_size": 1,
                               "cache_dir": tmp_path / "cache"})
     spec = task_family(family)
-    feeds_two = spec.second_segment(cfg) is not None
+    feeds_two = spec.second_segment(cfg.task, cfg.data_source) is not None
     if feeds_two:
         with pytest.raises(BertkitError) as error:
             run_job(cfg, run_dir=tmp_path / "run")
         message = str(error.value)
+        segment = spec.second_segment(cfg.task, cfg.data_source)
         assert message.startswith("model.config.type_vocab_size=1 is below the 2 token types "
-                                  f"of {spec.second_segment(cfg)}") and "\n" not in message
+                                  f"of {segment}") and "\n" not in message
         assert not (tmp_path / "cache").exists() and not (tmp_path / "run").exists()
-    spec.generate_data(cfg)
-    features = spec.featurize(cfg, spec.read(cfg), load_tokenizer(cfg.model)).features["train"]
+    spec.generate_data(cfg.task)
+    features = spec.featurize(cfg.task, spec.read(cfg.task, cfg.data_source),
+                              load_tokenizer(cfg.model), cfg.cache_dir,
+                              cfg.preprocessing_num_workers).features["train"]
     types = max(flat(features["token_type_ids"])) + 1
     assert (types > 1) == feeds_two, (family, types)
     if not feeds_two:  # one segment: a table of one type is enough
-        check_model_for_task(cfg, spec, None)
+        check_model_for_task(cfg.task, cfg.model, cfg.data_source, spec, None)
 
 
 def flat(values) -> list[int]:
@@ -231,8 +234,8 @@ def composes_and_passes(overrides: list[str]) -> None:
         return
     check_ranges(cfg)
     family = task_family(cfg.task.family)
-    family.check(cfg)
-    check_model_for_task(cfg, family, None)
+    family.check(cfg.task, cfg.model)
+    check_model_for_task(cfg.task, cfg.model, cfg.data_source, family, None)
 
 
 @pytest.mark.slow  # 19 compositions a preset

@@ -42,9 +42,9 @@ def _tokenise(monkeypatch, family_name: str, overrides: list[str], tmp_path: Pat
     featurize = type(family).featurize
     seen: dict[str, int] = {}
 
-    def recording(self, cfg, splits, tokenizer):
+    def recording(self, task, splits, tokenizer, cache_dir, num_proc):
         seen.update({split: len(table) for split, table in splits.items()})
-        featurize(self, cfg, splits, tokenizer)
+        featurize(self, task, splits, tokenizer, cache_dir, num_proc)
         raise _Tokenised
 
     monkeypatch.setattr(type(family), "featurize", recording)

@@ -83,7 +83,7 @@ def test_padded_rows_weigh_nothing(name):
     config = BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=1,
                         num_attention_heads=2, intermediate_size=32, **sizes)
     model = head(config).eval()  # no dropout: both batches see the same function
-    padded_rows = task_family(name.split("-")[0]).padded_rows(OmegaConf.create({"task": task}))
+    padded_rows = task_family(name.split("-")[0]).padded_rows(OmegaConf.create(task))
     rows = features(name, ROWS)
 
     plain_loss, plain = loss_and_outputs(model, stack(rows), padded_rows.loss)
@@ -108,7 +108,7 @@ def test_padded_rows_weigh_nothing(name):
 def test_a_full_batch_is_left_as_it_is():
     rows = features("glue", FULL)
     batch = FixedRows(stack, FULL, task_family("glue").padded_rows(
-        OmegaConf.create({"task": {"labels": ["a"]}})))(rows)
+        OmegaConf.create({"labels": ["a"]})))(rows)
     assert REAL_ROWS not in batch and batch["input_ids"].shape[0] == FULL
 
 

@@ -36,51 +36,51 @@ def logits_of(output) -> np.ndarray:
 class GlueFamily(TaskFamily):
     name = "glue"
 
-    def check(self, cfg: DictConfig) -> None:
-        task_metrics(cfg.task)
-        class_names(cfg.task)
-        entries = list(cfg.task.metrics)
+    def check(self, task: DictConfig, model: DictConfig) -> None:
+        task_metrics(task)
+        class_names(task)
+        entries = list(task.metrics)
         if all(isinstance(entry, str) for entry in entries) \
-                and cfg.task.main_metric not in entries:
-            raise BertkitError(f"task.main_metric={cfg.task.main_metric} is not among "
+                and task.main_metric not in entries:
+            raise BertkitError(f"task.main_metric={task.main_metric} is not among "
                                f"task.metrics {entries}")
 
-    def second_segment(self, cfg: DictConfig) -> str | None:
+    def second_segment(self, task: DictConfig, data_source: str) -> str | None:
         """A pair task's second column, where the run reads it (local files or the Hub)."""
-        keys = (("task.columns.text_b", "task.headerless_columns.text_b")
-                if uses_local_files(cfg.task, cfg.data_source) else ("task.hub.columns.text_b",))
+        keys = (("columns.text_b", "headerless_columns.text_b")
+                if uses_local_files(task, data_source) else ("hub.columns.text_b",))
         for key in keys:
-            value = OmegaConf.select(cfg, key)
+            value = OmegaConf.select(task, key)
             if value is not None:
-                return f"{key}={value}"
+                return f"task.{key}={value}"
         return None
 
-    def generate_data(self, cfg: DictConfig) -> None:
+    def generate_data(self, task: DictConfig) -> None:
         """The embedded demo set (task.synthetic), vocab.txt included, before anything reads it."""
-        synthetic = OmegaConf.select(cfg.task, "synthetic")
-        if synthetic is not None and cfg.task.data_dir:
-            ensure_demo_data(cfg.task.data_dir, OmegaConf.to_container(synthetic))
+        synthetic = OmegaConf.select(task, "synthetic")
+        if synthetic is not None and task.data_dir:
+            ensure_demo_data(task.data_dir, OmegaConf.to_container(synthetic))
 
-    def read(self, cfg) -> TaskSplits:
-        return load_glue_splits(cfg.task, cfg.data_source)
+    def read(self, task, data_source) -> TaskSplits:
+        return load_glue_splits(task, data_source)
 
-    def featurize(self, cfg, splits, tokenizer) -> TaskData:
-        features = tokenize_splits(splits, tokenizer, max_seq_length=cfg.task.max_seq_length,
-                                   cache_dir=cfg.cache_dir, num_proc=cfg.preprocessing_num_workers)
+    def featurize(self, task, splits, tokenizer, cache_dir, num_proc) -> TaskData:
+        features = tokenize_splits(splits, tokenizer, max_seq_length=task.max_seq_length,
+                                   cache_dir=cache_dir, num_proc=num_proc)
         return TaskData(splits, features)
 
-    def build_model(self, cfg, tokenizer, data):
-        return load_sequence_classifier(cfg.model, tokenizer, class_names(cfg.task))
+    def build_model(self, task, model, tokenizer, data):
+        return load_sequence_classifier(model, tokenizer, class_names(task))
 
-    def padded_rows(self, cfg) -> PaddedRows:
+    def padded_rows(self, task) -> PaddedRows:
         """Regression (STS-B): NaN labels, and the head's MSE over the others."""
-        if cfg.task.labels is None:
+        if task.labels is None:
             return PaddedRows({"labels": float("nan")}, loss=nan_ignoring_mse)
         return PaddedRows()
 
-    def build_trainer(self, cfg, args, model, tokenizer, data, pad_to_multiple_of):
-        metrics = task_metrics(cfg.task)
-        regression = cfg.task.labels is None
+    def build_trainer(self, task, args, model, tokenizer, data, pad_to_multiple_of):
+        metrics = task_metrics(task)
+        regression = task.labels is None
 
         def metrics_of(prediction: EvalPrediction) -> dict:
             return metrics(predictions_from_logits(logits_of(prediction), regression),
@@ -95,8 +95,8 @@ class GlueFamily(TaskFamily):
                                                   pad_to_multiple_of=pad_to_multiple_of),
             compute_metrics=metrics_of)
 
-    def evaluate(self, cfg, trainer, data, run_dir: Path, main: bool) -> Evaluation:
-        task, labels = cfg.task, file_labels(cfg.task)
+    def evaluate(self, task, trainer, data, run_dir: Path, main: bool) -> Evaluation:
+        labels = file_labels(task)
         regression, metrics = labels is None, task_metrics(task)
         evaluation = Evaluation(validation={})
         for split, table in data.features.items():

@@ -59,36 +59,35 @@ class NerFamily(TaskFamily):
     name = "ner"
     preparing = "reading the data and building features"
 
-    def check(self, cfg) -> None:
-        _check_task(cfg.task, cfg.model)
+    def check(self, task, model) -> None:
+        _check_task(task, model)
 
-    def read(self, cfg) -> TaskSplits:
-        return load_ner_splits(cfg.task, cfg.data_source)
+    def read(self, task, data_source) -> TaskSplits:
+        return load_ner_splits(task, data_source)
 
-    def featurize(self, cfg, splits, tokenizer) -> TaskData:
-        task = cfg.task
+    def featurize(self, task, splits, tokenizer, cache_dir, num_proc) -> TaskData:
         features, counts = feature_splits(
             splits, tokenizer, labels=_labels(task), max_seq_length=task.max_seq_length,
             label_all_subtokens=bool(task.label_all_subtokens),
-            document_context=bool(task.document_context), cache_dir=cfg.cache_dir,
-            num_proc=cfg.preprocessing_num_workers)
+            document_context=bool(task.document_context), cache_dir=cache_dir,
+            num_proc=num_proc)
         return TaskData(splits, features, {"data": {
             split: {**counts[split], **splits.facts[split]} for split in splits}})
 
-    def build_model(self, cfg, tokenizer, data):
-        return load_tagger(cfg.model, tokenizer, _labels(cfg.task))
+    def build_model(self, task, model, tokenizer, data):
+        return load_tagger(model, tokenizer, _labels(task))
 
-    def build_trainer(self, cfg, args, model, tokenizer, data, pad_to_multiple_of):
+    def build_trainer(self, task, args, model, tokenizer, data, pad_to_multiple_of):
         return BertkitTrainer(
             model=model, args=args,
             train_dataset=data.features["train"].remove_columns(list(DECODING_COLUMNS)),
             eval_dataset=data.features["validation"], processing_class=tokenizer,
             data_collator=DataCollatorForTokenClassification(
                 tokenizer, pad_to_multiple_of=pad_to_multiple_of),
-            preprocess_logits_for_metrics=argmax_tags, scorer=EntityScorer(_labels(cfg.task)))
+            preprocess_logits_for_metrics=argmax_tags, scorer=EntityScorer(_labels(task)))
 
-    def hyperparameters(self, cfg, model) -> dict:
-        task, feature_based = cfg.task, isinstance(model, FeatureBasedTagger)
+    def hyperparameters(self, task, model) -> dict:
+        feature_based = isinstance(model, FeatureBasedTagger)
         settings = {
             "label_all_subtokens": bool(task.label_all_subtokens),
             "document_context": bool(task.document_context),
@@ -104,7 +103,7 @@ class NerFamily(TaskFamily):
     def train_sizes(self, data) -> dict:
         return {"sentences": len(data.splits["train"]), "features": len(data.features["train"])}
 
-    def evaluate(self, cfg, trainer, data, run_dir: Path, main: bool) -> Evaluation:
+    def evaluate(self, task, trainer, data, run_dir: Path, main: bool) -> Evaluation:
         """The final model (the best checkpoint's, with load_best_model_at_end) on the
         validation split and, when there is one, the test split."""
         results, files = {}, {}

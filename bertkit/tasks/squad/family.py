@@ -47,31 +47,30 @@ class SquadFamily(TaskFamily):
     name = "squad"
     preparing = "reading the data and cutting windows"
 
-    def check(self, cfg: DictConfig) -> None:
-        _check_task(cfg.task)
+    def check(self, task: DictConfig, model: DictConfig) -> None:
+        _check_task(task)
 
-    def second_segment(self, cfg: DictConfig) -> str:
+    def second_segment(self, task: DictConfig, data_source: str) -> str:
         return "task.family=squad (a question, then its passage)"
 
-    def read(self, cfg):
-        return load_squad_splits(cfg.task, cfg.data_source)
+    def read(self, task, data_source):
+        return load_squad_splits(task, data_source)
 
-    def featurize(self, cfg, splits, tokenizer) -> TaskData:
-        task = cfg.task
+    def featurize(self, task, splits, tokenizer, cache_dir, num_proc) -> TaskData:
         train, evaluation = window_splits(
             splits, tokenizer, max_seq_length=task.max_seq_length, doc_stride=task.doc_stride,
-            max_query_length=task.max_query_length, cache_dir=cfg.cache_dir,
-            num_proc=cfg.preprocessing_num_workers)
+            max_query_length=task.max_query_length, cache_dir=cache_dir,
+            num_proc=num_proc)
         return TaskData(splits, {"train": train, "validation": evaluation})
 
-    def build_model(self, cfg, tokenizer, data):
-        return load_question_answerer(cfg.model, tokenizer)
+    def build_model(self, task, model, tokenizer, data):
+        return load_question_answerer(model, tokenizer)
 
-    def padded_rows(self, cfg) -> PaddedRows:
+    def padded_rows(self, task) -> PaddedRows:
         """Start and end positions past the window, which the QA head ignores."""
         return PaddedRows({"start_positions": PAST_WINDOW, "end_positions": PAST_WINDOW})
 
-    def build_trainer(self, cfg, args, model, tokenizer, data, pad_to_multiple_of):
+    def build_trainer(self, task, args, model, tokenizer, data, pad_to_multiple_of):
         evaluation = data.features["validation"]
         return BertkitTrainer(
             model=model, args=args, train_dataset=data.features["train"],
@@ -79,24 +78,24 @@ class SquadFamily(TaskFamily):
             processing_class=tokenizer,
             data_collator=DataCollatorWithPadding(tokenizer,
                                                   pad_to_multiple_of=pad_to_multiple_of),
-            scorer=AnswerScorer(answer_evaluator(cfg.task, data.splits["validation"],
+            scorer=AnswerScorer(answer_evaluator(task, data.splits["validation"],
                                                  evaluation)))
 
-    def hyperparameters(self, cfg, model) -> dict:
-        return {key: cfg.task[key] for key in ("doc_stride", "max_query_length", "n_best_size",
+    def hyperparameters(self, task, model) -> dict:
+        return {key: task[key] for key in ("doc_stride", "max_query_length", "n_best_size",
                                                "max_answer_length")}
 
     def train_sizes(self, data) -> dict:
         return {"questions": len(data.splits["train"]), "windows": len(data.features["train"])}
 
-    def evaluate(self, cfg, trainer, data, run_dir: Path, main: bool) -> Evaluation:
+    def evaluate(self, task, trainer, data, run_dir: Path, main: bool) -> Evaluation:
         """The best checkpoint's answers (load_best_model_at_end), decoded once more: their
         scores, and the files of the answers this evaluation decoded."""
         final = trainer.evaluate()
         files = write_answer_files(run_dir, trainer.scorer.last_answers) if main else {}
         return Evaluation(
             validation={"validation": _scores(final)}, files=files,
-            details={"version": cfg.task.version,
+            details={"version": task.version,
                      "best_checkpoint": trainer.state.best_model_checkpoint,
                      "evaluation": {"questions": len(data.splits["validation"]),
                                     "windows": len(data.features["validation"]),

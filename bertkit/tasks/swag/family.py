@@ -37,29 +37,28 @@ class SwagFamily(TaskFamily):
     name = "swag"
     preparing = "reading the data and encoding the choices"
 
-    def check(self, cfg) -> None:
-        check_max_seq_length(cfg.task.max_seq_length)
+    def check(self, task, model) -> None:
+        check_max_seq_length(task.max_seq_length)
 
-    def second_segment(self, cfg) -> str:
+    def second_segment(self, task, data_source) -> str:
         return "task.family=swag (the context, then an ending)"
-        if cfg.task.main_metric not in METRICS:
-            raise BertkitError(f"task.main_metric={cfg.task.main_metric!r}: SWAG reports "
+        if task.main_metric not in METRICS:
+            raise BertkitError(f"task.main_metric={task.main_metric!r}: SWAG reports "
                                f"{', '.join(METRICS)}")
 
-    def read(self, cfg) -> TaskSplits:
-        return load_swag_splits(cfg.task, cfg.data_source)
+    def read(self, task, data_source) -> TaskSplits:
+        return load_swag_splits(task, data_source)
 
-    def featurize(self, cfg, splits, tokenizer) -> TaskData:
+    def featurize(self, task, splits, tokenizer, cache_dir, num_proc) -> TaskData:
         return TaskData(splits, encode_splits(splits, tokenizer,
-                                              max_seq_length=cfg.task.max_seq_length,
-                                              cache_dir=cfg.cache_dir,
-                                              num_proc=cfg.preprocessing_num_workers))
+                                              max_seq_length=task.max_seq_length,
+                                              cache_dir=cache_dir, num_proc=num_proc))
 
-    def build_model(self, cfg, tokenizer, data):
-        return load_with_head(cfg.model, tokenizer, AutoModelForMultipleChoice,
+    def build_model(self, task, model, tokenizer, data):
+        return load_with_head(model, tokenizer, AutoModelForMultipleChoice,
                               BertForMultipleChoice, {})
 
-    def build_trainer(self, cfg, args, model, tokenizer, data, pad_to_multiple_of):
+    def build_trainer(self, task, args, model, tokenizer, data, pad_to_multiple_of):
         return BertkitTrainer(
             model=model, args=args, train_dataset=data.features["train"],
             eval_dataset=data.features["validation"], processing_class=tokenizer,
@@ -67,10 +66,10 @@ class SwagFamily(TaskFamily):
                                                         pad_to_multiple_of=pad_to_multiple_of),
             compute_metrics=_metrics_of)
 
-    def hyperparameters(self, cfg, model) -> dict:
+    def hyperparameters(self, task, model) -> dict:
         return {"num_choices": NUM_CHOICES}
 
-    def evaluate(self, cfg, trainer, data, run_dir: Path, main: bool) -> Evaluation:
+    def evaluate(self, task, trainer, data, run_dir: Path, main: bool) -> Evaluation:
         features = data.features["validation"]
         output = trainer.predict(features, metric_key_prefix="eval_validation")
         logits = choice_logits(output.predictions)

@@ -299,7 +299,8 @@ def test_processes_build_the_same_features_and_counts(tokenizer, tmp_path, monke
     cfg = compose_config(["recipe=ner", "preprocessing_num_workers=2", "task.max_seq_length=24",
                           "task.document_context=true", f"cache_dir={tmp_path / 'cache'}"])
     splits = TaskSplits({"train": table}, {"train": "d"}, {"train": {"tag_scheme": "iob2"}})
-    data = FAMILY.featurize(cfg, splits, tokenizer)
+    data = FAMILY.featurize(cfg.task, splits, tokenizer, cfg.cache_dir,
+                            cfg.preprocessing_num_workers)
     assert seen == [2]
     assert data.facts == {"data": {"train": {**one_counts, "tag_scheme": "iob2"}}}
 

@@ -82,7 +82,8 @@ def test_preprocessing_num_workers_reaches_the_window_building(splits, tokenizer
     cfg = compose_config(["recipe=squad", "preprocessing_num_workers=3",
                           f"cache_dir={tmp_path / 'cache'}",
                           *[f"task.{key}={value}" for key, value in SETTINGS.items()]])
-    data = FAMILY.featurize(cfg, splits, tokenizer)
+    data = FAMILY.featurize(cfg.task, splits, tokenizer, cfg.cache_dir,
+                            cfg.preprocessing_num_workers)
     assert seen == [3, 3]
     assert set(data.features) == {"train", "validation"}
     assert len(data.features["validation"]) > len(splits["validation"])
