@@ -717,6 +717,16 @@ def checked_once(cfg: DictConfig):
         _CHECKED.reset(token)
 
 
+def check_setting(key: str, value) -> None:
+    """One value held to its schema field's range and choices, in check_ranges' one line:
+    for code that is handed the value itself, not the composed config (a corpus part's format,
+    a function a notebook calls)."""
+    spec = schema_field(key)
+    problem = _out_of_range(value, spec.metadata)
+    if problem:
+        _refuse(f"{key}={value!r}", spec, problem)
+
+
 def input_keys() -> tuple[str, ...]:
     """Every key that names a file or folder a run reads (metadata `reads`), e.g.
     model.tokenizer: what a run's identity compares by content (bertkit.reporting.identity)."""
