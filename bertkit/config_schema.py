@@ -2,22 +2,19 @@
 
 The trainer group's schema is in Hydra's ConfigStore (as the halving sweeper's), outside the
 group (trainer_schema: never one of the group's choices): its YAML files list it first in
-`defaults`, so OmegaConf refuses a value of the wrong type at composition.
-Its defaults are TrainingArguments' own, so a key a YAML leaves out behaves as if it were not
-given. Nodes that recipes and task families extend with keys of their own (the root, task,
-budget) cannot be closed that way: their schemas (SETTINGS) name the keys every run shares,
-and check_ranges holds the composed values to them, type by OmegaConf, once, as the job starts
-(run_job; a job function called without it checks its own config).
-What a type cannot say (a batch of 0, a share above 1, a word not in a list) is in each
-field's metadata: its range, written as an interval ("[1, inf)": min 1; "(0, 1]": above 0, at
-most 1) and stored as min, above, max, below; choices; integer (a field of type Any that must
-be a whole number when it is a number), and `expect`, the message's wording; `reads` marks a
-path to a file or folder a run reads (input_keys: what bertkit-report compares by content).
-Every number a user can type has both ends declared (an interval has two); inf as an end says
-that side is genuinely unbounded (a batch size, stored as None), so that a key whose range
-nobody thought about cannot pass for one that has none (tests/test_config_bounds.py walks
-every composed config and fails on such a key). choices is a tuple, or "module:NAME" of the
-tuple where the code that reads the key keeps it.
+`defaults`, so OmegaConf refuses a value of the wrong type at composition. Its defaults are
+TrainingArguments' own, so a key a YAML leaves out behaves as if it were not given. Nodes that
+recipes and task families extend with keys of their own (the root, task, budget) cannot be
+closed that way: their schemas (SETTINGS) name the keys every run shares, and check_ranges
+holds the composed values to them, type by OmegaConf, once, as the job starts (run_job).
+What a type cannot say is in each field's metadata: its range, written as an interval
+("[1, inf)", "(0, 1]") and stored as min, above, max, below; choices (a tuple, or "module:NAME"
+of the tuple where the code that reads the key keeps it); integer (a field of type Any that
+must be a whole number when it is a number); `expect`, the message's wording; `reads`, a path
+to a file or folder a run reads (input_keys: what bertkit-report compares by content). Every
+number a user can type has both ends declared, inf saying that side is genuinely unbounded (a
+batch size; stored as None), so that a key whose range nobody thought about cannot pass for
+one that has none (tests/test_config_bounds.py walks every composed config for such a key).
 """
 
 from __future__ import annotations
@@ -25,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
+import operator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -41,42 +39,36 @@ _ARGUMENTS = {f.name: f for f in dataclasses.fields(TrainingArguments)}
 # (torch.empty(10**30): "Overflow when unpacking").
 INT64 = 2**63
 SEED = f"[0, {2**32 - 1}]"  # numpy's and torch's seeds (numpy refuses any other)
-SHARE = "[0, 1]"
-PROBABILITY = "[0, 1)"  # a dropout or a share below 1
+SHARE, PROBABILITY = "[0, 1]", "[0, 1)"  # a share; a dropout or a share below 1
 COUNT = "[1, inf)"  # a positive integer, as large as memory allows
 # A learning rate: above 1 no optimizer bertkit offers trains, and 2e5 is a typo of 2e-5.
 LEARNING_RATE = "(0, 1]"
 
 
-def _interval(text: str) -> dict:
-    """'[0, 1)' -> {"min": 0, "below": 1}: a bracket holds its end, a parenthesis leaves it out;
-    inf (or -inf) is a side without a limit, stored as min or max None."""
-    low, high = (end.strip() for end in text[1:-1].split(","))
-    return {("min" if text[0] == "[" or low == "-inf" else "above"): _end(low),
-            ("max" if text[-1] == "]" or high == "inf" else "below"): _end(high)}
+def _setting(default: Any, interval: str | None = None, expect: str | None = None,
+             **metadata) -> Any:
+    """A field: its default, its range ("[0, 1)": min 0, below 1; a bracket holds its end, a
+    parenthesis leaves it out, inf is a side without a limit), what the message says is
+    expected, and any other metadata (choices, each, integer, reads)."""
+    if interval:
+        low, high = (end.strip() for end in interval[1:-1].split(","))
+        metadata = {("min" if interval[0] == "[" or low == "-inf" else "above"): _end(low),
+                    ("max" if interval[-1] == "]" or high == "inf" else "below"): _end(high),
+                    **metadata}
+    return field(default=default, metadata={**metadata, **({"expect": expect} if expect else {})})
 
 
 def _end(end: str) -> int | float | None:
     return None if end.lstrip("+-") == "inf" else float(end) if "." in end else int(end)
 
 
-def _metadata(interval: str | None = None, expect: str | None = None, **metadata) -> dict:
-    return {**(_interval(interval) if interval else {}), **metadata,
-            **({"expect": expect} if expect else {})}
-
-
-def _setting(default: Any, interval: str | None = None, expect: str | None = None,
-             **metadata) -> Any:
-    """A field with its range (an interval), what the message says is expected, choices..."""
-    return field(default=default, metadata=_metadata(interval, expect, **metadata))
-
-
 def _training_arguments(schema: type) -> type:
-    """The dataclass of `schema`, each field's default TrainingArguments' own; a field's value
-    in the class body is its metadata (_metadata), if it has any."""
+    """The dataclass of `schema`, each field's default TrainingArguments' own (`...` in the
+    class body, where a field has metadata)."""
     for name in schema.__annotations__:
+        spec = schema.__dict__.get(name)
         setattr(schema, name, field(default=_ARGUMENTS[name].default,
-                                    metadata=schema.__dict__.get(name, {})))
+                                    metadata=spec.metadata if spec is not None else {}))
     return dataclass(schema)
 
 
@@ -86,44 +78,44 @@ class TrainerSchema:
     bertkit's YAML files set. Any other TrainingArguments key can still be added with
     +trainer.NAME=VALUE on a command line; a YAML that sets one must add it here."""
 
-    learning_rate: float = _metadata(LEARNING_RATE)
-    per_device_train_batch_size: int = _metadata(COUNT)
-    per_device_eval_batch_size: int = _metadata(COUNT)
-    gradient_accumulation_steps: int = _metadata(COUNT)
+    learning_rate: float = _setting(..., LEARNING_RATE)
+    per_device_train_batch_size: int = _setting(..., COUNT)
+    per_device_eval_batch_size: int = _setting(..., COUNT)
+    gradient_accumulation_steps: int = _setting(..., COUNT)
     # Any, checked as a number by check_ranges: 2 stays 2 in sweep directory names (ep2).
-    num_train_epochs: Any = _metadata("(0, inf)")
-    max_steps: int = _metadata("[-1, inf)")  # -1: train by epochs
-    warmup_steps: float = _metadata("[0, inf)")  # below 1: a share of all steps
-    lr_scheduler_type: str = _metadata(choices="transformers.trainer_utils:SchedulerType")
-    weight_decay: float = _metadata("[0, inf)")
-    adam_beta1: float = _metadata(PROBABILITY)
-    adam_beta2: float = _metadata(PROBABILITY)
-    adam_epsilon: float = _metadata("(0, inf)")
-    max_grad_norm: float = _metadata("[0, inf)")
-    optim: str = _metadata(choices="transformers.training_args:OptimizerNames")
-    seed: int = _metadata(SEED)
-    train_sampling_strategy: str = _metadata(choices=tuple(
+    num_train_epochs: Any = _setting(..., "(0, inf)")
+    max_steps: int = _setting(..., "[-1, inf)")  # -1: train by epochs
+    warmup_steps: float = _setting(..., "[0, inf)")  # below 1: a share of all steps
+    lr_scheduler_type: str = _setting(..., choices="transformers.trainer_utils:SchedulerType")
+    weight_decay: float = _setting(..., "[0, inf)")
+    adam_beta1: float = _setting(..., PROBABILITY)
+    adam_beta2: float = _setting(..., PROBABILITY)
+    adam_epsilon: float = _setting(..., "(0, inf)")
+    max_grad_norm: float = _setting(..., "[0, inf)")
+    optim: str = _setting(..., choices="transformers.training_args:OptimizerNames")
+    seed: int = _setting(..., SEED)
+    train_sampling_strategy: str = _setting(..., choices=tuple(
         _ARGUMENTS["train_sampling_strategy"].metadata.get("choices", ())) or None)
-    eval_strategy: str = _metadata(choices="transformers.trainer_utils:IntervalStrategy")
-    eval_steps: float | None = _metadata("(0, inf)")
-    save_strategy: str = _metadata(choices="transformers.trainer_utils:SaveStrategy")
-    save_steps: float = _metadata("(0, inf)")
-    save_total_limit: int | None = _metadata(COUNT)
+    eval_strategy: str = _setting(..., choices="transformers.trainer_utils:IntervalStrategy")
+    eval_steps: float | None = _setting(..., "(0, inf)")
+    save_strategy: str = _setting(..., choices="transformers.trainer_utils:SaveStrategy")
+    save_steps: float = _setting(..., "(0, inf)")
+    save_total_limit: int | None = _setting(..., COUNT)
     metric_for_best_model: str | None
     load_best_model_at_end: bool
-    logging_strategy: str = _metadata(choices="transformers.trainer_utils:IntervalStrategy")
-    logging_steps: float = _metadata("(0, inf)")
+    logging_strategy: str = _setting(..., choices="transformers.trainer_utils:IntervalStrategy")
+    logging_steps: float = _setting(..., "(0, inf)")
     logging_first_step: bool
     # auto or a number of worker processes (bertkit.training.arguments checks it).
-    dataloader_num_workers: Any = _metadata("[0, inf)", choices=("auto",))
+    dataloader_num_workers: Any = _setting(..., "[0, inf)", choices=("auto",))
     dataloader_persistent_workers: bool
-    dataloader_prefetch_factor: int | None = _metadata(COUNT)
+    dataloader_prefetch_factor: int | None = _setting(..., COUNT)
     include_num_input_tokens_seen: Any
     # auto (finetuning's default): compiled on a GPU for runs of compile_min_steps or more
     # (bertkit.training.static_shapes.decide_compile); true or false as given.
-    torch_compile: Any = _metadata(choices=("auto", True, False))
-    torch_compile_mode: str | None = _metadata(
-        choices="bertkit.training.static_shapes:COMPILE_MODES")
+    torch_compile: Any = _setting(..., choices=("auto", True, False))
+    torch_compile_mode: str | None = _setting(
+        ..., choices="bertkit.training.static_shapes:COMPILE_MODES")
     ddp_find_unused_parameters: bool | None
     disable_tqdm: bool | None
     push_to_hub: bool
@@ -509,26 +501,21 @@ class PeakTflopsSchema:
 SCHEMAS = {"trainer": TrainerSchema}
 # node -> the schema of the keys it must hold to (the root: ""); checked, not composed.
 # A `*` in a path stands for every key of that node (each GPU of throughput.peak_tflops).
-SETTINGS = {"": RunSchema, "task": TaskSchema, "budget": BudgetSchema,
-            "early_stopping": EarlyStoppingSchema,
-            "task.columns": ConllColumnsSchema, "task.headerless_columns": HeaderlessColumnsSchema,
-            "task.synthetic": SyntheticSchema,
-            "model": ModelSchema, "model.config": BertConfigSchema,
-            "model.fetch": ModelFetchSchema,
-            "model.feature_based": FeatureBasedSchema,
-            "finetuning": FinetuningSchema, "finetuning.lora": LoraSchema,
-            "finetuning.r3f": R3FSchema,
-            "objective": ObjectiveSchema, "masking": MaskingSchema,
-            "pretraining": PretrainingSchema, "pretraining.long_phase": LongPhaseSchema,
-            "heldout": HeldoutSchema, "heldout.masking": MaskingSchema,
-            "corpus": CorpusSchema, "corpus.hub": CorpusHubSchema,
-            "corpus.synthetic": SyntheticSchema, "tokenizer_training": TokenizerTrainingSchema,
-            "bench": BenchSchema, "bench.model": BertConfigSchema,
-            "bench.glue": BenchWorkloadSchema, "bench.pretraining": BenchWorkloadSchema,
-            "bench.pretraining_packed": BenchWorkloadSchema,
-            "bench.plain": BenchPlainSchema, "parity": ParitySchema,
-            "bench_sweep": BenchSweepSchema, "bench_grid": BenchGridSchema,
-            "throughput.peak_tflops.*": PeakTflopsSchema}
+SETTINGS = {
+    "": RunSchema, "task": TaskSchema, "budget": BudgetSchema,
+    "early_stopping": EarlyStoppingSchema, "task.columns": ConllColumnsSchema,
+    "task.headerless_columns": HeaderlessColumnsSchema, "task.synthetic": SyntheticSchema,
+    "model": ModelSchema, "model.config": BertConfigSchema, "model.fetch": ModelFetchSchema,
+    "model.feature_based": FeatureBasedSchema, "finetuning": FinetuningSchema,
+    "finetuning.lora": LoraSchema, "finetuning.r3f": R3FSchema, "objective": ObjectiveSchema,
+    "masking": MaskingSchema, "pretraining": PretrainingSchema,
+    "pretraining.long_phase": LongPhaseSchema, "heldout": HeldoutSchema,
+    "heldout.masking": MaskingSchema, "corpus": CorpusSchema, "corpus.hub": CorpusHubSchema,
+    "corpus.synthetic": SyntheticSchema, "tokenizer_training": TokenizerTrainingSchema,
+    "bench": BenchSchema, "bench.model": BertConfigSchema, "bench.glue": BenchWorkloadSchema,
+    "bench.pretraining": BenchWorkloadSchema, "bench.pretraining_packed": BenchWorkloadSchema,
+    "bench.plain": BenchPlainSchema, "parity": ParitySchema, "bench_sweep": BenchSweepSchema,
+    "bench_grid": BenchGridSchema, "throughput.peak_tflops.*": PeakTflopsSchema}
 
 
 def register_schemas() -> None:
@@ -555,8 +542,7 @@ def numeric_bounds(bounds) -> dict:
 
 
 _SIGNS = {"min": ">=", "above": ">", "max": "<=", "below": "<"}
-_BROKEN = {"min": lambda value, bound: value < bound, "above": lambda value, bound: value <= bound,
-           "max": lambda value, bound: value > bound, "below": lambda value, bound: value >= bound}
+_BROKEN = {"min": operator.lt, "above": operator.le, "max": operator.gt, "below": operator.ge}
 
 
 def _out_of_range(value, bounds) -> str | None:
@@ -684,16 +670,14 @@ def nodes(cfg: DictConfig, path: str):
     return found
 
 
-# The config the job under way was checked with as it started (checked_once): the job's own
-# functions (finetune, check_pretraining_config), which check a config they are called with
-# directly, do not check that one again.
+# The config run_job checked as the job started (checked_once): not checked again by the job.
 _CHECKED: ContextVar[DictConfig | None] = ContextVar("bertkit_checked_config", default=None)
 
 
 def check_ranges(cfg: DictConfig) -> None:
     """The config's values held to their schemas, before a job starts: the composed groups'
     ranges (their types were checked at composition), and the SETTINGS nodes' types and
-    ranges. Done once per job: a config checked_once holds to is passed as checked."""
+    ranges; as done, for the config checked_once checked (finetune's, pretrain's own call)."""
     if cfg is _CHECKED.get():
         return
     for path, schema in SETTINGS.items():  # first: the trainer group interpolates the root's
@@ -707,8 +691,7 @@ def check_ranges(cfg: DictConfig) -> None:
 
 @contextmanager
 def checked_once(cfg: DictConfig):
-    """check_ranges(cfg) at the job's entry (run_job), and the config passed as checked to the
-    job's own calls of it for as long as the job runs."""
+    """check_ranges(cfg) at the job's entry (run_job), not again while the job runs."""
     check_ranges(cfg)
     token = _CHECKED.set(cfg)
     try:
