@@ -5,8 +5,9 @@ group (trainer_schema: never one of the group's choices): its YAML files list it
 `defaults`, so OmegaConf refuses a value of the wrong type at composition. Its defaults are
 TrainingArguments' own, so a key a YAML leaves out behaves as if it were not given. Nodes that
 recipes and task families extend with keys of their own (the root, task, budget) cannot be
-closed that way: their schemas (SETTINGS) name the keys every run shares, and check_ranges
-holds the composed values to them, type by OmegaConf, once, as the job starts (run_job).
+closed that way: their schemas (SETTINGS) name the keys every run shares, without defaults
+(the values are the YAML's alone), and check_ranges holds the composed values to them, type
+by OmegaConf, once, as the job starts (run_job).
 What a type cannot say is in each field's metadata: its range, written as an interval
 ("[1, inf)", "(0, 1]") and stored as min, above, max, below; choices (a tuple, or "module:NAME"
 of the tuple where the code that reads the key keeps it); integer (a field of type Any that
@@ -45,17 +46,17 @@ COUNT = "[1, inf)"  # a positive integer, as large as memory allows
 LEARNING_RATE = "(0, 1]"
 
 
-def _setting(default: Any, interval: str | None = None, expect: str | None = None,
-             **metadata) -> Any:
-    """A field: its default, its range ("[0, 1)": min 0, below 1; a bracket holds its end, a
+def _setting(interval: str | None = None, expect: str | None = None, **metadata) -> Any:
+    """A field's metadata: its range ("[0, 1)": min 0, below 1; a bracket holds its end, a
     parenthesis leaves it out, inf is a side without a limit), what the message says is
-    expected, and any other metadata (choices, each, integer, reads)."""
+    expected, and any other (choices, each, integer, reads). No default: the values are the
+    YAML's (a trainer field's, TrainingArguments' own)."""
     if interval:
         low, high = (end.strip() for end in interval[1:-1].split(","))
         metadata = {("min" if interval[0] == "[" or low == "-inf" else "above"): _end(low),
                     ("max" if interval[-1] == "]" or high == "inf" else "below"): _end(high),
                     **metadata}
-    return field(default=default, metadata={**metadata, **({"expect": expect} if expect else {})})
+    return field(metadata={**metadata, **({"expect": expect} if expect else {})})
 
 
 def _end(end: str) -> int | float | None:
@@ -63,8 +64,7 @@ def _end(end: str) -> int | float | None:
 
 
 def _training_arguments(schema: type) -> type:
-    """The dataclass of `schema`, each field's default TrainingArguments' own (`...` in the
-    class body, where a field has metadata)."""
+    """The dataclass of `schema`, each field's default TrainingArguments' own."""
     for name in schema.__annotations__:
         spec = schema.__dict__.get(name)
         setattr(schema, name, field(default=_ARGUMENTS[name].default,
@@ -78,44 +78,44 @@ class TrainerSchema:
     bertkit's YAML files set. Any other TrainingArguments key can still be added with
     +trainer.NAME=VALUE on a command line; a YAML that sets one must add it here."""
 
-    learning_rate: float = _setting(..., LEARNING_RATE)
-    per_device_train_batch_size: int = _setting(..., COUNT)
-    per_device_eval_batch_size: int = _setting(..., COUNT)
-    gradient_accumulation_steps: int = _setting(..., COUNT)
+    learning_rate: float = _setting(LEARNING_RATE)
+    per_device_train_batch_size: int = _setting(COUNT)
+    per_device_eval_batch_size: int = _setting(COUNT)
+    gradient_accumulation_steps: int = _setting(COUNT)
     # Any, checked as a number by check_ranges: 2 stays 2 in sweep directory names (ep2).
-    num_train_epochs: Any = _setting(..., "(0, inf)")
-    max_steps: int = _setting(..., "[-1, inf)")  # -1: train by epochs
-    warmup_steps: float = _setting(..., "[0, inf)")  # below 1: a share of all steps
-    lr_scheduler_type: str = _setting(..., choices="transformers.trainer_utils:SchedulerType")
-    weight_decay: float = _setting(..., "[0, inf)")
-    adam_beta1: float = _setting(..., PROBABILITY)
-    adam_beta2: float = _setting(..., PROBABILITY)
-    adam_epsilon: float = _setting(..., "(0, inf)")
-    max_grad_norm: float = _setting(..., "[0, inf)")
-    optim: str = _setting(..., choices="transformers.training_args:OptimizerNames")
-    seed: int = _setting(..., SEED)
-    train_sampling_strategy: str = _setting(..., choices=tuple(
+    num_train_epochs: Any = _setting("(0, inf)")
+    max_steps: int = _setting("[-1, inf)")  # -1: train by epochs
+    warmup_steps: float = _setting("[0, inf)")  # below 1: a share of all steps
+    lr_scheduler_type: str = _setting(choices="transformers.trainer_utils:SchedulerType")
+    weight_decay: float = _setting("[0, inf)")
+    adam_beta1: float = _setting(PROBABILITY)
+    adam_beta2: float = _setting(PROBABILITY)
+    adam_epsilon: float = _setting("(0, inf)")
+    max_grad_norm: float = _setting("[0, inf)")
+    optim: str = _setting(choices="transformers.training_args:OptimizerNames")
+    seed: int = _setting(SEED)
+    train_sampling_strategy: str = _setting(choices=tuple(
         _ARGUMENTS["train_sampling_strategy"].metadata.get("choices", ())) or None)
-    eval_strategy: str = _setting(..., choices="transformers.trainer_utils:IntervalStrategy")
-    eval_steps: float | None = _setting(..., "(0, inf)")
-    save_strategy: str = _setting(..., choices="transformers.trainer_utils:SaveStrategy")
-    save_steps: float = _setting(..., "(0, inf)")
-    save_total_limit: int | None = _setting(..., COUNT)
+    eval_strategy: str = _setting(choices="transformers.trainer_utils:IntervalStrategy")
+    eval_steps: float | None = _setting("(0, inf)")
+    save_strategy: str = _setting(choices="transformers.trainer_utils:SaveStrategy")
+    save_steps: float = _setting("(0, inf)")
+    save_total_limit: int | None = _setting(COUNT)
     metric_for_best_model: str | None
     load_best_model_at_end: bool
-    logging_strategy: str = _setting(..., choices="transformers.trainer_utils:IntervalStrategy")
-    logging_steps: float = _setting(..., "(0, inf)")
+    logging_strategy: str = _setting(choices="transformers.trainer_utils:IntervalStrategy")
+    logging_steps: float = _setting("(0, inf)")
     logging_first_step: bool
     # auto or a number of worker processes (bertkit.training.arguments checks it).
-    dataloader_num_workers: Any = _setting(..., "[0, inf)", choices=("auto",))
+    dataloader_num_workers: Any = _setting("[0, inf)", choices=("auto",))
     dataloader_persistent_workers: bool
-    dataloader_prefetch_factor: int | None = _setting(..., COUNT)
+    dataloader_prefetch_factor: int | None = _setting(COUNT)
     include_num_input_tokens_seen: Any
     # auto (finetuning's default): compiled on a GPU for runs of compile_min_steps or more
     # (bertkit.training.static_shapes.decide_compile); true or false as given.
-    torch_compile: Any = _setting(..., choices=("auto", True, False))
+    torch_compile: Any = _setting(choices=("auto", True, False))
     torch_compile_mode: str | None = _setting(
-        ..., choices="bertkit.training.static_shapes:COMPILE_MODES")
+        choices="bertkit.training.static_shapes:COMPILE_MODES")
     ddp_find_unused_parameters: bool | None
     disable_tqdm: bool | None
     push_to_hub: bool
@@ -126,57 +126,57 @@ class TrainerSchema:
 class RunSchema:
     """The root keys of conf/config.yaml that every run shares."""
 
-    seed: int = _setting(42, SEED, "an integer in [0, 2**32 - 1] (numpy's and torch's seeds)")
-    pad_to_multiple_of: int | None = _setting(8, COUNT)
-    preprocessing_num_workers: int | None = _setting(1, COUNT)
-    gpu_dataloader_workers: int = _setting(6, "[0, inf)")
-    agree_every_steps: int = _setting(10, COUNT, "a positive number of optimizer steps")
-    fsync_checkpoints: bool = True
-    overwrite: bool = False
-    bucket_width: int = _setting(32, COUNT, "a positive number of tokens (1: no buckets)")
-    buckets_on_cpu: bool = False
-    compile_min_steps: int = _setting(4000, "[0, inf)", "a number of optimizer steps, 0 or more")
-    train_fraction: float | None = _setting(None, "(0, 1]",
+    seed: int = _setting(SEED, "an integer in [0, 2**32 - 1] (numpy's and torch's seeds)")
+    pad_to_multiple_of: int | None = _setting(COUNT)
+    preprocessing_num_workers: int | None = _setting(COUNT)
+    gpu_dataloader_workers: int = _setting("[0, inf)")
+    agree_every_steps: int = _setting(COUNT, "a positive number of optimizer steps")
+    fsync_checkpoints: bool
+    overwrite: bool
+    bucket_width: int = _setting(COUNT, "a positive number of tokens (1: no buckets)")
+    buckets_on_cpu: bool
+    compile_min_steps: int = _setting("[0, inf)", "a number of optimizer steps, 0 or more")
+    train_fraction: float | None = _setting("(0, 1]",
                                             "a number in (0, 1], or null for the whole schedule")
-    mixed_precision: str = _setting("auto", choices="bertkit.training.arguments:PRECISIONS")
-    data_source: str = _setting("auto", choices="bertkit.data.sources:DATA_SOURCES")
+    mixed_precision: str = _setting(choices="bertkit.training.arguments:PRECISIONS")
+    data_source: str = _setting(choices="bertkit.data.sources:DATA_SOURCES")
     # auto, true or false (bertkit.training.progress)
-    progress_bars: Any = _setting("auto", choices="bertkit.training.progress:PROGRESS_BARS")
+    progress_bars: Any = _setting(choices="bertkit.training.progress:PROGRESS_BARS")
 
 
 @dataclass
 class TaskSchema:
     """The keys of conf/task/ that every task family reads; a family checks its own."""
 
-    name: str = "demo"
-    family: str = "glue"
+    name: str
+    family: str
     # [CLS], one token and [SEP]; a family may need more (SWAG: two segments).
     # Above: the model's position embeddings (checked against the model when it is known).
-    max_seq_length: int = _setting(128, "[3, inf)", "an integer of at least 3")
-    main_metric: str = "accuracy"
+    max_seq_length: int = _setting("[3, inf)", "an integer of at least 3")
+    main_metric: str
     # A family's own keys, checked where a task has them: SQuAD's windows and answers, the
     # learning rate and epochs a task conf suggests, NER's tag scheme.
-    doc_stride: int = _setting(128, COUNT)
-    max_query_length: int = _setting(64, COUNT)
-    max_answer_length: int = _setting(30, COUNT)
-    n_best_size: int = _setting(20, COUNT)
+    doc_stride: int = _setting(COUNT)
+    max_query_length: int = _setting(COUNT)
+    max_answer_length: int = _setting(COUNT)
+    n_best_size: int = _setting(COUNT)
     # SQuAD 2.0's no-answer margin: a score difference, either sign.
-    null_score_diff_threshold: float = _setting(0.0, "(-inf, inf)")
-    learning_rate: float = _setting(5e-5, LEARNING_RATE)
-    num_train_epochs: float = _setting(3, "(0, inf)")
-    tag_scheme: str = _setting("auto", choices="bertkit.tasks.ner.files:TAG_SCHEMES")
+    null_score_diff_threshold: float = _setting("(-inf, inf)")
+    learning_rate: float = _setting(LEARNING_RATE)
+    num_train_epochs: float = _setting("(0, inf)")
+    tag_scheme: str = _setting(choices="bertkit.tasks.ner.files:TAG_SCHEMES")
     # Local data (a family's reader says which files it needs); null: the Hub's.
-    data_dir: str | None = _setting(None, reads="folder")
-    train_file: str | None = _setting(None, reads="file")
-    validation_file: str | None = _setting(None, reads="file")
-    test_file: str | None = _setting(None, reads="file")
+    data_dir: str | None = _setting(reads="folder")
+    train_file: str | None = _setting(reads="file")
+    validation_file: str | None = _setting(reads="file")
+    test_file: str | None = _setting(reads="file")
     # STS-B's [low, high]: any scores (a file's labels outside it are refused).
-    label_range: list[float] | None = _setting(None, "(-inf, inf)", each=True)
+    label_range: list[float] | None = _setting("(-inf, inf)", each=True)
     # The first N examples of the training, dev and test splits (bertkit.data.task_data:
     # first_examples), before tokenisation; null: all.
-    max_train_samples: int | None = _setting(None, COUNT, "null (all) or a positive integer")
-    max_eval_samples: int | None = _setting(None, COUNT, "null (all) or a positive integer")
-    max_predict_samples: int | None = _setting(None, COUNT, "null (all) or a positive integer")
+    max_train_samples: int | None = _setting(COUNT, "null (all) or a positive integer")
+    max_eval_samples: int | None = _setting(COUNT, "null (all) or a positive integer")
+    max_predict_samples: int | None = _setting(COUNT, "null (all) or a positive integer")
 
 
 DECAYS = ("linear", "cosine", "constant")  # the learning rate's shape after warm-up
@@ -186,35 +186,35 @@ DECAYS = ("linear", "cosine", "constant")  # the learning rate's shape after war
 class BudgetSchema:
     """budget.* (bertkit.training.budget): training to a time budget."""
 
-    minutes: float | None = _setting(None, "(0, inf)",
+    minutes: float | None = _setting("(0, inf)",
                                      "a positive number of minutes of training, or null (off)")
-    warmup_fraction: float = _setting(0.0, "[0, 1)", "a share of the budget's time in [0, 1)")
-    decay: str = _setting("linear", choices=DECAYS)
-    min_lr_ratio: float = _setting(0.0, "[0, 1]", "a share of the peak learning rate in [0, 1]")
+    warmup_fraction: float = _setting("[0, 1)", "a share of the budget's time in [0, 1)")
+    decay: str = _setting(choices=DECAYS)
+    min_lr_ratio: float = _setting("[0, 1]", "a share of the peak learning rate in [0, 1]")
 
 
 @dataclass
 class EarlyStoppingSchema:
-    patience: int | None = _setting(None, COUNT, "a positive integer (or null to turn early "
-                                    "stopping off)")
-    threshold: float = _setting(0.0, "[0, inf)")
+    patience: int | None = _setting(
+        COUNT, "a positive integer (or null to turn early stopping off)")
+    threshold: float = _setting("[0, inf)")
 
 
 @dataclass
 class BertConfigSchema:
     """model.config (a model trained from scratch: BertConfig's keys) and bench.model."""
 
-    vocab_size: int = _setting(30522, COUNT)
-    hidden_size: int = _setting(768, COUNT)
-    num_hidden_layers: int = _setting(12, COUNT)
-    num_attention_heads: int = _setting(12, COUNT)
-    intermediate_size: int = _setting(3072, COUNT)
-    max_position_embeddings: int = _setting(512, COUNT)
-    type_vocab_size: int = _setting(2, COUNT)
-    hidden_dropout_prob: float = _setting(0.1, PROBABILITY)
-    attention_probs_dropout_prob: float = _setting(0.1, PROBABILITY)
-    attn_implementation: str = _setting("auto", choices="bertkit.training.attention:CHOICES")
-    hidden_act: str = _setting("gelu", choices="transformers.activations:ACT2FN")
+    vocab_size: int = _setting(COUNT)
+    hidden_size: int = _setting(COUNT)
+    num_hidden_layers: int = _setting(COUNT)
+    num_attention_heads: int = _setting(COUNT)
+    intermediate_size: int = _setting(COUNT)
+    max_position_embeddings: int = _setting(COUNT)
+    type_vocab_size: int = _setting(COUNT)
+    hidden_dropout_prob: float = _setting(PROBABILITY)
+    attention_probs_dropout_prob: float = _setting(PROBABILITY)
+    attn_implementation: str = _setting(choices="bertkit.training.attention:CHOICES")
+    hidden_act: str = _setting(choices="transformers.activations:ACT2FN")
 
 
 @dataclass
@@ -223,170 +223,167 @@ class ModelSchema:
     tokenizer, dropout, attention kernel, and whether code shipped with them may run."""
 
     # A Hub id or a directory; bertkit.training.models says which is missing.
-    name_or_path: str | None = _setting(None, reads="folder")
-    tokenizer: str | None = _setting(None, reads="folder")
-    do_lower_case: bool = True
-    hidden_dropout_prob: float = _setting(0.1, PROBABILITY)
-    attention_probs_dropout_prob: float = _setting(0.1, PROBABILITY)
-    attn_implementation: str = _setting("auto", choices="bertkit.training.attention:CHOICES")
+    name_or_path: str | None = _setting(reads="folder")
+    tokenizer: str | None = _setting(reads="folder")
+    do_lower_case: bool
+    hidden_dropout_prob: float = _setting(PROBABILITY)
+    attention_probs_dropout_prob: float = _setting(PROBABILITY)
+    attn_implementation: str = _setting(choices="bertkit.training.attention:CHOICES")
     # Whether code a checkpoint or tokenizer folder ships (its auto_map) may run.
-    trust_remote_code: bool = False
+    trust_remote_code: bool
 
 
 @dataclass
 class ModelFetchSchema:
     """model.fetch: where a preset's local files go and the command that gets them."""
 
-    directory: str = ""
-    command: str = ""
+    directory: str
+    command: str
 
 
 @dataclass
 class FeatureBasedSchema:
     """model.feature_based (NER's feature-based tagger)."""
 
-    enabled: bool = False
-    dropout: float = _setting(0.1, PROBABILITY)
-    lstm_hidden_size: int = _setting(768, COUNT)
-    lstm_layers: int = _setting(2, COUNT)
-    layers: str = _setting("sum_last_four",
-                           choices="bertkit.tasks.ner.feature_based_tagger:LAYER_COMBINATIONS")
-    classifier: str = _setting("bilstm",
-                               choices="bertkit.tasks.ner.feature_based_tagger:CLASSIFIERS")
+    enabled: bool
+    dropout: float = _setting(PROBABILITY)
+    lstm_hidden_size: int = _setting(COUNT)
+    lstm_layers: int = _setting(COUNT)
+    layers: str = _setting(choices="bertkit.tasks.ner.feature_based_tagger:LAYER_COMBINATIONS")
+    classifier: str = _setting(choices="bertkit.tasks.ner.feature_based_tagger:CLASSIFIERS")
 
 
 @dataclass
 class FinetuningSchema:
     """conf/finetuning/ (BERTology's methods)."""
 
-    freeze_layers: int = _setting(0, "[0, inf)")  # above: the model's layers
-    reinit_layers: int = _setting(0, "[0, inf)")  # above: the model's layers
-    reinit_pooler: bool = False
-    bitfit: bool = False  # only in conf/finetuning/bitfit.yaml
-    head_lr_multiplier: float = _setting(1.0, "(0, inf)")
+    freeze_layers: int = _setting("[0, inf)")  # above: the model's layers
+    reinit_layers: int = _setting("[0, inf)")  # above: the model's layers
+    reinit_pooler: bool
+    bitfit: bool  # only in conf/finetuning/bitfit.yaml
+    head_lr_multiplier: float = _setting("(0, inf)")
     # Each layer down: x this; 1: all alike; never above 1 (lower layers faster).
-    layer_lr_decay: float = _setting(1.0, "(0, 1]")
+    layer_lr_decay: float = _setting("(0, 1]")
     # epoch, or a whole number of optimizer steps.
-    unfreeze_every: Any = _setting(None, COUNT, "epoch, a number of optimizer steps >= 1, or "
-                                   "null (off)", choices=("epoch",), integer=True)
-    pooling: str = _setting("cls", choices="bertkit.finetuning.methods.mean_pooling:POOLING")
+    unfreeze_every: Any = _setting(COUNT, "epoch, a number of optimizer steps >= 1, or null (off)",
+                                   choices=("epoch",), integer=True)
+    pooling: str = _setting(choices="bertkit.finetuning.methods.mean_pooling:POOLING")
 
 
 @dataclass
 class LoraSchema:
-    r: int = _setting(8, COUNT)
-    alpha: float = _setting(16, "(0, inf)")
-    dropout: float = _setting(0.1, PROBABILITY)
+    r: int = _setting(COUNT)
+    alpha: float = _setting("(0, inf)")
+    dropout: float = _setting(PROBABILITY)
 
 
 @dataclass
 class R3FSchema:
-    eps: float = _setting(1e-5, "(0, inf)")
-    weight: float = _setting(0.0, "[0, inf)")
-    noise: str = _setting("normal", choices="bertkit.finetuning.r3f_loss:NOISE")
+    eps: float = _setting("(0, inf)")
+    weight: float = _setting("[0, inf)")
+    noise: str = _setting(choices="bertkit.finetuning.r3f_loss:NOISE")
 
 
 @dataclass
 class MaskingSchema:
     """masking.* and heldout.masking.* (bertkit.pretraining.masking)."""
 
-    kind: str = _setting("dynamic", choices="bertkit.pretraining.run:MASKING_KINDS")
-    unit: str = _setting("token", choices="bertkit.pretraining.masking:UNITS")
-    convention: str = _setting("google", choices="bertkit.pretraining.masking:CONVENTIONS")
-    mlm_probability: float = _setting(0.15, "(0, 1)")
-    mask_token_fraction: float = _setting(0.8, SHARE)
-    random_token_fraction: float = _setting(0.1, SHARE)
-    max_predictions_per_seq: int = _setting(20, COUNT)
-    span_geometric_p: float = _setting(0.2, "(0, 1]")
-    span_max_words: int = _setting(10, COUNT)
-    dupe_factor: int = _setting(10, COUNT)
+    kind: str = _setting(choices="bertkit.pretraining.run:MASKING_KINDS")
+    unit: str = _setting(choices="bertkit.pretraining.masking:UNITS")
+    convention: str = _setting(choices="bertkit.pretraining.masking:CONVENTIONS")
+    mlm_probability: float = _setting("(0, 1)")
+    mask_token_fraction: float = _setting(SHARE)
+    random_token_fraction: float = _setting(SHARE)
+    max_predictions_per_seq: int = _setting(COUNT)
+    span_geometric_p: float = _setting("(0, 1]")
+    span_max_words: int = _setting(COUNT)
+    dupe_factor: int = _setting(COUNT)
 
 
 @dataclass
 class ObjectiveSchema:
     """objective.*: the registered objectives' values (bertkit.pretraining.objective)."""
 
-    name: str = _setting("mlm_nsp", choices="bertkit.pretraining.objective:NAMES")
-    packing: str = _setting("pairs", choices="bertkit.pretraining.objective:PACKINGS")
-    sentence_task: str | None = _setting("nsp",
-                                         choices="bertkit.pretraining.objective:SENTENCE_TASKS")
+    name: str = _setting(choices="bertkit.pretraining.objective:NAMES")
+    packing: str = _setting(choices="bertkit.pretraining.objective:PACKINGS")
+    sentence_task: str | None = _setting(choices="bertkit.pretraining.objective:SENTENCE_TASKS")
 
 
 @dataclass
 class PretrainingSchema:
     # [CLS] and [SEP] around at least one token; above: the model's position embeddings.
-    max_seq_length: int = _setting(128, "[3, inf)")
-    short_seq_prob: float = _setting(0.1, SHARE)
-    streaming_buffer_documents: int = _setting(1000, COUNT)
+    max_seq_length: int = _setting("[3, inf)")
+    short_seq_prob: float = _setting(SHARE)
+    streaming_buffer_documents: int = _setting(COUNT)
     # Vocabulary rows rounded up to a multiple of this (1: not padded); a power of two past
     # 1024 rows is no tensor-core shape anyone needs.
-    pad_vocab_to_multiple_of: int = _setting(
-        64, "[1, 1024]", "a positive number of rows (1: no padding), at most 1024")
+    pad_vocab_to_multiple_of: int = _setting("[1, 1024]",
+                                             "a positive number of rows (1: no padding), at most "
+                                             "1024")
     # auto, true or false (bertkit.pretraining.padding_free)
-    padding_free: Any = _setting("auto", choices="bertkit.pretraining.padding_free:SETTINGS")
+    padding_free: Any = _setting(choices="bertkit.pretraining.padding_free:SETTINGS")
     # A padding-free batch's sequence slots over those its mean instance needs: at least 1.
-    sequence_slot_headroom: float = _setting(1.1, "[1, inf)")
+    sequence_slot_headroom: float = _setting("[1, inf)")
 
 
 @dataclass
 class LongPhaseSchema:
-    fraction: float = _setting(0.0, "[0, 1)", "a fraction of the steps in [0, 1)")
-    max_seq_length: int = _setting(512, "[3, inf)")
-    max_predictions_per_seq: int = _setting(80, COUNT)
+    fraction: float = _setting("[0, 1)", "a fraction of the steps in [0, 1)")
+    max_seq_length: int = _setting("[3, inf)")
+    max_predictions_per_seq: int = _setting(COUNT)
 
 
 @dataclass
 class HeldoutSchema:
     """heldout.* (bertkit.pretraining.heldout): the held-out documents and their evaluation."""
 
-    fraction: float = _setting(0.0, "[0, 1)",
-                               "a share of the documents in [0, 1) (0: no held-out set)")
-    max_sequences: int = _setting(512, COUNT)
-    batch_size: int = _setting(64, COUNT)
-    min_documents: int = _setting(2, COUNT)
-    seed: int = _setting(1234, SEED)
-    every_seconds: float | None = _setting(60, "(0, inf)")
-    every_steps: int | None = _setting(None, COUNT)
+    fraction: float = _setting("[0, 1)", "a share of the documents in [0, 1) (0: no held-out set)")
+    max_sequences: int = _setting(COUNT)
+    batch_size: int = _setting(COUNT)
+    min_documents: int = _setting(COUNT)
+    seed: int = _setting(SEED)
+    every_seconds: float | None = _setting("(0, inf)")
+    every_steps: int | None = _setting(COUNT)
 
 
 @dataclass
 class CorpusSchema:
-    name: str = "demo"
-    source: str = _setting("local", choices=("local", "hub"))
+    name: str
+    source: str = _setting(choices=("local", "hub"))
     # Local files only (null for a Hub corpus); corpus.parts' own formats are checked where
     # they are read (bertkit.pretraining.corpora), a list's items being out of a schema's reach.
-    format: str | None = _setting("google", choices="bertkit.pretraining.corpus_formats:FORMATS")
+    format: str | None = _setting(choices="bertkit.pretraining.corpus_formats:FORMATS")
     # A list of files or glob patterns (or one), and parts: [{format, files}]; whether the files
     # exist is checked when they are read.
-    files: Any = _setting(None, reads="files")
-    parts: Any = _setting(None, reads="files")  # [{format, files}]
-    max_documents: int | None = _setting(None, COUNT, "null (all) or a positive integer")
+    files: Any = _setting(reads="files")
+    parts: Any = _setting(reads="files")  # [{format, files}]
+    max_documents: int | None = _setting(COUNT, "null (all) or a positive integer")
 
 
 @dataclass
 class CorpusHubSchema:
-    path: str | None = None
-    name: str | None = None
-    split: str = "train"
-    text_column: str = "text"
-    streaming: bool = False
-    rows_per_document: int = _setting(1, COUNT)
+    path: str | None
+    name: str | None
+    split: str
+    text_column: str
+    streaming: bool
+    rows_per_document: int = _setting(COUNT)
 
 
 @dataclass
 class SyntheticSchema:
     """corpus.synthetic and task.synthetic: the generated demo data's sizes."""
 
-    num_documents: int = _setting(300, COUNT)
-    num_topics: int = _setting(10, COUNT)
-    min_sentences: int = _setting(4, COUNT)
-    max_sentences: int = _setting(14, COUNT)
-    min_words: int = _setting(5, COUNT)
-    max_words: int = _setting(14, COUNT)
-    num_train: int = _setting(2000, COUNT)
-    num_validation: int = _setting(400, COUNT)
-    num_test: int = _setting(200, "[0, inf)")
-    seed: int = _setting(0, SEED)
+    num_documents: int = _setting(COUNT)
+    num_topics: int = _setting(COUNT)
+    min_sentences: int = _setting(COUNT)
+    max_sentences: int = _setting(COUNT)
+    min_words: int = _setting(COUNT)
+    max_words: int = _setting(COUNT)
+    num_train: int = _setting(COUNT)
+    num_validation: int = _setting(COUNT)
+    num_test: int = _setting("[0, inf)")
+    seed: int = _setting(SEED)
 
 
 @dataclass
@@ -394,42 +391,42 @@ class ConllColumnsSchema:
     """task.columns of a CoNLL file (NER): how many, and which holds the token and the tag
     (0-based). GLUE's task.columns name header columns instead, and are not numbers."""
 
-    count: int = _setting(4, COUNT)
-    token: int = _setting(0, "[0, inf)")
-    tag: int = _setting(3, "[0, inf)")
+    count: int = _setting(COUNT)
+    token: int = _setting("[0, inf)")
+    tag: int = _setting("[0, inf)")
 
 
 @dataclass
 class HeaderlessColumnsSchema:
     """task.headerless_columns: 0-based positions in a GLUE file without a header (CoLA)."""
 
-    label: int = _setting(1, "[0, inf)")
-    text_a: int = _setting(3, "[0, inf)")
-    text_b: int | None = _setting(None, "[0, inf)")
+    label: int = _setting("[0, inf)")
+    text_a: int = _setting("[0, inf)")
+    text_b: int | None = _setting("[0, inf)")
 
 
 @dataclass
 class TokenizerTrainingSchema:
-    vocab_size: int = _setting(30522, COUNT)
-    min_frequency: int = _setting(2, COUNT)
+    vocab_size: int = _setting(COUNT)
+    min_frequency: int = _setting(COUNT)
 
 
 @dataclass
 class BenchSchema:
     """bench.* of the benchmark recipes."""
 
-    steps: int = _setting(60, COUNT)
-    warmup_steps: int = _setting(5, "[0, inf)")
-    steady_skip: int = _setting(10, "[0, inf)")
-    repeats: int = _setting(1, COUNT)
-    sync_steps: int = _setting(4, "[2, inf)", "at least 2 (the last step logs, and is not counted)")
-    batch_size: int = _setting(32, COUNT)
-    baseline_max_length: int = _setting(128, "[3, inf)")
-    eval_instances: int = _setting(256, COUNT)
-    instances: int = _setting(120000, COUNT)  # bench_masking
-    mlm_probability: float = _setting(0.15, "(0, 1)")
-    num_proc: int | None = _setting(1, COUNT)  # null: in the main process
-    num_threads: int | None = _setting(None, COUNT)
+    steps: int = _setting(COUNT)
+    warmup_steps: int = _setting("[0, inf)")
+    steady_skip: int = _setting("[0, inf)")
+    repeats: int = _setting(COUNT)
+    sync_steps: int = _setting("[2, inf)", "at least 2 (the last step logs, and is not counted)")
+    batch_size: int = _setting(COUNT)
+    baseline_max_length: int = _setting("[3, inf)")
+    eval_instances: int = _setting(COUNT)
+    instances: int = _setting(COUNT)  # bench_masking
+    mlm_probability: float = _setting("(0, 1)")
+    num_proc: int | None = _setting(COUNT)  # null: in the main process
+    num_threads: int | None = _setting(COUNT)
 
 
 @dataclass
@@ -437,62 +434,62 @@ class BenchWorkloadSchema:
     """bench.glue, bench.pretraining and bench.pretraining_packed (bench_step's synthetic
     batches)."""
 
-    batch_size: int = _setting(32, COUNT)
-    batches: int = _setting(8, COUNT)
-    seq_length: int = _setting(128, "[3, inf)")
-    min_length: int = _setting(8, "[3, inf)")
-    padded_share: float = _setting(0.5, PROBABILITY)
-    num_labels: int = _setting(2, COUNT)
-    mlm_slots: int = _setting(20, COUNT)
-    mlm_used: int = _setting(19, COUNT)
+    batch_size: int = _setting(COUNT)
+    batches: int = _setting(COUNT)
+    seq_length: int = _setting("[3, inf)")
+    min_length: int = _setting("[3, inf)")
+    padded_share: float = _setting(PROBABILITY)
+    num_labels: int = _setting(COUNT)
+    mlm_slots: int = _setting(COUNT)
+    mlm_used: int = _setting(COUNT)
     # pretraining_packed's: pretraining.sequence_slot_headroom's bounds
-    sequence_slot_headroom: float = _setting(1.1, "[1, inf)")
+    sequence_slot_headroom: float = _setting("[1, inf)")
 
 
 @dataclass
 class BenchPlainSchema:
     """bench.plain: the plain Hugging Face pretraining bench_pretrain_quality compares with."""
 
-    batch_size: int = _setting(32, COUNT)
-    warmup_ratio: float = _setting(0.06, PROBABILITY)
-    weight_decay: float = _setting(0.0, "[0, inf)")
-    dropout: float = _setting(0.1, PROBABILITY)
-    mlm_probability: float = _setting(0.15, "(0, 1)")
-    timing_steps: int = _setting(20, COUNT)
-    learning_rates: list[float] = _setting(None, LEARNING_RATE, each=True)
-    logging_steps: int = _setting(50, COUNT)
+    batch_size: int = _setting(COUNT)
+    warmup_ratio: float = _setting(PROBABILITY)
+    weight_decay: float = _setting("[0, inf)")
+    dropout: float = _setting(PROBABILITY)
+    mlm_probability: float = _setting("(0, 1)")
+    timing_steps: int = _setting(COUNT)
+    learning_rates: list[float] = _setting(LEARNING_RATE, each=True)
+    logging_steps: int = _setting(COUNT)
 
 
 @dataclass
 class ParitySchema:
-    baseline_max_length: int = _setting(128, "[3, inf)")
-    alpha: float = _setting(0.05, "(0, 1)")
-    max_difference: float = _setting(0.01, "[0, inf)")
-    seeds: list[int] = _setting(None, SEED, "seeds in [0, 2**32 - 1]", each=True)
+    baseline_max_length: int = _setting("[3, inf)")
+    alpha: float = _setting("(0, 1)")
+    max_difference: float = _setting("[0, inf)")
+    seeds: list[int] = _setting(SEED, "seeds in [0, 2**32 - 1]", each=True)
 
 
 @dataclass
 class BenchSweepSchema:
-    n_jobs: int = _setting(2, COUNT)
-    seeds: list[int] = _setting(None, SEED, "seeds in [0, 2**32 - 1]", each=True)
+    n_jobs: int = _setting(COUNT)
+    seeds: list[int] = _setting(SEED, "seeds in [0, 2**32 - 1]", each=True)
 
 
 @dataclass
 class BenchGridSchema:
-    learning_rates: list[float] = _setting(None, LEARNING_RATE, each=True)
-    seeds: list[int] = _setting(None, SEED, "seeds in [0, 2**32 - 1]", each=True)
-    jobs_per_gpu: int = _setting(4, COUNT)
-    baseline_max_length: int = _setting(128, "[3, inf)")
+    learning_rates: list[float] = _setting(LEARNING_RATE, each=True)
+    seeds: list[int] = _setting(SEED, "seeds in [0, 2**32 - 1]", each=True)
+    jobs_per_gpu: int = _setting(COUNT)
+    baseline_max_length: int = _setting("[3, inf)")
 
 
 @dataclass
 class PeakTflopsSchema:
     """throughput.peak_tflops.<GPU>: a card's dense peak by precision (MFU's denominator)."""
 
-    bf16: float = _setting(0.0, "(0, inf)")
-    fp16: float = _setting(0.0, "(0, inf)")
-    fp32: float = _setting(0.0, "(0, inf)")
-    tf32: float = _setting(0.0, "(0, inf)")
+    bf16: float = _setting("(0, inf)")
+    fp16: float = _setting("(0, inf)")
+    fp32: float = _setting("(0, inf)")
+    tf32: float = _setting("(0, inf)")
 
 
 # group -> its schema, stored outside every group as <group>_schema (a YAML of the group lists
