@@ -26,6 +26,7 @@ import os
 import sys
 import traceback
 from pathlib import Path
+from typing import NoReturn
 
 import hydra
 import hydra._internal.utils as hydra_utils
@@ -163,6 +164,12 @@ class MaskSecrets(Callback):
             mask_yaml_file(Path(runtime.cwd) / str(config.hydra.sweep.dir) / "multirun.yaml")
 
 
+def exit_with_error(message: str) -> NoReturn:
+    """bertkit's one line for bad input, secrets masked, exit status 2."""
+    print(mask_text(f"bertkit: error: {message}"), file=sys.stderr)
+    sys.exit(2)
+
+
 def _hydra_task(cfg: DictConfig) -> float | None:
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     remember_secrets(cfg)
@@ -177,11 +184,10 @@ def _hydra_task(cfg: DictConfig) -> float | None:
         err.hand_over()
         sys.exit(err.exit_status)
     except BertkitError as err:
-        if multirun:
-            record_failed_job(err)
-            return None
-        print(mask_text(f"bertkit: error: {err}"), file=sys.stderr)
-        sys.exit(2)
+        if not multirun:
+            exit_with_error(str(err))
+        record_failed_job(err)
+        return None
     except Exception as err:  # noqa: BLE001 - a sweep outlives any one job's failure
         if not multirun:
             raise
@@ -201,8 +207,7 @@ class FinishedRunCheck(Callback):
         try:
             check_finished_run(config, Path(config.hydra.run.dir))
         except BertkitError as err:
-            print(f"bertkit: error: {err}", file=sys.stderr)
-            sys.exit(2)
+            exit_with_error(str(err))
 
 
 def failed_files(sweep_dir: Path) -> dict[Path, tuple[int, int, int]]:
@@ -321,8 +326,7 @@ def _one_line_errors(run_and_report):
                 message = (composition_message(err) if isinstance(err, ConfigCompositionException)
                            else str(err) if isinstance(err, BertkitError) else None)
                 if message is not None:
-                    print(mask_text(f"bertkit: error: {message}"), file=sys.stderr)
-                    sys.exit(2)
+                    exit_with_error(message)
                 if launched is not None and not isinstance(err, ConfigCompositionException):
                     told = describe_failure(err).strip().splitlines() or [type(err).__name__]
                     launched.exit_if_any_failed(sweeper_error=told[0])
