@@ -2,20 +2,20 @@
 
 The trainer group's schema is in Hydra's ConfigStore (as the halving sweeper's), outside the
 group (trainer_schema: never one of the group's choices): its YAML files list it first in
-`defaults`, so OmegaConf refuses a value of the wrong type at composition.
-Its defaults are TrainingArguments' own, so a key a YAML leaves out behaves as if it were not
-given. Nodes that recipes and task families extend with keys of their own (the root, task,
-budget) cannot be closed that way: their schemas (SETTINGS) name the keys every run shares,
-and check_ranges holds the composed values to them, type by OmegaConf, before a job starts.
-What a type cannot say (a batch of 0, a share above 1, a word not in a list) is in each
-field's metadata: min, above, max, below, choices, integer (a field of type Any that must
-be a whole number when it is a number), and `expect`, the message's wording; `reads` marks a
-path to a file or folder a run reads (input_keys: what bertkit-report compares by content).
-Every number a user can type has both ends declared: a lower one (min or above) and an upper
-one (max or below); None as a bound says that side is genuinely unbounded (a batch size), so
-that a key whose range nobody thought about cannot pass for one that has none
-(tests/test_config_bounds.py walks every composed config and fails on such a key). choices is
-a tuple, or "module:NAME" of the tuple where the code that reads the key keeps it.
+`defaults`, so OmegaConf refuses a value of the wrong type at composition. Its defaults are
+TrainingArguments' own, so a key a YAML leaves out behaves as if it were not given. Nodes that
+recipes and task families extend with keys of their own (the root, task, budget) cannot be
+closed that way: their schemas (SETTINGS) name the keys every run shares, without defaults
+(the values are the YAML's alone), and check_ranges holds the composed values to them, type
+by OmegaConf, once, as the job starts (run_job).
+What a type cannot say is in each field's metadata: its range, written as an interval
+("[1, inf)", "(0, 1]") and stored as min, above, max, below; choices (a tuple, or "module:NAME"
+of the tuple where the code that reads the key keeps it); integer (a field of type Any that
+must be a whole number when it is a number); `expect`, the message's wording; `reads`, a path
+to a file or folder a run reads (input_keys: what bertkit-report compares by content). Every
+number a user can type has both ends declared, inf saying that side is genuinely unbounded (a
+batch size; stored as None), so that a key whose range nobody thought about cannot pass for
+one that has none (tests/test_config_bounds.py walks every composed config for such a key).
 """
 
 from __future__ import annotations
@@ -23,6 +23,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
+import operator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,143 +36,147 @@ from transformers import TrainingArguments
 from bertkit.errors import BertkitError
 
 _ARGUMENTS = {f.name: f for f in dataclasses.fields(TrainingArguments)}
-# numpy's and torch's seeds: 0 to 2**32 - 1 (numpy refuses any other).
-SEED = {"min": 0, "max": 2**32 - 1}
-# As a bound: that side has no limit of its own (said, not forgotten); an integer is still
-# held to 64 bits, what torch and numpy can hold (torch.empty(10**30): "Overflow when unpacking").
-UNBOUNDED = None
+# An unbounded integer is still held to 64 bits, what torch and numpy can hold
+# (torch.empty(10**30): "Overflow when unpacking").
 INT64 = 2**63
-SHARE = {"min": 0, "max": 1}  # a share in [0, 1]
-PROBABILITY = {"min": 0, "below": 1}  # a dropout or a share in [0, 1)
-COUNT = {"min": 1, "max": UNBOUNDED}  # a positive integer, as large as memory allows
+SEED = f"[0, {2**32 - 1}]"  # numpy's and torch's seeds (numpy refuses any other)
+SHARE, PROBABILITY = "[0, 1]", "[0, 1)"  # a share; a dropout or a share below 1
+COUNT = "[1, inf)"  # a positive integer, as large as memory allows
 # A learning rate: above 1 no optimizer bertkit offers trains, and 2e5 is a typo of 2e-5.
-LEARNING_RATE = {"above": 0, "max": 1}
+LEARNING_RATE = "(0, 1]"
 
 
-def _argument(name: str, **bounds) -> Any:
-    """A TrainingArguments field with its own default; bounds: min, above, below (numbers)."""
-    return field(default=_ARGUMENTS[name].default, metadata=bounds)
+def _setting(interval: str | None = None, expect: str | None = None, **metadata) -> Any:
+    """A field's metadata: its range ("[0, 1)": min 0, below 1; a bracket holds its end, a
+    parenthesis leaves it out, inf is a side without a limit), what the message says is
+    expected, and any other (choices, each, integer, reads). No default: the values are the
+    YAML's (a trainer field's, TrainingArguments' own)."""
+    if interval:
+        low, high = (end.strip() for end in interval[1:-1].split(","))
+        metadata = {("min" if interval[0] == "[" or low == "-inf" else "above"): _end(low),
+                    ("max" if interval[-1] == "]" or high == "inf" else "below"): _end(high),
+                    **metadata}
+    return field(metadata={**metadata, **({"expect": expect} if expect else {})})
 
 
-def _setting(default: Any, expect: str | None = None, **bounds) -> Any:
-    """A field with its bounds and, optionally, what the message says is expected."""
-    return field(default=default, metadata={**bounds, **({"expect": expect} if expect else {})})
+def _end(end: str) -> int | float | None:
+    return None if end.lstrip("+-") == "inf" else float(end) if "." in end else int(end)
 
 
-@dataclass
+def _training_arguments(schema: type) -> type:
+    """The dataclass of `schema`, each field's default TrainingArguments' own."""
+    for name in schema.__annotations__:
+        spec = schema.__dict__.get(name)
+        setattr(schema, name, field(default=_ARGUMENTS[name].default,
+                                    metadata=spec.metadata if spec is not None else {}))
+    return dataclass(schema)
+
+
+@_training_arguments
 class TrainerSchema:
     """The trainer group (conf/trainer/): TrainingArguments by their own names, those that
     bertkit's YAML files set. Any other TrainingArguments key can still be added with
     +trainer.NAME=VALUE on a command line; a YAML that sets one must add it here."""
 
-    learning_rate: float = _argument("learning_rate", **LEARNING_RATE)
-    per_device_train_batch_size: int = _argument("per_device_train_batch_size", **COUNT)
-    per_device_eval_batch_size: int = _argument("per_device_eval_batch_size", **COUNT)
-    gradient_accumulation_steps: int = _argument("gradient_accumulation_steps", **COUNT)
+    learning_rate: float = _setting(LEARNING_RATE)
+    per_device_train_batch_size: int = _setting(COUNT)
+    per_device_eval_batch_size: int = _setting(COUNT)
+    gradient_accumulation_steps: int = _setting(COUNT)
     # Any, checked as a number by check_ranges: 2 stays 2 in sweep directory names (ep2).
-    num_train_epochs: Any = _argument("num_train_epochs", above=0, max=UNBOUNDED)
-    max_steps: int = _argument("max_steps", min=-1, max=UNBOUNDED)  # -1: train by epochs
-    # below 1: a share of all steps
-    warmup_steps: float = _argument("warmup_steps", min=0, max=UNBOUNDED)
-    lr_scheduler_type: str = _argument("lr_scheduler_type",
-                                        choices="transformers.trainer_utils:SchedulerType")
-    weight_decay: float = _argument("weight_decay", min=0, max=UNBOUNDED)
-    adam_beta1: float = _argument("adam_beta1", min=0, below=1)
-    adam_beta2: float = _argument("adam_beta2", min=0, below=1)
-    adam_epsilon: float = _argument("adam_epsilon", above=0, max=UNBOUNDED)
-    max_grad_norm: float = _argument("max_grad_norm", min=0, max=UNBOUNDED)
-    optim: str = _argument("optim", choices="transformers.training_args:OptimizerNames")
-    seed: int = _argument("seed", **SEED)
-    train_sampling_strategy: str = _argument(
-        "train_sampling_strategy",
-        choices=tuple(_ARGUMENTS["train_sampling_strategy"].metadata.get("choices", ())) or None)
-    eval_strategy: str = _argument("eval_strategy",
-                                    choices="transformers.trainer_utils:IntervalStrategy")
-    eval_steps: float | None = _argument("eval_steps", above=0, max=UNBOUNDED)
-    save_strategy: str = _argument("save_strategy",
-                                   choices="transformers.trainer_utils:SaveStrategy")
-    save_steps: float = _argument("save_steps", above=0, max=UNBOUNDED)
-    save_total_limit: int | None = _argument("save_total_limit", **COUNT)
-    metric_for_best_model: str | None = _argument("metric_for_best_model")
-    load_best_model_at_end: bool = _argument("load_best_model_at_end")
-    logging_strategy: str = _argument("logging_strategy",
-                                       choices="transformers.trainer_utils:IntervalStrategy")
-    logging_steps: float = _argument("logging_steps", above=0, max=UNBOUNDED)
-    logging_first_step: bool = _argument("logging_first_step")
+    num_train_epochs: Any = _setting("(0, inf)")
+    max_steps: int = _setting("[-1, inf)")  # -1: train by epochs
+    warmup_steps: float = _setting("[0, inf)")  # below 1: a share of all steps
+    lr_scheduler_type: str = _setting(choices="transformers.trainer_utils:SchedulerType")
+    weight_decay: float = _setting("[0, inf)")
+    adam_beta1: float = _setting(PROBABILITY)
+    adam_beta2: float = _setting(PROBABILITY)
+    adam_epsilon: float = _setting("(0, inf)")
+    max_grad_norm: float = _setting("[0, inf)")
+    optim: str = _setting(choices="transformers.training_args:OptimizerNames")
+    seed: int = _setting(SEED)
+    train_sampling_strategy: str = _setting(choices=tuple(
+        _ARGUMENTS["train_sampling_strategy"].metadata.get("choices", ())) or None)
+    eval_strategy: str = _setting(choices="transformers.trainer_utils:IntervalStrategy")
+    eval_steps: float | None = _setting("(0, inf)")
+    save_strategy: str = _setting(choices="transformers.trainer_utils:SaveStrategy")
+    save_steps: float = _setting("(0, inf)")
+    save_total_limit: int | None = _setting(COUNT)
+    metric_for_best_model: str | None
+    load_best_model_at_end: bool
+    logging_strategy: str = _setting(choices="transformers.trainer_utils:IntervalStrategy")
+    logging_steps: float = _setting("(0, inf)")
+    logging_first_step: bool
     # auto or a number of worker processes (bertkit.training.run checks it).
-    dataloader_num_workers: Any = _argument("dataloader_num_workers", choices=("auto",), min=0,
-                                             max=UNBOUNDED)
-    dataloader_persistent_workers: bool = _argument("dataloader_persistent_workers")
-    dataloader_prefetch_factor: int | None = _argument("dataloader_prefetch_factor", **COUNT)
-    include_num_input_tokens_seen: Any = _argument("include_num_input_tokens_seen")
+    dataloader_num_workers: Any = _setting("[0, inf)", choices=("auto",))
+    dataloader_persistent_workers: bool
+    dataloader_prefetch_factor: int | None = _setting(COUNT)
+    include_num_input_tokens_seen: Any
     # auto (finetuning's default): compiled on a GPU for runs of compile_min_steps or more
     # (bertkit.training.static_shapes.decide_compile); true or false as given.
-    torch_compile: Any = _argument("torch_compile", choices=("auto", True, False))
-    torch_compile_mode: str | None = _argument(
-        "torch_compile_mode", choices="bertkit.training.static_shapes:COMPILE_MODES")
-    ddp_find_unused_parameters: bool | None = _argument("ddp_find_unused_parameters")
-    disable_tqdm: bool | None = _argument("disable_tqdm")
-    push_to_hub: bool = _argument("push_to_hub")
-    hub_model_id: str | None = _argument("hub_model_id")
+    torch_compile: Any = _setting(choices=("auto", True, False))
+    torch_compile_mode: str | None = _setting(
+        choices="bertkit.training.static_shapes:COMPILE_MODES")
+    ddp_find_unused_parameters: bool | None
+    disable_tqdm: bool | None
+    push_to_hub: bool
+    hub_model_id: str | None
 
 
 @dataclass
 class RunSchema:
     """The root keys of conf/config.yaml that every run shares."""
 
-    seed: int = _setting(42, "an integer in [0, 2**32 - 1] (numpy's and torch's seeds)", **SEED)
-    pad_to_multiple_of: int | None = _setting(8, **COUNT)
-    preprocessing_num_workers: int | None = _setting(1, **COUNT)
-    gpu_dataloader_workers: int = _setting(6, min=0, max=UNBOUNDED)
-    agree_every_steps: int = _setting(10, "a positive number of optimizer steps", **COUNT)
-    fsync_checkpoints: bool = True
-    overwrite: bool = False
-    bucket_width: int = _setting(32, "a positive number of tokens (1: no buckets)", **COUNT)
-    buckets_on_cpu: bool = False
-    compile_min_steps: int = _setting(4000, "a number of optimizer steps, 0 or more", min=0,
-                                      max=UNBOUNDED)
-    train_fraction: float | None = _setting(
-        None, "a number in (0, 1], or null for the whole schedule", above=0, max=1)
-    mixed_precision: str = _setting("auto", choices="bertkit.training.run:PRECISIONS")
-    data_source: str = _setting("auto", choices="bertkit.data.sources:DATA_SOURCES")
+    seed: int = _setting(SEED, "an integer in [0, 2**32 - 1] (numpy's and torch's seeds)")
+    pad_to_multiple_of: int | None = _setting(COUNT)
+    preprocessing_num_workers: int | None = _setting(COUNT)
+    gpu_dataloader_workers: int = _setting("[0, inf)")
+    agree_every_steps: int = _setting(COUNT, "a positive number of optimizer steps")
+    fsync_checkpoints: bool
+    overwrite: bool
+    bucket_width: int = _setting(COUNT, "a positive number of tokens (1: no buckets)")
+    buckets_on_cpu: bool
+    compile_min_steps: int = _setting("[0, inf)", "a number of optimizer steps, 0 or more")
+    train_fraction: float | None = _setting("(0, 1]",
+                                            "a number in (0, 1], or null for the whole schedule")
+    mixed_precision: str = _setting(choices="bertkit.training.run:PRECISIONS")
+    data_source: str = _setting(choices="bertkit.data.sources:DATA_SOURCES")
     # auto, true or false (bertkit.training.progress)
-    progress_bars: Any = _setting("auto", choices="bertkit.training.progress:PROGRESS_BARS")
+    progress_bars: Any = _setting(choices="bertkit.training.progress:PROGRESS_BARS")
 
 
 @dataclass
 class TaskSchema:
     """The keys of conf/task/ that every task family reads; a family checks its own."""
 
-    name: str = "demo"
-    family: str = "glue"
+    name: str
+    family: str
     # [CLS], one token and [SEP]; a family may need more (SWAG: two segments).
     # Above: the model's position embeddings (checked against the model when it is known).
-    max_seq_length: int = _setting(128, "an integer of at least 3", min=3, max=UNBOUNDED)
-    main_metric: str = "accuracy"
+    max_seq_length: int = _setting("[3, inf)", "an integer of at least 3")
+    main_metric: str
     # A family's own keys, checked where a task has them: SQuAD's windows and answers, the
     # learning rate and epochs a task conf suggests, NER's tag scheme.
-    doc_stride: int = _setting(128, **COUNT)
-    max_query_length: int = _setting(64, **COUNT)
-    max_answer_length: int = _setting(30, **COUNT)
-    n_best_size: int = _setting(20, **COUNT)
+    doc_stride: int = _setting(COUNT)
+    max_query_length: int = _setting(COUNT)
+    max_answer_length: int = _setting(COUNT)
+    n_best_size: int = _setting(COUNT)
     # SQuAD 2.0's no-answer margin: a score difference, either sign.
-    null_score_diff_threshold: float = _setting(0.0, min=UNBOUNDED, max=UNBOUNDED)
-    learning_rate: float = _setting(5e-5, **LEARNING_RATE)
-    num_train_epochs: float = _setting(3, above=0, max=UNBOUNDED)
-    tag_scheme: str = _setting("auto", choices="bertkit.tasks.ner.files:TAG_SCHEMES")
+    null_score_diff_threshold: float = _setting("(-inf, inf)")
+    learning_rate: float = _setting(LEARNING_RATE)
+    num_train_epochs: float = _setting("(0, inf)")
+    tag_scheme: str = _setting(choices="bertkit.tasks.ner.files:TAG_SCHEMES")
     # Local data (a family's reader says which files it needs); null: the Hub's.
-    data_dir: str | None = _setting(None, reads="folder")
-    train_file: str | None = _setting(None, reads="file")
-    validation_file: str | None = _setting(None, reads="file")
-    test_file: str | None = _setting(None, reads="file")
+    data_dir: str | None = _setting(reads="folder")
+    train_file: str | None = _setting(reads="file")
+    validation_file: str | None = _setting(reads="file")
+    test_file: str | None = _setting(reads="file")
     # STS-B's [low, high]: any scores (a file's labels outside it are refused).
-    label_range: list[float] | None = _setting(None, each=True, min=UNBOUNDED, max=UNBOUNDED)
+    label_range: list[float] | None = _setting("(-inf, inf)", each=True)
     # The first N examples of the training, dev and test splits (bertkit.data.task_data:
     # first_examples), before tokenisation; null: all.
-    max_train_samples: int | None = _setting(None, "null (all) or a positive integer", **COUNT)
-    max_eval_samples: int | None = _setting(None, "null (all) or a positive integer", **COUNT)
-    max_predict_samples: int | None = _setting(None, "null (all) or a positive integer",
-                                               **COUNT)
+    max_train_samples: int | None = _setting(COUNT, "null (all) or a positive integer")
+    max_eval_samples: int | None = _setting(COUNT, "null (all) or a positive integer")
+    max_predict_samples: int | None = _setting(COUNT, "null (all) or a positive integer")
 
 
 DECAYS = ("linear", "cosine", "constant")  # the learning rate's shape after warm-up
@@ -179,37 +186,35 @@ DECAYS = ("linear", "cosine", "constant")  # the learning rate's shape after war
 class BudgetSchema:
     """budget.* (bertkit.training.budget): training to a time budget."""
 
-    minutes: float | None = _setting(
-        None, "a positive number of minutes of training, or null (off)", above=0, max=UNBOUNDED)
-    warmup_fraction: float = _setting(0.0, "a share of the budget's time in [0, 1)",
-                                      min=0, below=1)
-    decay: str = _setting("linear", choices=DECAYS)
-    min_lr_ratio: float = _setting(0.0, "a share of the peak learning rate in [0, 1]",
-                                   min=0, max=1)
+    minutes: float | None = _setting("(0, inf)",
+                                     "a positive number of minutes of training, or null (off)")
+    warmup_fraction: float = _setting("[0, 1)", "a share of the budget's time in [0, 1)")
+    decay: str = _setting(choices=DECAYS)
+    min_lr_ratio: float = _setting("[0, 1]", "a share of the peak learning rate in [0, 1]")
 
 
 @dataclass
 class EarlyStoppingSchema:
     patience: int | None = _setting(
-        None, "a positive integer (or null to turn early stopping off)", **COUNT)
-    threshold: float = _setting(0.0, min=0, max=UNBOUNDED)
+        COUNT, "a positive integer (or null to turn early stopping off)")
+    threshold: float = _setting("[0, inf)")
 
 
 @dataclass
 class BertConfigSchema:
     """model.config (a model trained from scratch: BertConfig's keys) and bench.model."""
 
-    vocab_size: int = _setting(30522, **COUNT)
-    hidden_size: int = _setting(768, **COUNT)
-    num_hidden_layers: int = _setting(12, **COUNT)
-    num_attention_heads: int = _setting(12, **COUNT)
-    intermediate_size: int = _setting(3072, **COUNT)
-    max_position_embeddings: int = _setting(512, **COUNT)
-    type_vocab_size: int = _setting(2, **COUNT)
-    hidden_dropout_prob: float = _setting(0.1, **PROBABILITY)
-    attention_probs_dropout_prob: float = _setting(0.1, **PROBABILITY)
-    attn_implementation: str = _setting("auto", choices="bertkit.training.models:CHOICES")
-    hidden_act: str = _setting("gelu", choices="transformers.activations:ACT2FN")
+    vocab_size: int = _setting(COUNT)
+    hidden_size: int = _setting(COUNT)
+    num_hidden_layers: int = _setting(COUNT)
+    num_attention_heads: int = _setting(COUNT)
+    intermediate_size: int = _setting(COUNT)
+    max_position_embeddings: int = _setting(COUNT)
+    type_vocab_size: int = _setting(COUNT)
+    hidden_dropout_prob: float = _setting(PROBABILITY)
+    attention_probs_dropout_prob: float = _setting(PROBABILITY)
+    attn_implementation: str = _setting(choices="bertkit.training.models:CHOICES")
+    hidden_act: str = _setting(choices="transformers.activations:ACT2FN")
 
 
 @dataclass
@@ -218,170 +223,167 @@ class ModelSchema:
     tokenizer, dropout, attention kernel, and whether code shipped with them may run."""
 
     # A Hub id or a directory; bertkit.training.models says which is missing.
-    name_or_path: str | None = _setting(None, reads="folder")
-    tokenizer: str | None = _setting(None, reads="folder")
-    do_lower_case: bool = True
-    hidden_dropout_prob: float = _setting(0.1, **PROBABILITY)
-    attention_probs_dropout_prob: float = _setting(0.1, **PROBABILITY)
-    attn_implementation: str = _setting("auto", choices="bertkit.training.models:CHOICES")
+    name_or_path: str | None = _setting(reads="folder")
+    tokenizer: str | None = _setting(reads="folder")
+    do_lower_case: bool
+    hidden_dropout_prob: float = _setting(PROBABILITY)
+    attention_probs_dropout_prob: float = _setting(PROBABILITY)
+    attn_implementation: str = _setting(choices="bertkit.training.models:CHOICES")
     # Whether code a checkpoint or tokenizer folder ships (its auto_map) may run.
-    trust_remote_code: bool = False
+    trust_remote_code: bool
 
 
 @dataclass
 class ModelFetchSchema:
     """model.fetch: where a preset's local files go and the command that gets them."""
 
-    directory: str = ""
-    command: str = ""
+    directory: str
+    command: str
 
 
 @dataclass
 class FeatureBasedSchema:
     """model.feature_based (NER's feature-based tagger)."""
 
-    enabled: bool = False
-    dropout: float = _setting(0.1, **PROBABILITY)
-    lstm_hidden_size: int = _setting(768, **COUNT)
-    lstm_layers: int = _setting(2, **COUNT)
-    layers: str = _setting("sum_last_four",
-                           choices="bertkit.tasks.ner.feature_based_tagger:LAYER_COMBINATIONS")
-    classifier: str = _setting("bilstm", choices="bertkit.tasks.ner.feature_based_tagger:"
-                                                 "CLASSIFIERS")
+    enabled: bool
+    dropout: float = _setting(PROBABILITY)
+    lstm_hidden_size: int = _setting(COUNT)
+    lstm_layers: int = _setting(COUNT)
+    layers: str = _setting(choices="bertkit.tasks.ner.feature_based_tagger:LAYER_COMBINATIONS")
+    classifier: str = _setting(choices="bertkit.tasks.ner.feature_based_tagger:CLASSIFIERS")
 
 
 @dataclass
 class FinetuningSchema:
     """conf/finetuning/ (BERTology's methods)."""
 
-    freeze_layers: int = _setting(0, min=0, max=UNBOUNDED)  # above: the model's layers
-    reinit_layers: int = _setting(0, min=0, max=UNBOUNDED)  # above: the model's layers
-    reinit_pooler: bool = False
-    bitfit: bool = False  # only in conf/finetuning/bitfit.yaml
-    head_lr_multiplier: float = _setting(1.0, above=0, max=UNBOUNDED)
+    freeze_layers: int = _setting("[0, inf)")  # above: the model's layers
+    reinit_layers: int = _setting("[0, inf)")  # above: the model's layers
+    reinit_pooler: bool
+    bitfit: bool  # only in conf/finetuning/bitfit.yaml
+    head_lr_multiplier: float = _setting("(0, inf)")
     # Each layer down: x this; 1: all alike; never above 1 (lower layers faster).
-    layer_lr_decay: float = _setting(1.0, above=0, max=1)
+    layer_lr_decay: float = _setting("(0, 1]")
     # epoch, or a whole number of optimizer steps.
-    unfreeze_every: Any = _setting(None, "epoch, a number of optimizer steps >= 1, or null "
-                                   "(off)", choices=("epoch",), integer=True, **COUNT)
-    pooling: str = _setting("cls", choices="bertkit.finetuning.methods.mean_pooling:POOLING")
+    unfreeze_every: Any = _setting(COUNT, "epoch, a number of optimizer steps >= 1, or null (off)",
+                                   choices=("epoch",), integer=True)
+    pooling: str = _setting(choices="bertkit.finetuning.methods.mean_pooling:POOLING")
 
 
 @dataclass
 class LoraSchema:
-    r: int = _setting(8, **COUNT)
-    alpha: float = _setting(16, above=0, max=UNBOUNDED)
-    dropout: float = _setting(0.1, **PROBABILITY)
+    r: int = _setting(COUNT)
+    alpha: float = _setting("(0, inf)")
+    dropout: float = _setting(PROBABILITY)
 
 
 @dataclass
 class R3FSchema:
-    eps: float = _setting(1e-5, above=0, max=UNBOUNDED)
-    weight: float = _setting(0.0, min=0, max=UNBOUNDED)
-    noise: str = _setting("normal", choices="bertkit.finetuning.r3f_loss:NOISE")
+    eps: float = _setting("(0, inf)")
+    weight: float = _setting("[0, inf)")
+    noise: str = _setting(choices="bertkit.finetuning.r3f_loss:NOISE")
 
 
 @dataclass
 class MaskingSchema:
     """masking.* and heldout.masking.* (bertkit.pretraining.masking)."""
 
-    kind: str = _setting("dynamic", choices="bertkit.pretraining.run:MASKING_KINDS")
-    unit: str = _setting("token", choices="bertkit.pretraining.masking:UNITS")
-    convention: str = _setting("google", choices="bertkit.pretraining.masking:CONVENTIONS")
-    mlm_probability: float = _setting(0.15, above=0, below=1)
-    mask_token_fraction: float = _setting(0.8, **SHARE)
-    random_token_fraction: float = _setting(0.1, **SHARE)
-    max_predictions_per_seq: int = _setting(20, **COUNT)
-    span_geometric_p: float = _setting(0.2, above=0, max=1)
-    span_max_words: int = _setting(10, **COUNT)
-    dupe_factor: int = _setting(10, **COUNT)
+    kind: str = _setting(choices="bertkit.pretraining.run:MASKING_KINDS")
+    unit: str = _setting(choices="bertkit.pretraining.masking:UNITS")
+    convention: str = _setting(choices="bertkit.pretraining.masking:CONVENTIONS")
+    mlm_probability: float = _setting("(0, 1)")
+    mask_token_fraction: float = _setting(SHARE)
+    random_token_fraction: float = _setting(SHARE)
+    max_predictions_per_seq: int = _setting(COUNT)
+    span_geometric_p: float = _setting("(0, 1]")
+    span_max_words: int = _setting(COUNT)
+    dupe_factor: int = _setting(COUNT)
 
 
 @dataclass
 class ObjectiveSchema:
     """objective.*: the registered objectives' values (bertkit.pretraining.objective)."""
 
-    name: str = _setting("mlm_nsp", choices="bertkit.pretraining.objective:NAMES")
-    packing: str = _setting("pairs", choices="bertkit.pretraining.objective:PACKINGS")
-    sentence_task: str | None = _setting("nsp", choices="bertkit.pretraining.objective:"
-                                                        "SENTENCE_TASKS")
+    name: str = _setting(choices="bertkit.pretraining.objective:NAMES")
+    packing: str = _setting(choices="bertkit.pretraining.objective:PACKINGS")
+    sentence_task: str | None = _setting(choices="bertkit.pretraining.objective:SENTENCE_TASKS")
 
 
 @dataclass
 class PretrainingSchema:
     # [CLS] and [SEP] around at least one token; above: the model's position embeddings.
-    max_seq_length: int = _setting(128, min=3, max=UNBOUNDED)
-    short_seq_prob: float = _setting(0.1, **SHARE)
-    streaming_buffer_documents: int = _setting(1000, **COUNT)
+    max_seq_length: int = _setting("[3, inf)")
+    short_seq_prob: float = _setting(SHARE)
+    streaming_buffer_documents: int = _setting(COUNT)
     # Vocabulary rows rounded up to a multiple of this (1: not padded); a power of two past
     # 1024 rows is no tensor-core shape anyone needs.
-    pad_vocab_to_multiple_of: int = _setting(64, "a positive number of rows (1: no padding), "
-                                                 "at most 1024", min=1, max=1024)
+    pad_vocab_to_multiple_of: int = _setting("[1, 1024]",
+                                             "a positive number of rows (1: no padding), at most "
+                                             "1024")
     # auto, true or false (bertkit.pretraining.padding_free)
-    padding_free: Any = _setting("auto", choices="bertkit.pretraining.padding_free:SETTINGS")
+    padding_free: Any = _setting(choices="bertkit.pretraining.padding_free:SETTINGS")
     # A padding-free batch's sequence slots over those its mean instance needs: at least 1.
-    sequence_slot_headroom: float = _setting(1.1, min=1, max=UNBOUNDED)
+    sequence_slot_headroom: float = _setting("[1, inf)")
 
 
 @dataclass
 class LongPhaseSchema:
-    fraction: float = _setting(0.0, "a fraction of the steps in [0, 1)", min=0, below=1)
-    max_seq_length: int = _setting(512, min=3, max=UNBOUNDED)
-    max_predictions_per_seq: int = _setting(80, **COUNT)
+    fraction: float = _setting("[0, 1)", "a fraction of the steps in [0, 1)")
+    max_seq_length: int = _setting("[3, inf)")
+    max_predictions_per_seq: int = _setting(COUNT)
 
 
 @dataclass
 class HeldoutSchema:
     """heldout.* (bertkit.pretraining.heldout): the held-out documents and their evaluation."""
 
-    fraction: float = _setting(0.0, "a share of the documents in [0, 1) (0: no held-out set)",
-                               min=0, below=1)
-    max_sequences: int = _setting(512, **COUNT)
-    batch_size: int = _setting(64, **COUNT)
-    min_documents: int = _setting(2, **COUNT)
-    seed: int = _setting(1234, **SEED)
-    every_seconds: float | None = _setting(60, above=0, max=UNBOUNDED)
-    every_steps: int | None = _setting(None, **COUNT)
+    fraction: float = _setting("[0, 1)", "a share of the documents in [0, 1) (0: no held-out set)")
+    max_sequences: int = _setting(COUNT)
+    batch_size: int = _setting(COUNT)
+    min_documents: int = _setting(COUNT)
+    seed: int = _setting(SEED)
+    every_seconds: float | None = _setting("(0, inf)")
+    every_steps: int | None = _setting(COUNT)
 
 
 @dataclass
 class CorpusSchema:
-    name: str = "demo"
-    source: str = _setting("local", choices=("local", "hub"))
+    name: str
+    source: str = _setting(choices=("local", "hub"))
     # Local files only (null for a Hub corpus); corpus.parts' own formats are checked where
     # they are read (bertkit.pretraining.corpora), a list's items being out of a schema's reach.
-    format: str | None = _setting("google", choices="bertkit.pretraining.corpus_formats:FORMATS")
+    format: str | None = _setting(choices="bertkit.pretraining.corpus_formats:FORMATS")
     # A list of files or glob patterns (or one), and parts: [{format, files}]; whether the files
     # exist is checked when they are read.
-    files: Any = _setting(None, reads="files")
-    parts: Any = _setting(None, reads="files")  # [{format, files}]
-    max_documents: int | None = _setting(None, "null (all) or a positive integer", **COUNT)
+    files: Any = _setting(reads="files")
+    parts: Any = _setting(reads="files")  # [{format, files}]
+    max_documents: int | None = _setting(COUNT, "null (all) or a positive integer")
 
 
 @dataclass
 class CorpusHubSchema:
-    path: str | None = None
-    name: str | None = None
-    split: str = "train"
-    text_column: str = "text"
-    streaming: bool = False
-    rows_per_document: int = _setting(1, **COUNT)
+    path: str | None
+    name: str | None
+    split: str
+    text_column: str
+    streaming: bool
+    rows_per_document: int = _setting(COUNT)
 
 
 @dataclass
 class SyntheticSchema:
     """corpus.synthetic and task.synthetic: the generated demo data's sizes."""
 
-    num_documents: int = _setting(300, **COUNT)
-    num_topics: int = _setting(10, **COUNT)
-    min_sentences: int = _setting(4, **COUNT)
-    max_sentences: int = _setting(14, **COUNT)
-    min_words: int = _setting(5, **COUNT)
-    max_words: int = _setting(14, **COUNT)
-    num_train: int = _setting(2000, **COUNT)
-    num_validation: int = _setting(400, **COUNT)
-    num_test: int = _setting(200, min=0, max=UNBOUNDED)
-    seed: int = _setting(0, **SEED)
+    num_documents: int = _setting(COUNT)
+    num_topics: int = _setting(COUNT)
+    min_sentences: int = _setting(COUNT)
+    max_sentences: int = _setting(COUNT)
+    min_words: int = _setting(COUNT)
+    max_words: int = _setting(COUNT)
+    num_train: int = _setting(COUNT)
+    num_validation: int = _setting(COUNT)
+    num_test: int = _setting("[0, inf)")
+    seed: int = _setting(SEED)
 
 
 @dataclass
@@ -389,43 +391,42 @@ class ConllColumnsSchema:
     """task.columns of a CoNLL file (NER): how many, and which holds the token and the tag
     (0-based). GLUE's task.columns name header columns instead, and are not numbers."""
 
-    count: int = _setting(4, **COUNT)
-    token: int = _setting(0, min=0, max=UNBOUNDED)
-    tag: int = _setting(3, min=0, max=UNBOUNDED)
+    count: int = _setting(COUNT)
+    token: int = _setting("[0, inf)")
+    tag: int = _setting("[0, inf)")
 
 
 @dataclass
 class HeaderlessColumnsSchema:
     """task.headerless_columns: 0-based positions in a GLUE file without a header (CoLA)."""
 
-    label: int = _setting(1, min=0, max=UNBOUNDED)
-    text_a: int = _setting(3, min=0, max=UNBOUNDED)
-    text_b: int | None = _setting(None, min=0, max=UNBOUNDED)
+    label: int = _setting("[0, inf)")
+    text_a: int = _setting("[0, inf)")
+    text_b: int | None = _setting("[0, inf)")
 
 
 @dataclass
 class TokenizerTrainingSchema:
-    vocab_size: int = _setting(30522, **COUNT)
-    min_frequency: int = _setting(2, **COUNT)
+    vocab_size: int = _setting(COUNT)
+    min_frequency: int = _setting(COUNT)
 
 
 @dataclass
 class BenchSchema:
     """bench.* of the benchmark recipes."""
 
-    steps: int = _setting(60, **COUNT)
-    warmup_steps: int = _setting(5, min=0, max=UNBOUNDED)
-    steady_skip: int = _setting(10, min=0, max=UNBOUNDED)
-    repeats: int = _setting(1, **COUNT)
-    sync_steps: int = _setting(4, "at least 2 (the last step logs, and is not counted)",
-                               min=2, max=UNBOUNDED)
-    batch_size: int = _setting(32, **COUNT)
-    baseline_max_length: int = _setting(128, min=3, max=UNBOUNDED)
-    eval_instances: int = _setting(256, **COUNT)
-    instances: int = _setting(120000, **COUNT)  # bench_masking
-    mlm_probability: float = _setting(0.15, above=0, below=1)
-    num_proc: int | None = _setting(1, **COUNT)  # null: in the main process
-    num_threads: int | None = _setting(None, **COUNT)
+    steps: int = _setting(COUNT)
+    warmup_steps: int = _setting("[0, inf)")
+    steady_skip: int = _setting("[0, inf)")
+    repeats: int = _setting(COUNT)
+    sync_steps: int = _setting("[2, inf)", "at least 2 (the last step logs, and is not counted)")
+    batch_size: int = _setting(COUNT)
+    baseline_max_length: int = _setting("[3, inf)")
+    eval_instances: int = _setting(COUNT)
+    instances: int = _setting(COUNT)  # bench_masking
+    mlm_probability: float = _setting("(0, 1)")
+    num_proc: int | None = _setting(COUNT)  # null: in the main process
+    num_threads: int | None = _setting(COUNT)
 
 
 @dataclass
@@ -433,62 +434,62 @@ class BenchWorkloadSchema:
     """bench.glue, bench.pretraining and bench.pretraining_packed (bench_step's synthetic
     batches)."""
 
-    batch_size: int = _setting(32, **COUNT)
-    batches: int = _setting(8, **COUNT)
-    seq_length: int = _setting(128, min=3, max=UNBOUNDED)
-    min_length: int = _setting(8, min=3, max=UNBOUNDED)
-    padded_share: float = _setting(0.5, **PROBABILITY)
-    num_labels: int = _setting(2, **COUNT)
-    mlm_slots: int = _setting(20, **COUNT)
-    mlm_used: int = _setting(19, **COUNT)
+    batch_size: int = _setting(COUNT)
+    batches: int = _setting(COUNT)
+    seq_length: int = _setting("[3, inf)")
+    min_length: int = _setting("[3, inf)")
+    padded_share: float = _setting(PROBABILITY)
+    num_labels: int = _setting(COUNT)
+    mlm_slots: int = _setting(COUNT)
+    mlm_used: int = _setting(COUNT)
     # pretraining_packed's: pretraining.sequence_slot_headroom's bounds
-    sequence_slot_headroom: float = _setting(1.1, min=1, max=UNBOUNDED)
+    sequence_slot_headroom: float = _setting("[1, inf)")
 
 
 @dataclass
 class BenchPlainSchema:
     """bench.plain: the plain Hugging Face pretraining bench_pretrain_quality compares with."""
 
-    batch_size: int = _setting(32, **COUNT)
-    warmup_ratio: float = _setting(0.06, **PROBABILITY)
-    weight_decay: float = _setting(0.0, min=0, max=UNBOUNDED)
-    dropout: float = _setting(0.1, **PROBABILITY)
-    mlm_probability: float = _setting(0.15, above=0, below=1)
-    timing_steps: int = _setting(20, **COUNT)
-    learning_rates: list[float] = _setting(None, each=True, **LEARNING_RATE)
-    logging_steps: int = _setting(50, **COUNT)
+    batch_size: int = _setting(COUNT)
+    warmup_ratio: float = _setting(PROBABILITY)
+    weight_decay: float = _setting("[0, inf)")
+    dropout: float = _setting(PROBABILITY)
+    mlm_probability: float = _setting("(0, 1)")
+    timing_steps: int = _setting(COUNT)
+    learning_rates: list[float] = _setting(LEARNING_RATE, each=True)
+    logging_steps: int = _setting(COUNT)
 
 
 @dataclass
 class ParitySchema:
-    baseline_max_length: int = _setting(128, min=3, max=UNBOUNDED)
-    alpha: float = _setting(0.05, above=0, below=1)
-    max_difference: float = _setting(0.01, min=0, max=UNBOUNDED)
-    seeds: list[int] = _setting(None, "seeds in [0, 2**32 - 1]", each=True, **SEED)
+    baseline_max_length: int = _setting("[3, inf)")
+    alpha: float = _setting("(0, 1)")
+    max_difference: float = _setting("[0, inf)")
+    seeds: list[int] = _setting(SEED, "seeds in [0, 2**32 - 1]", each=True)
 
 
 @dataclass
 class BenchSweepSchema:
-    n_jobs: int = _setting(2, **COUNT)
-    seeds: list[int] = _setting(None, "seeds in [0, 2**32 - 1]", each=True, **SEED)
+    n_jobs: int = _setting(COUNT)
+    seeds: list[int] = _setting(SEED, "seeds in [0, 2**32 - 1]", each=True)
 
 
 @dataclass
 class BenchGridSchema:
-    learning_rates: list[float] = _setting(None, each=True, **LEARNING_RATE)
-    seeds: list[int] = _setting(None, "seeds in [0, 2**32 - 1]", each=True, **SEED)
-    jobs_per_gpu: int = _setting(4, **COUNT)
-    baseline_max_length: int = _setting(128, min=3, max=UNBOUNDED)
+    learning_rates: list[float] = _setting(LEARNING_RATE, each=True)
+    seeds: list[int] = _setting(SEED, "seeds in [0, 2**32 - 1]", each=True)
+    jobs_per_gpu: int = _setting(COUNT)
+    baseline_max_length: int = _setting("[3, inf)")
 
 
 @dataclass
 class PeakTflopsSchema:
     """throughput.peak_tflops.<GPU>: a card's dense peak by precision (MFU's denominator)."""
 
-    bf16: float = _setting(0.0, above=0, max=UNBOUNDED)
-    fp16: float = _setting(0.0, above=0, max=UNBOUNDED)
-    fp32: float = _setting(0.0, above=0, max=UNBOUNDED)
-    tf32: float = _setting(0.0, above=0, max=UNBOUNDED)
+    bf16: float = _setting("(0, inf)")
+    fp16: float = _setting("(0, inf)")
+    fp32: float = _setting("(0, inf)")
+    tf32: float = _setting("(0, inf)")
 
 
 # group -> its schema, stored outside every group as <group>_schema (a YAML of the group lists
@@ -497,26 +498,21 @@ class PeakTflopsSchema:
 SCHEMAS = {"trainer": TrainerSchema}
 # node -> the schema of the keys it must hold to (the root: ""); checked, not composed.
 # A `*` in a path stands for every key of that node (each GPU of throughput.peak_tflops).
-SETTINGS = {"": RunSchema, "task": TaskSchema, "budget": BudgetSchema,
-            "early_stopping": EarlyStoppingSchema,
-            "task.columns": ConllColumnsSchema, "task.headerless_columns": HeaderlessColumnsSchema,
-            "task.synthetic": SyntheticSchema,
-            "model": ModelSchema, "model.config": BertConfigSchema,
-            "model.fetch": ModelFetchSchema,
-            "model.feature_based": FeatureBasedSchema,
-            "finetuning": FinetuningSchema, "finetuning.lora": LoraSchema,
-            "finetuning.r3f": R3FSchema,
-            "objective": ObjectiveSchema, "masking": MaskingSchema,
-            "pretraining": PretrainingSchema, "pretraining.long_phase": LongPhaseSchema,
-            "heldout": HeldoutSchema, "heldout.masking": MaskingSchema,
-            "corpus": CorpusSchema, "corpus.hub": CorpusHubSchema,
-            "corpus.synthetic": SyntheticSchema, "tokenizer_training": TokenizerTrainingSchema,
-            "bench": BenchSchema, "bench.model": BertConfigSchema,
-            "bench.glue": BenchWorkloadSchema, "bench.pretraining": BenchWorkloadSchema,
-            "bench.pretraining_packed": BenchWorkloadSchema,
-            "bench.plain": BenchPlainSchema, "parity": ParitySchema,
-            "bench_sweep": BenchSweepSchema, "bench_grid": BenchGridSchema,
-            "throughput.peak_tflops.*": PeakTflopsSchema}
+SETTINGS = {
+    "": RunSchema, "task": TaskSchema, "budget": BudgetSchema,
+    "early_stopping": EarlyStoppingSchema, "task.columns": ConllColumnsSchema,
+    "task.headerless_columns": HeaderlessColumnsSchema, "task.synthetic": SyntheticSchema,
+    "model": ModelSchema, "model.config": BertConfigSchema, "model.fetch": ModelFetchSchema,
+    "model.feature_based": FeatureBasedSchema, "finetuning": FinetuningSchema,
+    "finetuning.lora": LoraSchema, "finetuning.r3f": R3FSchema, "objective": ObjectiveSchema,
+    "masking": MaskingSchema, "pretraining": PretrainingSchema,
+    "pretraining.long_phase": LongPhaseSchema, "heldout": HeldoutSchema,
+    "heldout.masking": MaskingSchema, "corpus": CorpusSchema, "corpus.hub": CorpusHubSchema,
+    "corpus.synthetic": SyntheticSchema, "tokenizer_training": TokenizerTrainingSchema,
+    "bench": BenchSchema, "bench.model": BertConfigSchema, "bench.glue": BenchWorkloadSchema,
+    "bench.pretraining": BenchWorkloadSchema, "bench.pretraining_packed": BenchWorkloadSchema,
+    "bench.plain": BenchPlainSchema, "parity": ParitySchema, "bench_sweep": BenchSweepSchema,
+    "bench_grid": BenchGridSchema, "throughput.peak_tflops.*": PeakTflopsSchema}
 
 
 def register_schemas() -> None:
@@ -525,7 +521,7 @@ def register_schemas() -> None:
         store.store(name=f"{group}_schema", node=schema)
 
 
-def choices_of(bounds: dict) -> tuple | None:
+def choices_of(bounds) -> tuple | None:
     """A field's choices: a tuple, or "module:NAME" of a tuple, dict, Enum or other iterable
     (a registry's names) kept by the code that reads the key (imported when a value is
     checked, so the lists are never copied)."""
@@ -537,12 +533,16 @@ def choices_of(bounds: dict) -> tuple | None:
     return choices
 
 
-def numeric_bounds(bounds: dict) -> dict:
+def numeric_bounds(bounds) -> dict:
     """The numeric bounds a field declares (min, above, max, below), None (unbounded) kept."""
     return {key: bounds[key] for key in ("min", "above", "max", "below") if key in bounds}
 
 
-def _out_of_range(value, bounds: dict) -> str | None:
+_SIGNS = {"min": ">=", "above": ">", "max": "<=", "below": "<"}
+_BROKEN = {"min": operator.lt, "above": operator.le, "max": operator.gt, "below": operator.ge}
+
+
+def _out_of_range(value, bounds) -> str | None:
     """What the value breaks, as "expected ..."; None when it is within bounds."""
     if value is None or not bounds:
         return None
@@ -562,61 +562,59 @@ def _out_of_range(value, bounds: dict) -> str | None:
         return "expected an integer"
     if isinstance(value, int) and not -INT64 <= value < INT64:  # torch's and numpy's sizes
         return "expected a 64-bit integer (at most 2**63 - 1)"
-    broken = {"min": lambda b: value < b, "above": lambda b: not value > b,
-              "max": lambda b: value > b, "below": lambda b: not value < b}
-    if not any(broken[key](bound) for key, bound in numeric.items()):
+    if not any(_BROKEN[key](value, bound) for key, bound in numeric.items()):
         return None
     if numeric == {"above": 0}:
         return "expected a positive number"
-    signs = {"min": ">=", "above": ">", "max": "<=", "below": "<"}
-    return "expected a number " + " and ".join(f"{signs[key]} {bound}"
+    return "expected a number " + " and ".join(f"{_SIGNS[key]} {bound}"
                                                for key, bound in numeric.items())
 
 
-_TYPE_WORDS = {"int": "an integer", "float": "a number", "str": "a string",
-               "bool": "true or false", "None": "null"}
+# A field's type name -> the words a message says and the Python types that hold it as is.
+_TYPES = {"int": ("an integer", (int,)), "float": ("a number", (int, float)),
+          "str": ("a string", (str,)), "bool": ("true or false", (bool,)),
+          "None": ("null", (type(None),))}
+
+
+def _type_names(spec: dataclasses.Field) -> list[str]:
+    return [name.strip() for name in str(spec.type).split("|")]
 
 
 def expected_type(spec: dataclasses.Field) -> str:
     """"expected an integer or null" for a field of type int | None."""
-    return "expected " + " or ".join(_TYPE_WORDS.get(name.strip(), name.strip())
-                                     for name in str(spec.type).split("|"))
-
-
-_PLAIN_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,),
-                "None": (type(None),)}
-
-
-def _plainly_of_type(spec: dataclasses.Field, value) -> bool:
-    """The value is of the field's type as it stands (an int for int | None): no conversion
-    to try (the common case, checked without OmegaConf's merge)."""
-    names = [name.strip() for name in str(spec.type).split("|")]
-    if any(name not in _PLAIN_TYPES for name in names):
-        return False
-    if isinstance(value, bool):
-        return "bool" in names
-    return any(isinstance(value, _PLAIN_TYPES[name]) for name in names)
-
-
-def _switch(spec: dataclasses.Field) -> bool:
-    """A bool field: OmegaConf would convert 'yes', 'no' or 1, but the code reads the value as
-    it stands, where any word is true ('no' too), so only true and false pass."""
-    return {name.strip() for name in str(spec.type).split("|")} <= {"bool", "None"}
-
-
-def _type_problem(typed: DictConfig, name: str, value) -> bool:
-    """True when OmegaConf refuses `value` for the field of the structured config `typed`
-    (e.g. a word for an integer)."""
-    try:
-        OmegaConf.merge(typed, {name: value})
-    except (ValidationError, ValueError):
-        return True
-    return False
+    return "expected " + " or ".join(_TYPES[name][0] if name in _TYPES else name
+                                     for name in _type_names(spec))
 
 
 @functools.cache
 def _structured(schema: type) -> DictConfig:
     return OmegaConf.structured(schema)
+
+
+def _wrong_type(schema: type, spec: dataclasses.Field, value) -> bool:
+    """The value is not of the field's type. One of the type as it stands (an int for
+    int | None) passes without OmegaConf's merge (the common case); a bool field takes only
+    true and false (OmegaConf would convert 'yes', 'no' or 1, but the code reads the value as
+    it stands, where any word is true, 'no' too); else OmegaConf says (a word for an int)."""
+    names = _type_names(spec)
+    if all(name in _TYPES for name in names) and (
+            "bool" in names if isinstance(value, bool)
+            else any(isinstance(value, _TYPES[name][1]) for name in names)):
+        return False
+    if set(names) <= {"bool", "None"}:
+        return True
+    try:
+        OmegaConf.merge(_structured(schema), {spec.name: value})
+    except (ValidationError, ValueError):
+        return True
+    return False
+
+
+def _refuse(setting: str, spec: dataclasses.Field, problem: str) -> None:
+    """The one line for a refused value: `setting` (key=value) and the field's own wording of
+    what is expected, or `problem`."""
+    expect = spec.metadata.get("expect")
+    raise BertkitError(f"{setting}: " + (f"expected {expect}" if expect else problem))
 
 
 def _check_each(key: str, value, spec: dataclasses.Field) -> None:
@@ -626,15 +624,14 @@ def _check_each(key: str, value, spec: dataclasses.Field) -> None:
         return
     if not isinstance(value, (ListConfig, list)):
         raise BertkitError(f"{key}={value!r}: expected a list of numbers")
-    kind = (int,) if str(spec.type).startswith("list[int]") else (int, float)
+    integers = str(spec.type).startswith("list[int]")
     for index, item in enumerate(value):
-        problem = _out_of_range(item, dict(spec.metadata))
-        if problem is None and (isinstance(item, bool) or not isinstance(item, kind)):
-            problem = "expected an integer" if kind == (int,) else "expected a number"
+        problem = _out_of_range(item, spec.metadata)
+        if problem is None and (isinstance(item, bool)
+                                or not isinstance(item, int if integers else (int, float))):
+            problem = "expected an integer" if integers else "expected a number"
         if problem:
-            expect = spec.metadata.get("expect")
-            raise BertkitError(f"{key}[{index}]={item!r}: " + (f"expected {expect}" if expect
-                                                                else problem))
+            _refuse(f"{key}[{index}]={item!r}", spec, problem)
 
 
 def _check_node(path: str, node: DictConfig, schema: type, typed: bool) -> None:
@@ -642,19 +639,15 @@ def _check_node(path: str, node: DictConfig, schema: type, typed: bool) -> None:
     for spec in dataclasses.fields(schema):
         if spec.name not in node:
             continue
-        value = node.get(spec.name)
+        key, value = f"{path}.{spec.name}" if path else spec.name, node.get(spec.name)
         if spec.metadata.get("each"):
-            _check_each(f"{path}.{spec.name}" if path else spec.name, value, spec)
+            _check_each(key, value, spec)
             continue
-        problem = _out_of_range(value, dict(spec.metadata))
-        if problem is None and not typed and not _plainly_of_type(spec, value) \
-                and (_switch(spec) or _type_problem(_structured(schema), spec.name, value)):
+        problem = _out_of_range(value, spec.metadata)
+        if problem is None and not typed and _wrong_type(schema, spec, value):
             problem = expected_type(spec)
         if problem:
-            key = f"{path}.{spec.name}" if path else spec.name
-            expect = spec.metadata.get("expect")
-            raise BertkitError(f"{key}={value!r}{_set_by(node, spec.name)}: "
-                               + (f"expected {expect}" if expect else problem))
+            _refuse(f"{key}={value!r}{_set_by(node, spec.name)}", spec, problem)
 
 
 def _set_by(node: DictConfig, name: str) -> str:
@@ -674,10 +667,16 @@ def nodes(cfg: DictConfig, path: str):
     return found
 
 
+# The config run_job checked as the job started (checked_once): not checked again by the job.
+_CHECKED: ContextVar[DictConfig | None] = ContextVar("bertkit_checked_config", default=None)
+
+
 def check_ranges(cfg: DictConfig) -> None:
     """The config's values held to their schemas, before a job starts: the composed groups'
     ranges (their types were checked at composition), and the SETTINGS nodes' types and
-    ranges."""
+    ranges; as done, for the config checked_once checked (finetune's, pretrain's own call)."""
+    if cfg is _CHECKED.get():
+        return
     for path, schema in SETTINGS.items():  # first: the trainer group interpolates the root's
         for at, node in nodes(cfg, path):
             _check_node(at, node, schema, typed=False)
@@ -685,6 +684,27 @@ def check_ranges(cfg: DictConfig) -> None:
         node = OmegaConf.select(cfg, group)
         if node is not None:
             _check_node(group, node, schema, typed=True)
+
+
+@contextmanager
+def checked_once(cfg: DictConfig):
+    """check_ranges(cfg) at the job's entry (run_job), not again while the job runs."""
+    check_ranges(cfg)
+    token = _CHECKED.set(cfg)
+    try:
+        yield cfg
+    finally:
+        _CHECKED.reset(token)
+
+
+def check_setting(key: str, value) -> None:
+    """One value held to its schema field's range and choices, in check_ranges' one line:
+    for code that is handed the value itself, not the composed config (a corpus part's format,
+    a function a notebook calls)."""
+    spec = schema_field(key)
+    problem = _out_of_range(value, spec.metadata)
+    if problem:
+        _refuse(f"{key}={value!r}", spec, problem)
 
 
 def input_keys() -> tuple[str, ...]:
@@ -698,12 +718,12 @@ def input_keys() -> tuple[str, ...]:
 def schema_field(key: str) -> dataclasses.Field | None:
     """The schema's field of a config key (e.g. throughput.peak_tflops.H100.bf16), if any."""
     parent, _, name = key.rpartition(".")
+    parts = parent.split(".") if parent else []
     for path, schema in {**SETTINGS, **SCHEMAS}.items():
         pattern = path.split(".") if path else []
-        parts = parent.split(".") if parent else []
-        if len(pattern) == len(parts) \
-                and all(p in ("*", q) for p, q in zip(pattern, parts, strict=True)):
-            spec = {spec.name: spec for spec in dataclasses.fields(schema)}.get(name)
+        if len(pattern) == len(parts) and all(p in ("*", q)
+                                              for p, q in zip(pattern, parts, strict=True)):
+            spec = next((s for s in dataclasses.fields(schema) if s.name == name), None)
             if spec is not None:
                 return spec
     return None

@@ -51,6 +51,7 @@ from bertkit.benchmarks.side_by_side import (
     run_ways,
     train_timed,
 )
+from bertkit.config_schema import check_setting
 from bertkit.errors import BertkitError
 from bertkit.pretraining.batches import per_position_labels
 from bertkit.pretraining.masking import IGNORE_INDEX, masking_rule_from_config, most_predictions
@@ -121,8 +122,7 @@ class _Data:
 
 def _check(cfg: DictConfig) -> Schedule:
     schedule = Schedule.read(cfg.bench)
-    if int(cfg.bench.eval_instances) < 1:
-        raise BertkitError(f"bench.eval_instances={cfg.bench.eval_instances}: must be at least 1")
+    check_setting("bench.eval_instances", cfg.bench.eval_instances)  # the schema's, first
     if cfg.masking.kind != "dynamic":
         raise BertkitError("bench_pretrain compares dynamic masking (the plain way masks in "
                            "DataCollatorForLanguageModeling); use masking=dynamic")

@@ -41,6 +41,7 @@ from bertkit.benchmarks.side_by_side import (
     remove_if_empty,
     run_ways,
 )
+from bertkit.config_schema import check_setting
 from bertkit.errors import BertkitError
 from bertkit.pretraining import padding_free
 from bertkit.pretraining.masking import IGNORE_INDEX
@@ -328,9 +329,7 @@ def _syncs(cfg: DictConfig, way: str, workload: str, initial, batches, steps: in
 # -- the job ----------------------------------------------------------------------------------
 def _check(bench: DictConfig, trainer: DictConfig) -> tuple[Schedule, list[str]]:
     schedule = Schedule.read(bench)
-    if int(bench.sync_steps) < 2:
-        raise BertkitError(f"bench.sync_steps={bench.sync_steps}: at least 2 (the last step "
-                           f"logs, and is not counted)")
+    check_setting("bench.sync_steps", bench.sync_steps)  # for a direct call: the schema's
     workloads = list(bench.workloads)
     if not workloads or set(workloads) - set(WORKLOADS):
         raise BertkitError(f"bench.workloads={workloads}: expected some of {', '.join(WORKLOADS)}")

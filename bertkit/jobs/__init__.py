@@ -21,7 +21,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from bertkit.config_schema import check_ranges
+from bertkit.config_schema import checked_once
 from bertkit.data.metrics_file import METRICS_FILE
 from bertkit.errors import BertkitError
 from bertkit.jobs.two_stage import finetune_two_stage, is_two_stage
@@ -113,13 +113,15 @@ def run_job(cfg: DictConfig, run_dir: Path | None = None) -> dict:
         raise BertkitError(f"recipe.job={job!r}: expected {', '.join(JOBS)}")
     # first: another family's task leaves the recipe's ${task.*} unset
     check_task_family(OmegaConf.select(cfg, "recipe"), OmegaConf.select(cfg, "task"))
-    check_ranges(cfg)  # the schema'd groups (bertkit.config_schema): types were checked already
-    # Before anything is read or written (the two checks above only read the settings).
-    check_finished_run(cfg, Path(run_dir or hydra_run_dir()))
-    check_local_files(cfg.model, fetched_only=True)  # model=minilm_l6: make minilm
-    apply_progress_bars(cfg)  # decided once for the job: bars on a terminal only (auto)
-    if job == "finetune" and is_two_stage(cfg.finetuning):
-        return finetune_two_stage(cfg, run_dir or hydra_run_dir())
-    if job == "finetune":
-        return finetune(cfg, task_family(cfg.task.family), run_dir)
-    return imported(JOBS[job].entry)(cfg, run_dir)
+    # The schemas (bertkit.config_schema), once for the whole job: finetune and
+    # check_pretraining_config do not check this config again.
+    with checked_once(cfg):
+        # Before anything is read or written (the two checks above only read the settings).
+        check_finished_run(cfg, Path(run_dir or hydra_run_dir()))
+        check_local_files(cfg.model, fetched_only=True)  # model=minilm_l6: make minilm
+        apply_progress_bars(cfg)  # decided once for the job: bars on a terminal only (auto)
+        if job == "finetune" and is_two_stage(cfg.finetuning):
+            return finetune_two_stage(cfg, run_dir or hydra_run_dir())
+        if job == "finetune":
+            return finetune(cfg, task_family(cfg.task.family), run_dir)
+        return imported(JOBS[job].entry)(cfg, run_dir)

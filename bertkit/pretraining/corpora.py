@@ -22,6 +22,7 @@ import datasets
 from datasets.exceptions import DatasetGenerationError
 from omegaconf import DictConfig, OmegaConf
 
+from bertkit.config_schema import check_setting
 from bertkit.data import binary_content, compressed_files
 from bertkit.data.compressed_files import compressed_tail_digest
 from bertkit.data.fingerprints import content_fingerprint, files_content_fingerprint
@@ -121,9 +122,7 @@ def local_documents(corpus: DictConfig, cache_dir: str, num_proc: int | None = N
     sources = []
     for part in corpus_parts(corpus):
         # corpus.format is the schema's too; corpus.parts' formats (list items) are not.
-        if part.format not in pretrain_corpus.FORMATS:
-            raise BertkitError(f"corpus.format={part.format!r}: expected one of "
-                               f"{', '.join(pretrain_corpus.FORMATS)}")
+        check_setting("corpus.format", part.format)
         sources.append(([str(path) for path in corpus_files(part)], part.format))
     files = [Path(path) for paths, _ in sources for path in paths]
     fingerprint = files_fingerprint(files, "+".join(fmt for _, fmt in sources), max_documents)

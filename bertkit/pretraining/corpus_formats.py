@@ -21,6 +21,7 @@ from pathlib import Path
 
 import blingfire
 
+from bertkit.config_schema import check_setting
 from bertkit.data.binary_content import TextCheck
 from bertkit.data.compressed_files import (
     READABLE,
@@ -127,8 +128,7 @@ READERS = {"google": google_documents, "wikitext": wikitext_documents, "text": t
 
 
 def read_documents(paths: list[str | Path], corpus_format: str) -> Iterator[list[str]]:
-    if corpus_format not in FORMATS:
-        raise BertkitError(f"corpus.format={corpus_format!r}: expected one of {', '.join(FORMATS)}")
+    check_setting("corpus.format", corpus_format)
     reader = READERS[corpus_format]
     for path in paths:
         documents = 0

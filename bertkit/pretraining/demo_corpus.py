@@ -15,6 +15,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+from bertkit.config_schema import check_setting
 from bertkit.data.atomic_files import write_text_atomic
 from bertkit.errors import BertkitError
 
@@ -164,8 +165,7 @@ def _document(rng: random.Random, topic: dict[str, list[str]], num_sentences: in
 def _check(num_documents: int, min_sentences: int, max_sentences: int, min_words: int,
            max_words: int, num_topics: int) -> None:
     key = "corpus.synthetic"
-    if num_documents < 1:
-        raise BertkitError(f"{key}.num_documents={num_documents}: must be at least 1")
+    check_setting(f"{key}.num_documents", num_documents)  # the schema's range
     if not 1 <= min_sentences <= max_sentences:
         raise BertkitError(f"{key}.min_sentences={min_sentences}, max_sentences={max_sentences}: "
                            f"need 1 <= min_sentences <= max_sentences")

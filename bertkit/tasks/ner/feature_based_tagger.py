@@ -19,6 +19,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from transformers import BertConfig, BertModel
 from transformers.modeling_outputs import TokenClassifierOutput
 
+from bertkit.config_schema import check_setting
 from bertkit.data.readback import read_json
 from bertkit.errors import BertkitError
 
@@ -38,12 +39,8 @@ SETTINGS_FILE = "feature_based_tagger.json"
 
 
 def check_settings(layers: str, classifier: str, num_hidden_layers: int | None = None) -> None:
-    if layers not in LAYER_COMBINATIONS:
-        raise BertkitError(f"model.feature_based.layers={layers!r}: expected one of "
-                           f"{', '.join(LAYER_COMBINATIONS)}")
-    if classifier not in CLASSIFIERS:
-        raise BertkitError(f"model.feature_based.classifier={classifier!r}: expected one of "
-                           f"{', '.join(CLASSIFIERS)}")
+    check_setting("model.feature_based.layers", layers)  # the schema's choices
+    check_setting("model.feature_based.classifier", classifier)
     needed = LAYER_COMBINATIONS[layers][0]
     if num_hidden_layers is not None and num_hidden_layers < needed:
         raise BertkitError(f"model.feature_based.layers={layers} needs at least {needed} "
