@@ -16,7 +16,7 @@ from bertkit.training.trainer import (
     BertkitTrainer,
     EpochSeededLengthGroupedSampler,
 )
-from tests.finetuning.toolbox_fixtures import RandomPairs, tiny_classifier
+from tests.finetuning.method_fixtures import RandomPairs, tiny_classifier
 
 
 def arguments(tmp_path, **extra) -> TrainingArguments:

@@ -1,6 +1,7 @@
-"""The finetuning toolbox of BERTology (Rogers et al. 2020; Sun et al. 2019), written once for
+"""The finetuning methods of BERTology (Rogers et al. 2020; Sun et al. 2019), written once for
 every task family and configured under `finetuning.*` (conf/finetuning/): freezing,
 layer-wise learning-rate decay, gradual unfreezing, re-initialising the top layers, a scalar
 mix of all layers and the pooling choice, two-stage finetuning (STILTs), LoRA and the R3F
-smoothness regulariser. bertkit.finetuning.toolbox applies them to a family's model and Trainer.
+smoothness regulariser. bertkit.finetuning.active_methods applies them to a family's model
+and Trainer.
 """

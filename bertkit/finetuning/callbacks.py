@@ -1,5 +1,5 @@
-"""The toolbox's behaviour during training, through Trainer's callbacks: gradual unfreezing,
-and each optimizer group's learning rate in the logs (W&B curves lr/<group>)."""
+"""The finetuning methods' behaviour during training, through Trainer's callbacks: gradual
+unfreezing, and each optimizer group's learning rate in the logs (W&B curves lr/<group>)."""
 
 from __future__ import annotations
 

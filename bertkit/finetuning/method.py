@@ -1,7 +1,7 @@
 """A finetuning method as one registry entry (as MosaicML's algorithm registry): a Method
 subclass in its own module of bertkit/finetuning/methods/, named in its METHODS table
-(bertkit.registry), and a preset conf/finetuning/<name>.yaml that turns it on. The toolbox
-(bertkit.finetuning.toolbox) runs every method the `finetuning` node turns on, in `order`.
+(bertkit.registry), and a preset conf/finetuning/<name>.yaml that turns it on. ActiveMethods
+(bertkit.finetuning.active_methods) runs every method the `finetuning` node turns on, in `order`.
 """
 
 from __future__ import annotations

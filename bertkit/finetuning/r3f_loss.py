@@ -107,7 +107,7 @@ def add_r3f(model: nn.Module, weight: float, noise: str, eps: float, *,
     finetune starts."""
     inner = getattr(model, "get_base_model", None)
     task_model = inner() if callable(inner) else model
-    encoder(task_model)  # fails early, naming the toolbox, for a model without a BERT encoder
+    encoder(task_model)  # fails early, naming the method, for a model without a BERT encoder
     names = [name for name, p in inspect.signature(task_model.forward).parameters.items()
              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     state = R3F(float(weight), noise, float(eps), noise_fn)

@@ -1,6 +1,6 @@
 """Finetuning any task family, read top-down in `finetune`: the family (bertkit.training.family)
 supplies what differs between GLUE, SQuAD, SWAG and NER (data, head, trainer, evaluation),
-the finetuning toolbox (bertkit.finetuning.toolbox) the methods of the `finetuning` node, and
+bertkit.finetuning.active_methods the methods the `finetuning` node turns on, and
 bertkit.training.run the steps every job shares.
 
 Written once here: generated data, then the splits, then the tokenizer and the features (in
@@ -21,7 +21,7 @@ from bertkit.data.fingerprints import model_input_fingerprints
 from bertkit.data.metrics_file import INPUT_FINGERPRINTS, METRICS_FILE, metrics_record
 from bertkit.data.task_data import SAMPLE_LIMIT_KEYS, first_examples
 from bertkit.errors import BertkitError
-from bertkit.finetuning.toolbox import Toolbox
+from bertkit.finetuning.active_methods import ActiveMethods
 from bertkit.training.family import Evaluation, TaskFamily
 from bertkit.training.models import check_model_settings, load_tokenizer, tokenizer_size
 from bertkit.training.run import (
@@ -49,7 +49,7 @@ def finetune(cfg: DictConfig, family: TaskFamily, run_dir: Path | None = None,
     """Finetunes cfg.task with `family`; returns the metrics.json record (`details`: facts of
     the run's context added to its details, e.g. two-stage finetuning's first stage)."""
     check_ranges(cfg)  # each value's type and range first, for callers other than run_job too
-    toolbox = Toolbox(cfg.finetuning)  # the rules between finetuning.* keys
+    methods = ActiveMethods(cfg.finetuning)  # the rules between finetuning.* keys
     family.check(cfg.task, cfg.model)
     check_model_for_task(cfg.task, cfg.model, cfg.data_source, family,
                          tokenizer_size(cfg.model))
@@ -70,17 +70,17 @@ def finetune(cfg: DictConfig, family: TaskFamily, run_dir: Path | None = None,
 
     model = family.build_model(cfg.task, cfg.model, tokenizer, data)
     hyperparameters = {**paper_hyperparameters(setup.args, model, cfg.task.max_seq_length),
-                       **family.hyperparameters(cfg.task, model), **toolbox.hyperparameters()}
-    model = toolbox.apply(model)
+                       **family.hyperparameters(cfg.task, model), **methods.hyperparameters()}
+    model = methods.apply(model)
     compiling = compile_if_it_pays(cfg, setup.args, len(data.features["train"]))
     trainer = family.build_trainer(cfg.task, setup.args, model, tokenizer, data,
                                    setup.pad_to_multiple_of)
     if setup.static_shapes:  # every batch at its full rows: one graph per bucket
         use_padded_rows(trainer, family.padded_rows(cfg.task))
-    toolbox.attach(trainer)
+    methods.attach(trainer)
     run = train_run(cfg, setup, trainer, hyperparameters)
 
-    toolbox.finish(trainer, setup.run_dir, run.main)  # LoRA: the merged model evaluated
+    methods.finish(trainer, setup.run_dir, run.main)  # LoRA: the merged model evaluated
     evaluation = family.evaluate(cfg.task, trainer, data, setup.run_dir, run.main)
     with saving_model(setup.run_dir / "model", run.main):
         family.save_model(trainer, setup.run_dir, run.main)
@@ -99,11 +99,11 @@ def finetune(cfg: DictConfig, family: TaskFamily, run_dir: Path | None = None,
                  **({"limited_samples": splits.limited} if splits.limited else {}),
                  **evaluation.details, **(details or {}),
                  **({"compile": compiling.facts()} if compiling else {}),
-                 **({"finetuning": facts} if (facts := toolbox.record()) else {})})
+                 **({"finetuning": facts} if (facts := methods.record()) else {})})
     final = {f"{split}/{metric}": value
              for split, scores in {**evaluation.validation, **evaluation.test}.items()
              for metric, value in scores.items()}
-    final.update(toolbox.summary())  # the mix's learned weights, LoRA's share, ...
+    final.update(methods.summary())  # the mix's learned weights, LoRA's share, ...
     publish(cfg, setup, run, Outcome(
         record, final, (record["main_metric"], record["main_value"]),
         lambda where: _printout(cfg.task, family, record, evaluation, trainer, setup.run_dir,

@@ -7,18 +7,18 @@ import pytest
 
 from bertkit.config_schema import check_ranges
 from bertkit.errors import BertkitError
+from bertkit.finetuning.active_methods import ActiveMethods
 from bertkit.finetuning.method import registered
 from bertkit.finetuning.settings import describe, is_plain
-from bertkit.finetuning.toolbox import Toolbox
 from bertkit.jobs import run_job
 from tests.conftest import compose_config, tiny_run_overrides
-from tests.finetuning.toolbox_fixtures import settings, snapshot, tiny_classifier, toolbox_trainer
+from tests.finetuning.method_fixtures import method_trainer, settings, snapshot, tiny_classifier
 
 
 def test_only_biases_and_the_head_change_and_the_run_records_what_trained(tmp_path):
     model = tiny_classifier()
     before = snapshot(model)
-    trainer, toolbox = toolbox_trainer(model, settings("finetuning=bitfit"), tmp_path)
+    trainer, methods = method_trainer(model, settings("finetuning=bitfit"), tmp_path)
 
     trainer.train()
 
@@ -34,7 +34,7 @@ def test_only_biases_and_the_head_change_and_the_run_records_what_trained(tmp_pa
     assert any(name.endswith(".weight") for name in moved & head)
     expected = sum(p.numel() for name, p in model.named_parameters()
                    if name in encoder_biases | head)
-    record = toolbox.record()["bitfit"]
+    record = methods.record()["bitfit"]
     assert record["trained_parameters"] == expected
     assert record["trained_share"] == pytest.approx(
         expected / sum(p.numel() for p in model.parameters()), abs=1e-6)
@@ -51,7 +51,7 @@ def test_the_registry_finds_the_module_and_the_preset_turns_it_on():
                                       "finetuning.lora.enabled=true"])
 def test_bitfit_with_another_choice_of_what_trains_is_refused(override):
     with pytest.raises(BertkitError, match="finetuning.bitfit=true decides itself what trains"):
-        Toolbox(settings("finetuning=bitfit", override))
+        ActiveMethods(settings("finetuning=bitfit", override))
 
 
 def test_a_bitfit_that_is_no_switch_is_refused():

@@ -9,13 +9,13 @@ import torch
 
 from bertkit.config_schema import check_ranges
 from bertkit.errors import BertkitError
-from bertkit.finetuning.toolbox import Toolbox
+from bertkit.finetuning.active_methods import ActiveMethods
 from tests.conftest import compose_config
-from tests.finetuning.toolbox_fixtures import (
+from tests.finetuning.method_fixtures import (
+    method_trainer,
     settings,
     snapshot,
     tiny_classifier,
-    toolbox_trainer,
 )
 
 LAYERS = 3
@@ -30,7 +30,7 @@ def optimizer_names(trainer) -> list[str]:
 def test_frozen_parameters_stay_bit_identical_and_are_not_in_the_optimizer(tmp_path):
     model = tiny_classifier()
     before = snapshot(model)
-    trainer, _ = toolbox_trainer(model, settings("finetuning=freeze",
+    trainer, _ = method_trainer(model, settings("finetuning=freeze",
                                                  "finetuning.freeze_layers=2"), tmp_path)
     trainer.train()
     frozen = [n for n in before if "embeddings" in n or re.search(r"layer\.[01]\.", n)]
@@ -59,7 +59,7 @@ def expected_rate(name: str, base: float, decay: float, head: float) -> float:
 
 @pytest.mark.parametrize("decay,head", [(0.95, 1.0), (0.8, 5.0)])
 def test_layerwise_groups_hold_each_parameter_once_at_its_rate(tmp_path, decay, head):
-    trainer, _ = toolbox_trainer(tiny_classifier(), settings(
+    trainer, _ = method_trainer(tiny_classifier(), settings(
         f"finetuning.layer_lr_decay={decay}", f"finetuning.head_lr_multiplier={head}"), tmp_path,
         learning_rate=2e-3)
     names = optimizer_names(trainer)
@@ -77,7 +77,7 @@ def test_layerwise_groups_hold_each_parameter_once_at_its_rate(tmp_path, decay, 
 
 
 def test_each_groups_rate_is_logged_and_follows_the_schedule(tmp_path):
-    trainer, _ = toolbox_trainer(tiny_classifier(), settings("finetuning=llrd",
+    trainer, _ = method_trainer(tiny_classifier(), settings("finetuning=llrd",
                                                              "finetuning.layer_lr_decay=0.5"),
                                  tmp_path, lr_scheduler_type="linear", learning_rate=1e-3)
     trainer.train()
@@ -95,9 +95,9 @@ def test_each_groups_rate_is_logged_and_follows_the_schedule(tmp_path):
 
 def test_plain_settings_leave_trainer_alone(tmp_path):
     model = tiny_classifier()
-    trainer, toolbox = toolbox_trainer(model, settings(), tmp_path)
-    assert toolbox.plain and trainer.model is model and trainer.optimizer is None
-    assert toolbox.record() == {}
+    trainer, methods = method_trainer(model, settings(), tmp_path)
+    assert methods.plain and trainer.model is model and trainer.optimizer is None
+    assert methods.record() == {}
 
 
 @pytest.mark.parametrize("override,key", [
@@ -121,9 +121,9 @@ def test_bad_settings_name_their_key(override, key):
 
 def test_more_layers_than_the_model_has_is_refused(tmp_path):
     with pytest.raises(BertkitError, match=r"finetuning.reinit_layers=4: the model has only 3"):
-        Toolbox(settings("finetuning.reinit_layers=4")).apply(tiny_classifier())
+        ActiveMethods(settings("finetuning.reinit_layers=4")).apply(tiny_classifier())
 
 
 def test_lora_with_freezing_is_refused():
     with pytest.raises(BertkitError, match="finetuning.lora.enabled"):
-        Toolbox(settings("finetuning=lora", "finetuning.freeze_layers=1"))
+        ActiveMethods(settings("finetuning=lora", "finetuning.freeze_layers=1"))

@@ -134,7 +134,7 @@ def test_only_adapters_and_head_train(kind):
 
 
 def test_scalar_mix_and_extra_modules_to_save_train():
-    class ScalarMix(nn.Module):  # stands in for the toolbox's layer mix, a task-model attribute
+    class ScalarMix(nn.Module):  # stands in for the layer mix method, a task-model attribute
         def __init__(self):
             super().__init__()
             self.weights = nn.Parameter(torch.zeros(TINY["num_hidden_layers"] + 1))

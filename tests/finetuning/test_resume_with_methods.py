@@ -1,6 +1,6 @@
-"""The toolbox composes with resume (and so with successive halving, which stops runs part-way
-and resumes the survivors): an interrupted run with layer-wise rates, gradual unfreezing and
-the layer mix ends where the uninterrupted one ends; so does a LoRA run."""
+"""The finetuning methods compose with resume (and so with successive halving, which stops
+runs part-way and resumes the survivors): an interrupted run with layer-wise rates, gradual
+unfreezing and the layer mix ends where the uninterrupted one ends; so does a LoRA run."""
 
 from __future__ import annotations
 

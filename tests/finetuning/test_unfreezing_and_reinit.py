@@ -7,13 +7,13 @@ import pytest
 import torch
 from transformers import BertForQuestionAnswering, BertForSequenceClassification, TrainerCallback
 
-from bertkit.finetuning.toolbox import Toolbox
-from tests.finetuning.toolbox_fixtures import (
+from bertkit.finetuning.active_methods import ActiveMethods
+from tests.finetuning.method_fixtures import (
+    method_trainer,
     settings,
     snapshot,
     tiny_classifier,
     tiny_config,
-    toolbox_trainer,
 )
 
 PROBES = {"embeddings": "bert.embeddings.word_embeddings.weight",
@@ -47,7 +47,7 @@ def changed_in(snapshots: Snapshots, key: str) -> list[int]:
 @pytest.mark.parametrize("decay", [1.0, 0.9])
 def test_each_layer_stays_fixed_until_its_step_and_trains_after_it(tmp_path, decay):
     snapshots = Snapshots()
-    trainer, toolbox = toolbox_trainer(
+    trainer, methods = method_trainer(
         tiny_classifier(), settings("finetuning=gradual_unfreezing",
                                     "finetuning.unfreeze_every=2",
                                     f"finetuning.layer_lr_decay={decay}"),
@@ -59,14 +59,14 @@ def test_each_layer_stays_fixed_until_its_step_and_trains_after_it(tmp_path, dec
     assert changed_in(snapshots, "layer_1") == list(range(3, 10))
     assert changed_in(snapshots, "layer_0") == list(range(5, 10))
     assert changed_in(snapshots, "embeddings") == list(range(7, 10))
-    assert toolbox.record()["unfrozen_at_step"] == {"layer_2": 0, "layer_1": 2, "layer_0": 4,
+    assert methods.record()["unfrozen_at_step"] == {"layer_2": 0, "layer_1": 2, "layer_0": 4,
                                                     "embeddings": 6}
 
 
 def test_unfreezing_by_epoch(tmp_path):
     snapshots = Snapshots()
     # 32 examples in batches of 8: 4 steps an epoch.
-    trainer, _ = toolbox_trainer(tiny_classifier(), settings("finetuning.unfreeze_every=epoch"),
+    trainer, _ = method_trainer(tiny_classifier(), settings("finetuning.unfreeze_every=epoch"),
                                  tmp_path, callbacks=[snapshots], max_steps=-1,
                                  num_train_epochs=3)
     trainer.train()
@@ -95,7 +95,7 @@ def test_reinit_draws_the_top_layers_afresh_and_leaves_the_rest(tmp_path):
     path = checkpoint(tmp_path, initializer_range=0.5)
     model = BertForSequenceClassification.from_pretrained(path, initializer_range=0.02)
     before = snapshot(model)
-    Toolbox(settings("finetuning.reinit_layers=2")).apply(model)
+    ActiveMethods(settings("finetuning.reinit_layers=2")).apply(model)
     after = snapshot(model)
     for name in before:
         top = name.startswith(("bert.encoder.layer.1.", "bert.encoder.layer.2."))
@@ -115,9 +115,9 @@ def test_reinit_draws_the_top_layers_afresh_and_leaves_the_rest(tmp_path):
 
 def test_reinit_is_recorded(tmp_path):
     model = tiny_classifier()
-    toolbox = Toolbox(settings("finetuning=reinit"))
-    toolbox.apply(model)
-    assert toolbox.record() == {"reinitialised_layers": [2], "reinitialised_pooler": True}
+    methods = ActiveMethods(settings("finetuning=reinit"))
+    methods.apply(model)
+    assert methods.record() == {"reinitialised_layers": [2], "reinitialised_pooler": True}
 
 
 @pytest.mark.parametrize("pooler", [True, False])
@@ -126,7 +126,7 @@ def test_the_preset_draws_the_pooler_afresh_unless_told_not_to(tmp_path, pooler)
     model = BertForSequenceClassification.from_pretrained(path, initializer_range=0.02)
     before = snapshot(model)
     flag = f"finetuning.reinit_pooler={str(pooler).lower()}"
-    Toolbox(settings("finetuning=reinit", flag)).apply(model)
+    ActiveMethods(settings("finetuning=reinit", flag)).apply(model)
     after = snapshot(model)
     weight, bias = after["bert.pooler.dense.weight"], after["bert.pooler.dense.bias"]
     if pooler:  # the checkpoint's biases were 0.3 and its weights had std 0.5
@@ -143,6 +143,6 @@ def test_the_preset_draws_the_pooler_afresh_unless_told_not_to(tmp_path, pooler)
 def test_a_model_without_a_pooler_records_that_none_was_drawn():
     torch.manual_seed(0)
     model = BertForQuestionAnswering(tiny_config())  # span heads read the tokens: no pooler
-    toolbox = Toolbox(settings("finetuning=reinit"))
-    toolbox.apply(model)
-    assert toolbox.record() == {"reinitialised_layers": [2], "reinitialised_pooler": False}
+    methods = ActiveMethods(settings("finetuning=reinit"))
+    methods.apply(model)
+    assert methods.record() == {"reinitialised_layers": [2], "reinitialised_pooler": False}

@@ -1,4 +1,4 @@
-"""A tiny BERT classifier, random data and a Trainer run through the toolbox, for the tests of
+"""A tiny BERT classifier, random data and a Trainer run through the methods, for the tests of
 bertkit.finetuning: each method applied as the finetune template applies it."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
 
-from bertkit.finetuning.toolbox import Toolbox
+from bertkit.finetuning.active_methods import ActiveMethods
 from tests.conftest import compose_config
 
 VOCAB, LENGTH = 60, 12
@@ -42,10 +42,11 @@ def settings(*overrides: str):
     return compose_config(list(overrides)).finetuning
 
 
-def toolbox_trainer(model, node, tmp_path, callbacks=(), **arguments) -> tuple[Trainer, Toolbox]:
-    """A Trainer around the prepared model, with the toolbox attached, not yet trained."""
-    toolbox = Toolbox(node)
-    model = toolbox.apply(model)
+def method_trainer(model, node, tmp_path, callbacks=(),
+                   **arguments) -> tuple[Trainer, ActiveMethods]:
+    """A Trainer around the prepared model, with the methods attached, not yet trained."""
+    methods = ActiveMethods(node)
+    model = methods.apply(model)
     options = {"max_steps": 6, "per_device_train_batch_size": 8, "learning_rate": 1e-3,
                "warmup_steps": 0, "weight_decay": 0.01, "logging_steps": 1,
                "report_to": [], "save_strategy": "no", "use_cpu": True, "seed": 0,
@@ -53,8 +54,8 @@ def toolbox_trainer(model, node, tmp_path, callbacks=(), **arguments) -> tuple[T
     trainer = Trainer(model=model, args=TrainingArguments(output_dir=str(tmp_path / "out"),
                                                           **options),
                       train_dataset=RandomPairs(), callbacks=list(callbacks))
-    toolbox.attach(trainer)
-    return trainer, toolbox
+    methods.attach(trainer)
+    return trainer, methods
 
 
 def snapshot(model) -> dict[str, torch.Tensor]:

@@ -1,7 +1,7 @@
 """Applies the `finetuning` node to any family's model and Trainer, in the finetune template
 (bertkit.training.finetune), so that every method is written once for GLUE, SQuAD, SWAG and NER.
-The methods are the registry's (bertkit.finetuning.method, one module each in methods/); the
-toolbox runs those the node turns on:
+The methods are the registry's (bertkit.finetuning.method, one module each in methods/);
+ActiveMethods runs those the node turns on:
 
     apply(model)     each method's apply, in registry order (re-init first, LoRA last)
     attach(trainer)  one optimizer group per depth when a method needs it, the methods'
@@ -28,7 +28,7 @@ from bertkit.finetuning.settings import check_settings, describe
 from bertkit.trainer_internals import put_first, use_optimizer
 
 
-class Toolbox:
+class ActiveMethods:
     def __init__(self, settings: DictConfig):
         check_settings(settings)
         self.settings = settings
