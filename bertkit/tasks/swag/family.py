@@ -39,12 +39,12 @@ class SwagFamily(TaskFamily):
 
     def check(self, task, model) -> None:
         check_max_seq_length(task.max_seq_length)
-
-    def second_segment(self, task, data_source) -> str:
-        return "task.family=swag (the context, then an ending)"
         if task.main_metric not in METRICS:
             raise BertkitError(f"task.main_metric={task.main_metric!r}: SWAG reports "
                                f"{', '.join(METRICS)}")
+
+    def second_segment(self, task, data_source) -> str:
+        return "task.family=swag (the context, then an ending)"
 
     def read(self, task, data_source) -> TaskSplits:
         return load_swag_splits(task, data_source)

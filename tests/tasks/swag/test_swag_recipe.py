@@ -187,3 +187,9 @@ def test_offline_wandb_run_holds_the_paper_settings_and_final_accuracy(swag_file
     assert "train/loss" in logged["summary"] and "eval/accuracy" in logged["summary"]
     assert logged["summary"]["final/validation/accuracy"] == pytest.approx(
         summary["validation"]["validation"]["accuracy"])
+
+
+def test_a_main_metric_swag_does_not_report_is_refused_before_any_data_is_read(tmp_path):
+    with pytest.raises(BertkitError, match=r"^task.main_metric='f1': SWAG reports accuracy$"):
+        run_job(compose_config(["recipe=swag", "task.main_metric=f1", "logger=none",
+                                f"task.data_dir={tmp_path / 'absent'}"]), tmp_path / "run")
