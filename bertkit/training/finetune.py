@@ -1,31 +1,31 @@
-"""Finetuning any task family, read top-down in `finetune`: the family (bertkit.training.family)
-supplies what differs between GLUE, SQuAD, SWAG and NER (data, head, trainer, evaluation),
-bertkit.finetuning.active_methods the methods the `finetuning` node turns on, and
-bertkit.training.run the steps every job shares.
-
-Written once here: generated data, then the splits, then the tokenizer and the features (in
-that order, so that a bad data file is reported before a missing tokenizer); the paper's
-hyperparameters; metrics.json in the one schema (bertkit.data.metrics_file); final/<split>/
-<metric> in W&B; the printout.
+"""The finetune job for every task family, read top-down in `finetune`, one line per stage:
+settings checked, the run started (bertkit.training.run), data, model, Trainer, train,
+evaluate and save, then metrics.json, the card, W&B and the printout (publish) and the Hub
+push. The family (bertkit.training.family) supplies what differs between GLUE, SQuAD, SWAG
+and NER (data, head, trainer, evaluation); bertkit.finetuning.active_methods the methods the
+`finetuning` node turns on. Each stage is a function below, in the order `finetune` calls
+them.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from omegaconf import DictConfig
-from transformers import Trainer
+from transformers import PreTrainedModel, PreTrainedTokenizerBase, Trainer
 
 from bertkit.config_schema import check_ranges
 from bertkit.data.fingerprints import model_input_fingerprints
 from bertkit.data.metrics_file import INPUT_FINGERPRINTS, METRICS_FILE, metrics_record
-from bertkit.data.task_data import SAMPLE_LIMIT_KEYS, first_examples
+from bertkit.data.task_data import SAMPLE_LIMIT_KEYS, TaskData, TaskSplits, first_examples
 from bertkit.errors import BertkitError
 from bertkit.finetuning.active_methods import ActiveMethods
 from bertkit.training.family import Evaluation, TaskFamily
 from bertkit.training.models import check_model_settings, load_tokenizer, tokenizer_size
 from bertkit.training.run import (
     Outcome,
+    RunSetup,
     publish,
     push_if_asked,
     result_header,
@@ -48,68 +48,130 @@ def finetune(cfg: DictConfig, family: TaskFamily, run_dir: Path | None = None,
              details: dict | None = None) -> dict:
     """Finetunes cfg.task with `family`; returns the metrics.json record (`details`: facts of
     the run's context added to its details, e.g. two-stage finetuning's first stage)."""
-    check_ranges(cfg)  # each value's type and range first, for callers other than run_job too
-    methods = ActiveMethods(cfg.finetuning)  # the rules between finetuning.* keys
-    family.check(cfg.task, cfg.model)
-    check_model_for_task(cfg.task, cfg.model, cfg.data_source, family,
-                         tokenizer_size(cfg.model))
+    methods = check_settings(cfg, family)
     setup = start_run(cfg, run_dir)
-    with setup.args.main_process_first(desc=family.preparing):
-        family.generate_data(cfg.task)
-        # task.max_*_samples: the first N examples, before any tokenisation (smoke runs)
-        splits = first_examples(family.read(cfg.task, cfg.data_source), sample_limits(cfg.task))
-        tokenizer = load_tokenizer(cfg.model)
-        # The local checkpoint and tokenizer by content (hashed once here, remembered in the
-        # cache for the other processes and runs), for the report as data_fingerprint below.
-        inputs = model_input_fingerprints(cfg.model, tokenizer, cfg.cache_dir)
-        # Again with what only loading tells: a Hub checkpoint's config, a generated vocabulary.
-        check_model_for_task(cfg.task, cfg.model, cfg.data_source, family, len(tokenizer),
-                             local_only=False)
-        data = family.featurize(cfg.task, splits, tokenizer, cfg.cache_dir,
-                                cfg.preprocessing_num_workers)
-
-    model = family.build_model(cfg.task, cfg.model, tokenizer, data)
-    hyperparameters = {**paper_hyperparameters(setup.args, model, cfg.task.max_seq_length),
-                       **family.hyperparameters(cfg.task, model), **methods.hyperparameters()}
-    model = methods.apply(model)
-    compiling = compile_if_it_pays(cfg, setup.args, len(data.features["train"]))
-    trainer = family.build_trainer(cfg.task, setup.args, model, tokenizer, data,
-                                   setup.pad_to_multiple_of)
-    if setup.static_shapes:  # every batch at its full rows: one graph per bucket
-        use_padded_rows(trainer, family.padded_rows(cfg.task))
-    methods.attach(trainer)
+    inputs = prepare_data(cfg.task, cfg.model, family, setup.args, cfg.data_source,
+                          cfg.cache_dir, cfg.preprocessing_num_workers)
+    model, hyperparameters = build_model(cfg.task, cfg.model, family, methods, setup.args,
+                                         inputs)
+    compiling = compile_if_it_pays(cfg, setup.args, len(inputs.data.features["train"]))
+    trainer = build_trainer(cfg.task, family, methods, setup, model, inputs)
     run = train_run(cfg, setup, trainer, hyperparameters)
-
-    methods.finish(trainer, setup.run_dir, run.main)  # LoRA: the merged model evaluated
-    evaluation = family.evaluate(cfg.task, trainer, data, setup.run_dir, run.main)
-    with saving_model(setup.run_dir / "model", run.main):
-        family.save_model(trainer, setup.run_dir, run.main)
+    evaluation = evaluate_and_save(cfg.task, family, methods, trainer, inputs.data,
+                                   setup.run_dir, run.main)
     record = metrics_record(
         header=result_header(cfg, family.name, trainer.args.seed,
                              main_value(evaluation, cfg.task.main_metric)),
         validation=evaluation.validation, test=evaluation.test,
-        train=run.train_record(**family.train_sizes(data)),
+        train=run.train_record(**family.train_sizes(inputs.data)),
         hyperparameters=run.hyperparameters, files=evaluation.files,
-        # data_fingerprint and input_fingerprints: the content of the data, checkpoint and
-        # tokenizer, so that the report tells runs on the same files apart from runs on other
-        # files whatever path each was given (reporting.identity)
-        details={"data_fingerprint": splits.fingerprint(), INPUT_FINGERPRINTS: inputs,
-                 **data.facts,
-                 # a run on the first N examples of a split is no result on the task
-                 **({"limited_samples": splits.limited} if splits.limited else {}),
-                 **evaluation.details, **(details or {}),
-                 **({"compile": compiling.facts()} if compiling else {}),
-                 **({"finetuning": facts} if (facts := methods.record()) else {})})
-    final = {f"{split}/{metric}": value
-             for split, scores in {**evaluation.validation, **evaluation.test}.items()
-             for metric, value in scores.items()}
-    final.update(methods.summary())  # the mix's learned weights, LoRA's share, ...
+        details=run_details(inputs, evaluation, methods, compiling, details))
     publish(cfg, setup, run, Outcome(
-        record, final, (record["main_metric"], record["main_value"]),
+        record, final_scores(evaluation, methods), (record["main_metric"], record["main_value"]),
         lambda where: _printout(cfg.task, family, record, evaluation, trainer, setup.run_dir,
                                 where)))
     push_if_asked(cfg, setup, trainer, record)
     return record
+
+
+@dataclass
+class Inputs:
+    """What prepare_data read: the splits as read, the tokenizer, the model's features and the
+    content fingerprints of the checkpoint and tokenizer."""
+
+    splits: TaskSplits
+    tokenizer: PreTrainedTokenizerBase
+    data: TaskData
+    fingerprints: dict
+
+
+def check_settings(cfg: DictConfig, family: TaskFamily) -> ActiveMethods:
+    """Every settings check a finetune makes before it reads anything: the schema's (for
+    callers other than run_job; run_job's check covers this call), the finetuning methods'
+    rules between their keys, the family's, and the model's sizes against the task."""
+    check_ranges(cfg)
+    methods = ActiveMethods(cfg.finetuning)
+    family.check(cfg.task, cfg.model)
+    check_model_for_task(cfg.task, cfg.model, cfg.data_source, family,
+                         tokenizer_size(cfg.model))
+    return methods
+
+
+def prepare_data(task: DictConfig, model: DictConfig, family: TaskFamily, args,
+                 data_source: str, cache_dir: str, num_proc: int | None) -> Inputs:
+    """Generated data, then the splits, then the tokenizer and the features, in that order so
+    that a bad data file is reported before a missing tokenizer; the main process first (the
+    others read its cache)."""
+    with args.main_process_first(desc=family.preparing):
+        family.generate_data(task)
+        # task.max_*_samples: the first N examples, before any tokenisation (smoke runs)
+        splits = first_examples(family.read(task, data_source), sample_limits(task))
+        tokenizer = load_tokenizer(model)
+        # The local checkpoint and tokenizer by content (hashed once here, remembered in the
+        # cache for the other processes and runs), for the report as data_fingerprint below.
+        fingerprints = model_input_fingerprints(model, tokenizer, cache_dir)
+        # Again with what only loading tells: a Hub checkpoint's config, a generated vocabulary.
+        check_model_for_task(task, model, data_source, family, len(tokenizer), local_only=False)
+        data = family.featurize(task, splits, tokenizer, cache_dir, num_proc)
+    return Inputs(splits, tokenizer, data, fingerprints)
+
+
+def build_model(task: DictConfig, model_node: DictConfig, family: TaskFamily,
+                methods: ActiveMethods, args, inputs: Inputs) -> tuple[PreTrainedModel, dict]:
+    """The family's model with the finetuning methods applied, and the run's hyperparameters
+    under the paper's names (taken before the methods change the model)."""
+    model = family.build_model(task, model_node, inputs.tokenizer, inputs.data)
+    hyperparameters = {**paper_hyperparameters(args, model, task.max_seq_length),
+                       **family.hyperparameters(task, model), **methods.hyperparameters()}
+    return methods.apply(model), hyperparameters
+
+
+def build_trainer(task: DictConfig, family: TaskFamily, methods: ActiveMethods, setup: RunSetup,
+                  model: PreTrainedModel, inputs: Inputs) -> Trainer:
+    """The family's BertkitTrainer, its short batches filled to full rows where static shapes
+    pay (one graph per bucket), with the finetuning methods' optimizer groups and callbacks."""
+    trainer = family.build_trainer(task, setup.args, model, inputs.tokenizer, inputs.data,
+                                   setup.pad_to_multiple_of)
+    if setup.static_shapes:
+        use_padded_rows(trainer, family.padded_rows(task))
+    methods.attach(trainer)
+    return trainer
+
+
+def evaluate_and_save(task: DictConfig, family: TaskFamily, methods: ActiveMethods,
+                      trainer: Trainer, data: TaskData, run_dir: Path, main: bool) -> Evaluation:
+    """The methods' end (LoRA: the merged model is what is evaluated and saved), the family's
+    evaluation of the final model, and the model saved under run_dir/model."""
+    methods.finish(trainer, run_dir, main)
+    evaluation = family.evaluate(task, trainer, data, run_dir, main)
+    with saving_model(run_dir / "model", main):
+        family.save_model(trainer, run_dir, main)
+    return evaluation
+
+
+def run_details(inputs: Inputs, evaluation: Evaluation, methods: ActiveMethods,
+                compiling: CompileRecord | None, context: dict | None) -> dict:
+    """metrics.json's details. data_fingerprint and input_fingerprints: the content of the data,
+    checkpoint and tokenizer, so that the report tells runs on the same files apart from runs
+    on other files whatever path each was given (reporting.identity)."""
+    splits = inputs.splits
+    return {"data_fingerprint": splits.fingerprint(), INPUT_FINGERPRINTS: inputs.fingerprints,
+            **inputs.data.facts,
+            # a run on the first N examples of a split is no result on the task
+            **({"limited_samples": splits.limited} if splits.limited else {}),
+            **evaluation.details, **(context or {}),
+            **({"compile": compiling.facts()} if compiling else {}),
+            **({"finetuning": facts} if (facts := methods.record()) else {})}
+
+
+def final_scores(evaluation: Evaluation, methods: ActiveMethods) -> dict[str, float]:
+    """W&B's final/<split>/<metric>, and what the methods learned (the mix's weights, LoRA's
+    share of trained parameters, ...)."""
+    final = {f"{split}/{metric}": value
+             for split, scores in {**evaluation.validation, **evaluation.test}.items()
+             for metric, value in scores.items()}
+    final.update(methods.summary())
+    return final
 
 
 def sample_limits(task: DictConfig) -> dict[str, int | None]:
