@@ -1,4 +1,4 @@
-"""metrics.json: one schema for every task family, written by the finetune template and
+"""metrics.json: one schema for every task family, written by the finetune job and
 read by bertkit-report without family-specific patches.
 
     schema_version  2

@@ -1,5 +1,5 @@
 """What a family's reader hands on: the raw splits of a task with the fingerprint of each, and
-what the finetune template carries from data preparation to evaluation.
+what the finetune job carries from data preparation to evaluation.
 
 A dataclass rather than attributes set on `datasets` objects: any `datasets` call that returns
 a new object (map, select, concatenate) silently drops such attributes.

@@ -1,4 +1,4 @@
-"""Applies the `finetuning` node to any family's model and Trainer, in the finetune template
+"""Applies the `finetuning` node to any family's model and Trainer, in the finetune job
 (bertkit.training.finetune), so that every method is written once for GLUE, SQuAD, SWAG and NER.
 The methods are the registry's (bertkit.finetuning.method, one module each in methods/);
 ActiveMethods runs those the node turns on:

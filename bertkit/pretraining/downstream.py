@@ -54,7 +54,7 @@ def check_downstream(cfg: DictConfig) -> None:
 
 def finetune_downstream(cfg: DictConfig, model_dir: Path, run_dir: Path) -> dict[str, dict]:
     """{task: {main_metric, main_value, validation}} for every downstream task, each run
-    through the finetune template like any `bertkit recipe=glue` run."""
+    through the finetune job like any `bertkit recipe=glue` run."""
     results = {}
     for task, task_cfg in downstream_configs(cfg, model_dir).items():
         summary = finetune(task_cfg, task_family(task_cfg.task.family),

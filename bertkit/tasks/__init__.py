@@ -1,5 +1,5 @@
 """The task families, one folder each (glue, squad, swag, ner): their readers, features,
-metrics, output files and the small family spec the finetune template runs
+metrics, output files and the small family spec the finetune job runs
 (bertkit.training.finetune).
 
 A family imports `bertkit.data` and `bertkit.training`, never another family. The table
