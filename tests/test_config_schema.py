@@ -13,6 +13,7 @@ import pytest
 from hydra.errors import ConfigCompositionException
 from transformers import TrainingArguments
 
+from bertkit import config_schema
 from bertkit.config_paths import recipes_dir
 from bertkit.config_schema import TrainerSchema, check_ranges
 from bertkit.errors import BertkitError
@@ -143,3 +144,23 @@ def test_gradual_unfreezing_by_epoch_passes_the_schema():
     with pytest.raises(BertkitError, match=r"^finetuning\.unfreeze_every=0: expected epoch, "):
         check_ranges(compose_config(["finetuning=gradual_unfreezing",
                                      "finetuning.unfreeze_every=0"]))
+
+
+def test_the_schema_is_checked_once_per_job(monkeypatch):
+    """run_job checks the config as the job starts (checked_once); the job's own calls
+    (finetune's, check_pretraining_config's) pass that config as checked, while a config the
+    job derives from it (two-stage finetuning's stages) and any call after the job are checked."""
+    walks = []
+    walk = config_schema.nodes
+    monkeypatch.setattr(config_schema, "nodes",
+                        lambda cfg, path: walks.append(path) or walk(cfg, path))
+    cfg = compose_config([])
+    with config_schema.checked_once(cfg):
+        assert len(walks) == len(config_schema.SETTINGS)
+        check_ranges(cfg)
+        assert len(walks) == len(config_schema.SETTINGS)
+        check_ranges(cfg.copy())
+        assert len(walks) == 2 * len(config_schema.SETTINGS)
+    cfg.seed = -1
+    with pytest.raises(BertkitError, match=r"^seed=-1: "):
+        check_ranges(cfg)
