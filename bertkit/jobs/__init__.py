@@ -3,7 +3,7 @@ what tests and notebooks call with a config of their own (the lightning-hydra-te
 `train(cfg)`).
 
 recipe.job picks the job: finetune (the task family of task.family, through the one
-finetune template; two_stage.py when finetuning.intermediate.task is set), pretrain, or a
+finetune job; two_stage.py when finetuning.intermediate.task is set), pretrain, or a
 benchmark. Sits above the families: nothing below imports it.
 
 A directory that holds a finished run (the result file some job writes when it is done) is
@@ -108,20 +108,32 @@ def check_task_family(recipe: DictConfig | None, task: DictConfig | None) -> Non
 
 def run_job(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     """The job's result record (a finetune's is its metrics.json)."""
-    job = cfg.recipe.job
-    if job not in JOBS:
-        raise BertkitError(f"recipe.job={job!r}: expected {', '.join(JOBS)}")
-    # first: another family's task leaves the recipe's ${task.*} unset
-    check_task_family(OmegaConf.select(cfg, "recipe"), OmegaConf.select(cfg, "task"))
+    job = check_job(cfg)
     # The schemas (bertkit.config_schema), once for the whole job: finetune and
     # check_pretraining_config do not check this config again.
     with checked_once(cfg):
-        # Before anything is read or written (the two checks above only read the settings).
-        check_finished_run(cfg, Path(run_dir or hydra_run_dir()))
-        check_local_files(cfg.model, fetched_only=True)  # model=minilm_l6: make minilm
-        apply_progress_bars(cfg)  # decided once for the job: bars on a terminal only (auto)
+        prepare_job(cfg, run_dir)
         if job == "finetune" and is_two_stage(cfg.finetuning):
             return finetune_two_stage(cfg, run_dir or hydra_run_dir())
         if job == "finetune":
             return finetune(cfg, task_family(cfg.task.family), run_dir)
         return imported(JOBS[job].entry)(cfg, run_dir)
+
+
+def check_job(cfg: DictConfig) -> str:
+    """recipe.job, known; the task of the recipe's family (first: another family's task leaves
+    the recipe's ${task.*} unset, and the schema's check would stumble on it)."""
+    job = cfg.recipe.job
+    if job not in JOBS:
+        raise BertkitError(f"recipe.job={job!r}: expected {', '.join(JOBS)}")
+    check_task_family(OmegaConf.select(cfg, "recipe"), OmegaConf.select(cfg, "task"))
+    return job
+
+
+def prepare_job(cfg: DictConfig, run_dir: Path | None) -> None:
+    """Before anything is read or written (the checks before only read the settings): a
+    finished run in run_dir refused, a fetched-only model present, the progress bars decided
+    once for the job."""
+    check_finished_run(cfg, Path(run_dir or hydra_run_dir()))
+    check_local_files(cfg.model, fetched_only=True)  # model=minilm_l6: make minilm
+    apply_progress_bars(cfg)  # bars on a terminal only (auto)
