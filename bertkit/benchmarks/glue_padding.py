@@ -45,7 +45,12 @@ from bertkit.errors import BertkitError
 from bertkit.tasks.glue.family import FAMILY as GLUE
 from bertkit.training.models import count_parameters, load_tokenizer
 from bertkit.training.run import build_training_arguments, hydra_run_dir
-from bertkit.training.static_shapes import padding_multiple, static_shapes_pay, use_padded_rows
+from bertkit.training.static_shapes import (
+    compile_settings,
+    padding_multiple,
+    static_shapes_pay,
+    use_padded_rows,
+)
 from bertkit.training.trainer import BertkitTrainer
 
 RESULT_FILE = "bench.json"  # written last (bertkit.jobs.JOBS names it)
@@ -118,7 +123,8 @@ def build_trainer(cfg: DictConfig, way: str, steps: int, run_dir: Path, build_mo
     trainer_class = BertkitTrainer if way == "bertkit" else Trainer
     trainer = trainer_class(model=model, args=args, train_dataset=train,
                             processing_class=tokenizer, data_collator=counter)
-    if way == "bertkit" and static_shapes_pay(way_cfg):  # bertkit's full rows, as a finetune
+    # bertkit's full rows, as a finetune
+    if way == "bertkit" and static_shapes_pay(compile_settings(way_cfg)):
         use_padded_rows(trainer, GLUE.padded_rows(cfg.task))
     return trainer, model, counter
 
@@ -127,7 +133,7 @@ def collator(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase, way: str, prec
     """run_glue.py's collator for the pre-padded plain way; bertkit's per-batch padding."""
     if way == "plain":
         return default_data_collator
-    multiple = padding_multiple(cfg, precision != "fp32")
+    multiple = padding_multiple(compile_settings(cfg), precision != "fp32")
     return DataCollatorWithPadding(tokenizer, pad_to_multiple_of=multiple)
 
 
@@ -234,7 +240,7 @@ def _result(cfg: DictConfig, probe, precision: str, ways: dict, runs: dict,
         "seed": probe.seed,
         "max_seq_length": task.max_seq_length,
         "baseline_max_length": int(bench.baseline_max_length),
-        "pad_to_multiple_of": padding_multiple(cfg, precision != "fp32"),
+        "pad_to_multiple_of": padding_multiple(compile_settings(cfg), precision != "fp32"),
         "timing": "wall time of trainer.train() per timed run, median over repeats; each way "
                   "first ran warmup_steps steps on a throwaway copy (not timed)",
         "steady_skip": steady_skip(bench, schedule.steps),

@@ -169,7 +169,7 @@ def pretrain(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     check_pretraining_config(cfg)
     setup = start_run(cfg, run_dir)
     if setup.args.torch_compile:  # its compile caches under cache_dir, shared with other runs
-        prepare_compile(cfg)
+        prepare_compile(setup.compile)
     with setup.args.main_process_first(desc="preparing the pretraining data"):
         data = prepare_pretraining_data(cfg, setup.args)
         # What the run read, by content: bertkit-report tells its downstream finetunes apart

@@ -47,8 +47,8 @@ from bertkit.pretraining.phases import Phase, phase_steps
 from bertkit.pretraining.static_masking import static_masked_copies
 from bertkit.pretraining.wordpiece import ensure_trained_tokenizer, trained_tokenizer_dir
 from bertkit.training.models import load_tokenizer
-from bertkit.training.progress import every_bar_shown, preprocessing_stage
-from bertkit.training.static_shapes import static_shapes_pay
+from bertkit.training.progress import every_bar_shown, preprocessing_stage, progress_setting
+from bertkit.training.static_shapes import compile_settings, static_shapes_pay
 
 logger = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ def prepare_pretraining_data(cfg: DictConfig, args: TrainingArguments) -> Pretra
     train_documents = len(documents) if isinstance(documents, datasets.Dataset) else None
     return PretrainingData(tokenizer, train_dataset, phases, collator,
                            time.perf_counter() - started, heldout, train_documents, packing,
-                           group_by_length=not static_shapes_pay(cfg))
+                           group_by_length=not static_shapes_pay(compile_settings(cfg)))
 
 
 def is_streaming(corpus: DictConfig) -> bool:
@@ -138,7 +138,8 @@ def pretraining_documents(corpus: DictConfig, cache_dir: str, num_proc: int | No
 def stage(cfg: DictConfig, name: str):
     """One of STAGES: one line at its end; datasets' bars of its maps with progress_bars=true
     only."""
-    return preprocessing_stage(name, library_bars=every_bar_shown(cfg), log=logger)
+    return preprocessing_stage(name, library_bars=every_bar_shown(progress_setting(cfg)),
+                               log=logger)
 
 
 def _size(dataset) -> int | None:
@@ -209,7 +210,7 @@ def build_training_data(cfg: DictConfig, documents, tokenizer: PreTrainedTokeniz
     settings = phase_settings(cfg.pretraining, cfg.masking)
     static = cfg.masking.kind == "static"
     # Batches at their phase's length where static shapes pay (bertkit.training.run).
-    widths = static_shapes_pay(cfg)
+    widths = static_shapes_pay(compile_settings(cfg))
 
     def collator(shapes=None):  # shapes: padding-free batches' (PackShape per phase)
         if static:

@@ -35,6 +35,7 @@ from bertkit.training.run import (
 )
 from bertkit.training.static_shapes import (
     CompileRecord,
+    CompileSettings,
     compile_graphs,
     decide_compile,
     planned_steps,
@@ -72,7 +73,8 @@ def finetune(cfg: DictConfig, family: TaskFamily, run_dir: Path | None = None,
     hyperparameters = {**paper_hyperparameters(setup.args, model, cfg.task.max_seq_length),
                        **family.hyperparameters(cfg.task, model), **toolbox.hyperparameters()}
     model = toolbox.apply(model)
-    compiling = compile_if_it_pays(cfg, setup.args, len(data.features["train"]))
+    compiling = compile_if_it_pays(setup.compile, setup.args, len(data.features["train"]),
+                                   cfg.task.max_seq_length)
     trainer = family.build_trainer(cfg.task, setup.args, model, tokenizer, data,
                                    setup.pad_to_multiple_of)
     if setup.static_shapes:  # every batch at its full rows: one graph per bucket
@@ -118,13 +120,14 @@ def sample_limits(task: DictConfig) -> dict[str, int | None]:
     return {key: task.get(key) for key in SAMPLE_LIMIT_KEYS.values()}
 
 
-def compile_if_it_pays(cfg: DictConfig, args, train_rows: int) -> CompileRecord | None:
+def compile_if_it_pays(settings: CompileSettings, args, train_rows: int,
+                       max_seq_length: int) -> CompileRecord | None:
     """trainer.torch_compile decided for this run's length (static_shapes.decide_compile) and,
     compiled, Dynamo prepared for its graphs; returns what will record the compile's cost."""
-    decide_compile(cfg, args, planned_steps(args, train_rows, args.world_size))
+    decide_compile(settings, args, planned_steps(args, train_rows, args.world_size))
     if not args.torch_compile:
         return None
-    prepare_compile(cfg, compile_graphs(cfg.task.max_seq_length, cfg.bucket_width))
+    prepare_compile(settings, compile_graphs(max_seq_length, settings.bucket_width))
     return CompileRecord()
 
 

@@ -54,8 +54,13 @@ from bertkit.training.checkpoints import (
     scan_checkpoints,
 )
 from bertkit.training.model_card import check_hub_settings, run_card, write_card
-from bertkit.training.progress import progress_bars_shown
-from bertkit.training.static_shapes import compile_setting, padding_multiple, static_shapes_pay
+from bertkit.training.progress import progress_bars_shown, progress_setting
+from bertkit.training.static_shapes import (
+    CompileSettings,
+    compile_settings,
+    padding_multiple,
+    static_shapes_pay,
+)
 from bertkit.training.throughput import add_throughput
 from bertkit.training.trainer import push_model
 from bertkit.training.wandb_logging import resolve_wandb_mode, start_wandb_run
@@ -84,6 +89,7 @@ class RunSetup:
     clock: TrainingClock  # the run's training clock, started by the trainer's ClockCallback
     pad_to_multiple_of: int | None  # finetuning batches' widths (static_shapes.padding_multiple)
     static_shapes: bool  # finetuning batches at full rows too (static_shapes.static_shapes_pay)
+    compile: CompileSettings  # whether and how the run compiles (static_shapes.compile_settings)
 
 
 @dataclass
@@ -116,8 +122,10 @@ def start_run(cfg: DictConfig, run_dir: Path | None = None) -> RunSetup:
     args = build_training_arguments(cfg, run_dir, report_to(cfg.logger))
     checkpoint = resume_checkpoint(cfg.resume, args)
     set_seed(args.seed)
-    pad_to = padding_multiple(cfg, args.bf16 or args.fp16)
-    return RunSetup(run_dir, args, checkpoint, training_clock(), pad_to, static_shapes_pay(cfg))
+    shapes = compile_settings(cfg)
+    pad_to = padding_multiple(shapes, args.bf16 or args.fp16)
+    return RunSetup(run_dir, args, checkpoint, training_clock(), pad_to,
+                    static_shapes_pay(shapes), shapes)
 
 
 def train_run(cfg: DictConfig, setup: RunSetup, trainer: Trainer, hyperparameters: dict,
@@ -439,10 +447,10 @@ def build_training_arguments(
     options = OmegaConf.to_container(cfg.trainer, resolve=True)
     # auto: eager here; a finetune decides once it knows its length (decide_compile), so the
     # benchmarks and pretraining, which build their arguments here, compile only when asked.
-    options["torch_compile"] = compile_setting(cfg) is True
+    options["torch_compile"] = compile_settings(cfg).torch_compile is True
     check_sharding_launch(options)
     if options.get("disable_tqdm") is None:  # progress_bars decides (training.progress)
-        options["disable_tqdm"] = not progress_bars_shown(cfg)
+        options["disable_tqdm"] = not progress_bars_shown(progress_setting(cfg))
     precision = resolve_mixed_precision(cfg.mixed_precision)
     options["dataloader_num_workers"] = resolve_dataloader_workers(
         options.get("dataloader_num_workers", 0), torch.cuda.is_available(),
