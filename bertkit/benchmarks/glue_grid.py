@@ -113,7 +113,7 @@ def _plain_job(cfg: DictConfig, rate: float, seed: int, run_dir: Path, splits,
     trainer = plain_trainer(cfg.task, cfg.model,
                             OmegaConf.merge(cfg, {"trainer": {"learning_rate": rate}}).trainer,
                             cfg.bench_grid, seed, run_dir, splits, tokenizer, **precision)
-    meter = add_throughput(cfg, trainer)
+    meter = add_throughput(OmegaConf.select(cfg, "throughput"), trainer)
     with PeakMemory() as memory:
         output = trainer.train()
         scores = trainer.evaluate()

@@ -142,7 +142,7 @@ def _train(cfg: DictConfig, way: str, steps: int, run_dir: Path, build_model,
     """One training run of `steps` optimizer steps from the seeded initial weights."""
     trainer, model, counter = build_trainer(cfg, way, steps, run_dir, build_model, train,
                                             collate, tokenizer)
-    run = train_timed(cfg, trainer, steps)
+    run = train_timed(cfg.bench, OmegaConf.select(cfg, "throughput"), trainer, steps)
     check_steps(way, run.output.global_step, steps)
     fed = counter.batches[:steps]
     result = {

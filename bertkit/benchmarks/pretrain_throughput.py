@@ -231,7 +231,7 @@ def _train(cfg: DictConfig, way: str, steps: int, data: _Data, run_dir: Path,
     counter = BatchCounter()
     counter.attach(model)
     with PeakMemory() as memory:
-        run = train_timed(cfg, trainer, steps)
+        run = train_timed(cfg.bench, OmegaConf.select(cfg, "throughput"), trainer, steps)
     check_steps(way, run.output.global_step, steps, forwards=len(counter.shapes))
     result = {"seconds": run.seconds, **run.steady, **counter.totals(),
               "peak_memory_bytes": memory.peak,

@@ -238,7 +238,7 @@ def _trainer(cfg: DictConfig, way: str, workload: str, model, args, batches) -> 
     trainer.remove_callback(PrinterCallback)  # its end-of-train line, in both
     if way == "bertkit":
         trainer.add_callback(ClockCallback(TrainingClock(), None))
-        add_throughput(cfg, trainer)
+        add_throughput(OmegaConf.select(cfg, "throughput"), trainer)
         trainer.add_callback(PreemptionCallback(
             agree_every_steps=OmegaConf.select(cfg, "agree_every_steps", default=1)))
     return trainer

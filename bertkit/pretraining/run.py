@@ -44,7 +44,7 @@ from bertkit.pretraining.training_data import (
 )
 from bertkit.secret_masking import mask_secrets
 from bertkit.training.budget import TrainingClock
-from bertkit.training.model_card import run_card, write_card
+from bertkit.training.model_card import card_settings, run_card, write_card
 from bertkit.training.models import check_model_settings, tokenizer_size
 from bertkit.training.run import (
     Outcome,
@@ -182,9 +182,9 @@ def pretrain(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     with saving_model(setup.run_dir / "model", run.main):
         trainer.save_model(str(setup.run_dir / "model"))
     outcome = _outcome(cfg, trainer, data, run, setup.run_dir, inputs)
-    publish(cfg, setup, run, outcome)
+    publish(setup, run, outcome)
     record = _downstream(cfg, outcome.record, setup.run_dir, run.main)
-    push_if_asked(cfg, setup, trainer, record)
+    push_if_asked(setup, trainer, record)
     return record
 
 
@@ -284,7 +284,7 @@ def _downstream(cfg: DictConfig, record: dict, run_dir: Path, main: bool) -> dic
         return record
     record = {**record, "downstream": downstream}
     write_json_atomic(run_dir / METRICS_FILE, mask_secrets(record))
-    write_card(run_card(cfg, record), run_dir / "model")
+    write_card(run_card(card_settings(cfg), record), run_dir / "model")
     for task, result in downstream.items():
         print(f"  {task}: {result['main_metric']} = {result['main_value']:.4f}")
     return record

@@ -106,11 +106,11 @@ def finetune(cfg: DictConfig, family: TaskFamily, run_dir: Path | None = None,
              for split, scores in {**evaluation.validation, **evaluation.test}.items()
              for metric, value in scores.items()}
     final.update(toolbox.summary())  # the mix's learned weights, LoRA's share, ...
-    publish(cfg, setup, run, Outcome(
+    publish(setup, run, Outcome(
         record, final, (record["main_metric"], record["main_value"]),
         lambda where: _printout(cfg.task, family, record, evaluation, trainer, setup.run_dir,
                                 where)))
-    push_if_asked(cfg, setup, trainer, record)
+    push_if_asked(setup, trainer, record)
     return record
 
 

@@ -37,6 +37,7 @@ from bertkit.data.metrics_file import METRICS_FILE
 from bertkit.errors import BertkitError
 from bertkit.secret_masking import mask_secrets, remember_secrets
 from bertkit.training.budget import (
+    Budget,
     ClockCallback,
     TrainingClock,
     add_budget,
@@ -53,7 +54,13 @@ from bertkit.training.checkpoints import (
     checkpoint_fault,
     scan_checkpoints,
 )
-from bertkit.training.model_card import check_hub_settings, run_card, write_card
+from bertkit.training.model_card import (
+    CardSettings,
+    card_settings,
+    check_hub_settings,
+    run_card,
+    write_card,
+)
 from bertkit.training.progress import progress_bars_shown, progress_setting
 from bertkit.training.static_shapes import (
     CompileSettings,
@@ -90,6 +97,8 @@ class RunSetup:
     pad_to_multiple_of: int | None  # finetuning batches' widths (static_shapes.padding_multiple)
     static_shapes: bool  # finetuning batches at full rows too (static_shapes.static_shapes_pay)
     compile: CompileSettings  # whether and how the run compiles (static_shapes.compile_settings)
+    budget: Budget | None  # budget.* (budget.budget_settings; None: no time budget)
+    card: CardSettings  # what the model's card reads (model_card.card_settings)
 
 
 @dataclass
@@ -117,15 +126,17 @@ def start_run(cfg: DictConfig, run_dir: Path | None = None) -> RunSetup:
     """Called after the job's own settings checks (the schema's check_ranges first among them:
     finetune and check_pretraining_config) and before it reads any data."""
     run_dir = Path(run_dir or hydra_run_dir())
-    budget_settings(cfg)
-    check_hub_settings(cfg)
+    budget = budget_settings(OmegaConf.select(cfg, "budget"),
+                             OmegaConf.select(cfg, "train_fraction"))
+    card = card_settings(cfg)
+    check_hub_settings(card)
     args = build_training_arguments(cfg, run_dir, report_to(cfg.logger))
     checkpoint = resume_checkpoint(cfg.resume, args)
     set_seed(args.seed)
     shapes = compile_settings(cfg)
     pad_to = padding_multiple(shapes, args.bf16 or args.fp16)
     return RunSetup(run_dir, args, checkpoint, training_clock(), pad_to,
-                    static_shapes_pay(shapes), shapes)
+                    static_shapes_pay(shapes), shapes, budget, card)
 
 
 def train_run(cfg: DictConfig, setup: RunSetup, trainer: Trainer, hyperparameters: dict,
@@ -135,27 +146,27 @@ def train_run(cfg: DictConfig, setup: RunSetup, trainer: Trainer, hyperparameter
     trainer.add_callback(ClockCallback(setup.clock, setup.checkpoint))
     for callback in callbacks:
         trainer.add_callback(callback)
-    hyperparameters = {**hyperparameters, **budget_hyperparameters(cfg)}
+    hyperparameters = {**hyperparameters, **budget_hyperparameters(setup.budget)}
     return train(cfg, setup.run_dir, trainer, hyperparameters, setup.checkpoint,
                  clock=setup.clock)
 
 
-def publish(cfg: DictConfig, setup: RunSetup, run: TrainingRun, outcome: Outcome) -> None:
+def publish(setup: RunSetup, run: TrainingRun, outcome: Outcome) -> None:
     """The job's results where users read them; files are written by the main process only."""
     if not run.main:
         return
     write_json_atomic(setup.run_dir / METRICS_FILE, mask_secrets(outcome.record))
-    write_card(run_card(cfg, outcome.record), setup.run_dir / "model")
+    write_card(run_card(setup.card, outcome.record), setup.run_dir / "model")
     where = finish_wandb(run, outcome.final, run.hyperparameters["num_parameters"],
                          outcome.headline)
     print(outcome.printout(where))
 
 
-def push_if_asked(cfg: DictConfig, setup: RunSetup, trainer: Trainer, record: dict) -> None:
+def push_if_asked(setup: RunSetup, trainer: Trainer, record: dict) -> None:
     """The model and its card to the Hub with trainer.push_to_hub=true; on every process (a
     sharded model saves from all)."""
     if trainer.args.push_to_hub:
-        push_model(trainer, run_card(cfg, record), setup.run_dir / "model")
+        push_model(trainer, run_card(setup.card, record), setup.run_dir / "model")
 
 
 # ================================================================================================
@@ -251,20 +262,25 @@ def train(cfg: DictConfig, run_dir: Path, trainer: Trainer, hyperparameters: dic
           checkpoint: str | None = None, *, clock: TrainingClock) -> TrainingRun:
     """Trains from `checkpoint` (resume_checkpoint's choice, made before any data is read);
     `clock` is the run's training clock, started by the trainer's ClockCallback."""
-    add_early_stopping(cfg, trainer)
-    stopper = add_train_fraction(cfg, trainer)
-    budget = add_budget(cfg, trainer, clock)
+    agree_every_steps = OmegaConf.select(cfg, "agree_every_steps", default=1)
+    add_early_stopping(OmegaConf.select(cfg, "early_stopping"),
+                       OmegaConf.select(cfg, "trainer.metric_for_best_model"), trainer)
+    train_fraction = OmegaConf.select(cfg, "train_fraction")
+    stopper = add_train_fraction(train_fraction, trainer)
+    budget = add_budget(budget_settings(OmegaConf.select(cfg, "budget"), train_fraction),
+                        trainer, clock, agree_every_steps)
     if budget is not None:  # the bar counts the budget's time, not max_steps
         show_budget_progress(trainer, budget)
-    meter = add_throughput(cfg, trainer)
-    preemption = PreemptionCallback(
-        agree_every_steps=OmegaConf.select(cfg, "agree_every_steps", default=1))
+    meter = add_throughput(OmegaConf.select(cfg, "throughput"), trainer)
+    preemption = PreemptionCallback(agree_every_steps=agree_every_steps)
     trainer.add_callback(preemption)
     if OmegaConf.select(cfg, "fsync_checkpoints", default=True):
         trainer.add_callback(DurableCheckpoints())
     main = trainer.is_world_process_zero()
     uses_wandb = "wandb" in (trainer.args.report_to or [])
-    wandb_run = start_wandb_run(cfg, run_dir, hyperparameters) if main and uses_wandb else None
+    wandb_run = start_wandb_run(
+        cfg.logger, cfg.recipe.name, OmegaConf.to_container(cfg, resolve=True), run_dir,
+        hyperparameters) if main and uses_wandb else None
     if main:
         remember_secrets(cfg)
         settings = mask_secrets(OmegaConf.to_container(cfg, resolve=True))
