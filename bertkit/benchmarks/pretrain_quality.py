@@ -34,7 +34,11 @@ from bertkit.pretraining.heldout import build_heldout, heldout_fingerprint
 from bertkit.pretraining.heldout_evaluation import HeldoutEvaluation, heldout_curve
 from bertkit.pretraining.objective import objective_of
 from bertkit.pretraining.run import pretrain
-from bertkit.pretraining.training_data import pretraining_tokenizer, split_corpus
+from bertkit.pretraining.training_data import (
+    data_settings,
+    pretraining_tokenizer,
+    split_corpus,
+)
 from bertkit.reporting.plots import save_figure_atomic
 from bertkit.training import run as training_run
 from bertkit.training.budget import ClockCallback, TrainingClock
@@ -338,7 +342,7 @@ def benchmark_pretrain_quality(cfg: DictConfig, run_dir: Path | None = None) -> 
                           "plain": OmegaConf.to_container(cfg.bench.plain, resolve=True)}
     budget_seconds = float(cfg.budget.minutes) * 60
     # The plain way's data: the same split and vocabulary as the bertkit way's run.
-    train_docs, heldout_docs = split_corpus(cfg)
+    train_docs, heldout_docs = split_corpus(data_settings(cfg))
     tokenizer = pretraining_tokenizer(cfg.tokenizer_training, cfg.model, cfg.corpus,
                                       cfg.cache_dir, train_docs)
     heldout = build_heldout(cfg.heldout, cfg.pretraining, cfg.objective, tokenizer, heldout_docs)

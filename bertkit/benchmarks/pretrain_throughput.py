@@ -59,7 +59,11 @@ from bertkit.pretraining.model import load_pretraining_model
 from bertkit.pretraining.padding_free import PackingPlan
 from bertkit.pretraining.phases import Phase
 from bertkit.pretraining.run import build_pretraining_trainer, check_pretraining_config
-from bertkit.pretraining.training_data import is_streaming, prepare_pretraining_data
+from bertkit.pretraining.training_data import (
+    data_settings,
+    is_streaming,
+    prepare_pretraining_data,
+)
 from bertkit.training.models import count_parameters, dropout_settings
 from bertkit.training.run import build_training_arguments, hydra_run_dir
 from bertkit.training.throughput import peak_flops, precision_of, training_flops
@@ -157,7 +161,7 @@ def _prepare(cfg: DictConfig, run_dir: Path, steps: int) -> _Data:
     instances the MLM loss is measured on (bertkit's rule, seeded: the same for both ways)."""
     args = _arguments(cfg, "bertkit", steps, run_dir)
     set_seed(args.seed)
-    prepared = prepare_pretraining_data(cfg, args)
+    prepared = prepare_pretraining_data(data_settings(cfg), args)
     instances = prepared.train_dataset
     length = int(cfg.pretraining.max_seq_length)
     padded = pad_to_max_length(instances, prepared.tokenizer, length)

@@ -38,6 +38,7 @@ from bertkit.pretraining.objective import objective_of
 from bertkit.pretraining.trainer import PretrainingTrainer
 from bertkit.pretraining.training_data import (
     PretrainingData,
+    data_settings,
     is_streaming,
     phase_settings,
     prepare_pretraining_data,
@@ -171,7 +172,7 @@ def pretrain(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     if setup.args.torch_compile:  # its compile caches under cache_dir, shared with other runs
         prepare_compile(setup.compile)
     with setup.args.main_process_first(desc="preparing the pretraining data"):
-        data = prepare_pretraining_data(cfg, setup.args)
+        data = prepare_pretraining_data(data_settings(cfg), setup.args)
         # What the run read, by content: bertkit-report tells its downstream finetunes apart
         # by these, not by the paths they were given (bertkit.reporting.identity).
         inputs = {**model_input_fingerprints(cfg.model, data.tokenizer, cfg.cache_dir),
