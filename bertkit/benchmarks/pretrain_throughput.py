@@ -211,7 +211,7 @@ def _trainer(cfg: DictConfig, way: str, args, data: _Data, indices: list[int], c
                 most_predictions(lengths, masking_rule_from_config(cfg.masking))])
         subset = dataclasses.replace(prepared, train_dataset=instances, collator=collate,
                                      phases=[Phase(0, lengths, len(indices))], packing=packing)
-        trainer, _ = build_pretraining_trainer(cfg, args, subset)
+        trainer, _ = build_pretraining_trainer(data_settings(cfg), args, subset)
         return trainer, trainer.model
     # bertkit's initial weights, unpadded (the plain way's vocabulary is the tokenizer's):
     # pad_vocabulary leaves the real rows as they are, so both ways start alike.
