@@ -87,7 +87,7 @@ def finetune(cfg: DictConfig, family: TaskFamily, run_dir: Path | None = None,
     with saving_model(setup.run_dir / "model", run.main):
         family.save_model(trainer, setup.run_dir, run.main)
     record = metrics_record(
-        header=result_header(cfg, family.name, trainer.args.seed,
+        header=result_header(cfg.recipe.name, cfg.task, cfg.model, family.name, trainer.args.seed,
                              main_value(evaluation, cfg.task.main_metric)),
         validation=evaluation.validation, test=evaluation.test,
         train=run.train_record(**family.train_sizes(data)),

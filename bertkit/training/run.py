@@ -217,15 +217,16 @@ class TrainingRun:
                 "seconds": round(self.seconds, 2), **clock, **budget, **sizes, **throughput}
 
 
-def result_header(cfg: DictConfig, family: str, seed: int, main_value: float) -> dict:
+def result_header(recipe: str, task: DictConfig, model: DictConfig, family: str, seed: int,
+                  main_value: float) -> dict:
     """The keys every finetuning metrics.json starts with: what bertkit-report identifies and
-    ranks a run by (bertkit.data.metrics_file)."""
-    return {"recipe": cfg.recipe.name, "family": family, "task": cfg.task.name,
+    ranks a run by (bertkit.data.metrics_file); `recipe`: recipe.name."""
+    return {"recipe": recipe, "family": family, "task": task.name,
             # Two-stage finetuning's target starts from the first stage's encoder; the run is
             # still named by the checkpoint it all started from (model.started_from).
-            "model": (OmegaConf.select(cfg, "model.started_from") or cfg.model.name_or_path
+            "model": (OmegaConf.select(model, "started_from") or model.name_or_path
                       or "from_scratch"), "seed": seed,
-            "main_metric": cfg.task.main_metric, "main_value": main_value}
+            "main_metric": task.main_metric, "main_value": main_value}
 
 
 RESUME = (False, True, "auto")
