@@ -44,7 +44,7 @@ from bertkit.benchmarks.side_by_side import (
 from bertkit.errors import BertkitError
 from bertkit.tasks.glue.family import FAMILY as GLUE
 from bertkit.training.models import count_parameters, load_tokenizer
-from bertkit.training.run import build_training_arguments, hydra_run_dir
+from bertkit.training.run import argument_settings, build_training_arguments, hydra_run_dir
 from bertkit.training.static_shapes import (
     compile_settings,
     padding_multiple,
@@ -116,7 +116,7 @@ def build_trainer(cfg: DictConfig, way: str, steps: int, run_dir: Path, build_mo
     order = sampling(cfg.trainer, way)
     way_cfg = OmegaConf.merge(cfg, {"trainer": {"max_steps": steps,
                                                 "train_sampling_strategy": order}})
-    args = build_training_arguments(way_cfg, run_dir, [])
+    args = build_training_arguments(argument_settings(way_cfg), run_dir, [])
     set_seed(args.seed)
     model = build_model()
     counter = PaddingCounter(collate)
@@ -261,7 +261,7 @@ def benchmark_glue_padding(cfg: DictConfig, run_dir: Path | None = None) -> dict
              "bertkit": train_split}
 
     # The precision every run below resolves (it decides pad_to_multiple_of).
-    probe = build_training_arguments(cfg, run_dir, [])
+    probe = build_training_arguments(argument_settings(cfg), run_dir, [])
     precision = "bf16" if probe.bf16 else "fp16" if probe.fp16 else "fp32"
     one_process(cfg.bench, probe, "it compares single-process throughput")
 

@@ -65,7 +65,7 @@ from bertkit.pretraining.training_data import (
     prepare_pretraining_data,
 )
 from bertkit.training.models import count_parameters, dropout_settings
-from bertkit.training.run import build_training_arguments, hydra_run_dir
+from bertkit.training.run import argument_settings, build_training_arguments, hydra_run_dir
 from bertkit.training.throughput import peak_flops, precision_of, training_flops
 
 logger = logging.getLogger(__name__)
@@ -153,7 +153,7 @@ def _arguments(cfg: DictConfig, way: str, steps: int, run_dir: Path):
     options = {"max_steps": steps}
     if way == "plain":
         options.update(OmegaConf.to_container(cfg.bench.plain_trainer, resolve=True))
-    return build_training_arguments(_with_trainer(cfg, options), run_dir, [])
+    return build_training_arguments(argument_settings(_with_trainer(cfg, options)), run_dir, [])
 
 
 def _prepare(cfg: DictConfig, run_dir: Path, steps: int) -> _Data:

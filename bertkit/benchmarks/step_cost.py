@@ -51,7 +51,7 @@ from bertkit.pretraining.trainer import PretrainingTrainer
 from bertkit.training.budget import ClockCallback, TrainingClock
 from bertkit.training.checkpoints import PreemptionCallback
 from bertkit.training.models import count_parameters
-from bertkit.training.run import build_training_arguments, hydra_run_dir
+from bertkit.training.run import argument_settings, build_training_arguments, hydra_run_dir
 from bertkit.training.throughput import add_throughput
 from bertkit.training.trainer import BertkitTrainer
 
@@ -224,7 +224,7 @@ def _arguments(cfg: DictConfig, workload: str, steps: int, run_dir: Path):
     cfg = cfg.copy()
     with open_dict(cfg):
         cfg.trainer = OmegaConf.create(options)
-    return build_training_arguments(cfg, run_dir, [])
+    return build_training_arguments(argument_settings(cfg), run_dir, [])
 
 
 def _trainer(cfg: DictConfig, way: str, workload: str, model, args, batches) -> Trainer:

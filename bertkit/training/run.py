@@ -15,7 +15,7 @@ import os
 import time
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -130,7 +130,7 @@ def start_run(cfg: DictConfig, run_dir: Path | None = None) -> RunSetup:
                              OmegaConf.select(cfg, "train_fraction"))
     card = card_settings(cfg)
     check_hub_settings(card)
-    args = build_training_arguments(cfg, run_dir, report_to(cfg.logger))
+    args = build_training_arguments(argument_settings(cfg), run_dir, report_to(cfg.logger))
     checkpoint = resume_checkpoint(cfg.resume, args)
     set_seed(args.seed)
     shapes = compile_settings(cfg)
@@ -458,21 +458,45 @@ class TrainingArgumentsWithoutSecrets(TrainingArguments):
         return clone
 
 
+@dataclass(frozen=True)
+class ArgumentSettings:
+    """What TrainingArguments are built from, taken once at the job's entry
+    (argument_settings): the trainer node (resolved), mixed_precision, progress_bars and
+    gpu_dataloader_workers."""
+
+    trainer: dict
+    mixed_precision: str
+    progress_bars: bool | str = "auto"
+    gpu_dataloader_workers: int = 0
+
+    def with_trainer(self, options: dict) -> ArgumentSettings:
+        """These settings with these trainer options (TrainingArguments names the trainer
+        group may lack) merged in."""
+        merged = OmegaConf.to_container(OmegaConf.merge(self.trainer, options), resolve=True)
+        return replace(self, trainer=merged)
+
+
+def argument_settings(cfg: DictConfig) -> ArgumentSettings:
+    """The job's ArgumentSettings, from its config."""
+    return ArgumentSettings(OmegaConf.to_container(cfg.trainer, resolve=True),
+                            cfg.mixed_precision, progress_setting(cfg),
+                            OmegaConf.select(cfg, "gpu_dataloader_workers", default=0))
+
+
 def build_training_arguments(
-    cfg: DictConfig, run_dir: Path, report_to: list[str]
+    settings: ArgumentSettings, run_dir: Path, report_to: list[str]
 ) -> TrainingArguments:
-    options = OmegaConf.to_container(cfg.trainer, resolve=True)
+    options = copy.deepcopy(settings.trainer)
     # auto: eager here; a finetune decides once it knows its length (decide_compile), so the
     # benchmarks and pretraining, which build their arguments here, compile only when asked.
-    options["torch_compile"] = compile_settings(cfg).torch_compile is True
+    options["torch_compile"] = options.get("torch_compile", False) is True
     check_sharding_launch(options)
     if options.get("disable_tqdm") is None:  # progress_bars decides (training.progress)
-        options["disable_tqdm"] = not progress_bars_shown(progress_setting(cfg))
-    precision = resolve_mixed_precision(cfg.mixed_precision)
+        options["disable_tqdm"] = not progress_bars_shown(settings.progress_bars)
+    precision = resolve_mixed_precision(settings.mixed_precision)
     options["dataloader_num_workers"] = resolve_dataloader_workers(
         options.get("dataloader_num_workers", 0), torch.cuda.is_available(),
-        OmegaConf.select(cfg, "gpu_dataloader_workers", default=0), available_cores(),
-        world_size())
+        settings.gpu_dataloader_workers, available_cores(), world_size())
     if options["dataloader_num_workers"] == 0:
         # Prefetching and persistence are worker settings: DataLoader refuses them without.
         options.pop("dataloader_prefetch_factor", None)

@@ -35,7 +35,7 @@ if recipe == "bench_glue":
 
     tokenizer, train, build_model = glue.prepare(cfg.task, cfg.model, cfg.data_source,
                                                  cfg.cache_dir, cfg.preprocessing_num_workers)
-    probe = glue.build_training_arguments(cfg, run_dir, [])
+    probe = glue.build_training_arguments(glue.argument_settings(cfg), run_dir, [])
     precision = "bf16" if probe.bf16 else "fp16" if probe.fp16 else "fp32"
     trainer, model, _ = glue.build_trainer(
         cfg, "bertkit", steps, run_dir, build_model, train,
