@@ -163,6 +163,12 @@ class _Job:
     pad_to_multiple_of: int | None
 
 
+def throughput_job(cfg: DictConfig) -> _Job:
+    """The benchmark's _Job, from its config."""
+    return _Job(argument_settings(cfg), data_settings(cfg), cfg.bench,
+                OmegaConf.select(cfg, "throughput"), cfg.recipe.name, cfg.pad_to_multiple_of)
+
+
 def _arguments(job: _Job, way: str, steps: int, run_dir: Path):
     options = {"max_steps": steps}
     if way == "plain":
@@ -331,8 +337,7 @@ def _peak(table: DictConfig | None, name: str, precision: str) -> float | None:
 def benchmark_pretrain_throughput(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     run_dir = Path(run_dir or hydra_run_dir())
     schedule = _check(cfg)
-    job = _Job(argument_settings(cfg), data_settings(cfg), cfg.bench,
-               OmegaConf.select(cfg, "throughput"), cfg.recipe.name, cfg.pad_to_multiple_of)
+    job = throughput_job(cfg)
     probe = _arguments(job, "bertkit", schedule.steps, run_dir)
     one_process(cfg.bench, probe, "it compares single-process throughput")
     data = _prepare(job, run_dir, schedule.steps)
