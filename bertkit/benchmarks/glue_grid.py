@@ -7,6 +7,7 @@ says what is held equal and what the figures mean. Writes grid_bench.json and pr
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from pathlib import Path
@@ -26,7 +27,7 @@ from bertkit.data.readback import read_json
 from bertkit.errors import BertkitError
 from bertkit.tasks.glue.family import FAMILY as GLUE
 from bertkit.training.models import load_tokenizer
-from bertkit.training.run import build_training_arguments, hydra_run_dir
+from bertkit.training.run import argument_settings, build_training_arguments, hydra_run_dir
 from bertkit.training.throughput import GIB, add_throughput
 
 RESULT_FILE = "grid_bench.json"  # written last (bertkit.jobs.JOBS names it)
@@ -108,16 +109,28 @@ def _throughput_figures(record: dict | None) -> dict:
             "peak_flops": peak * 1e12 if peak else None}
 
 
-def _plain_job(cfg: DictConfig, rate: float, seed: int, run_dir: Path, splits,
+@dataclasses.dataclass(frozen=True)
+class _PlainWay:
+    """What the plain way's jobs read of the config, taken once at the entry: the trainer
+    node at each learning rate of the grid (merged at the config's root, where its
+    interpolations resolve)."""
+
+    task: DictConfig
+    model: DictConfig
+    trainers: dict[float, DictConfig]
+    grid: DictConfig
+    throughput: DictConfig | None
+
+
+def _plain_job(way: _PlainWay, rate: float, seed: int, run_dir: Path, splits,
                tokenizer: PreTrainedTokenizerBase, precision: dict) -> dict:
-    trainer = plain_trainer(cfg.task, cfg.model,
-                            OmegaConf.merge(cfg, {"trainer": {"learning_rate": rate}}).trainer,
-                            cfg.bench_grid, seed, run_dir, splits, tokenizer, **precision)
-    meter = add_throughput(cfg, trainer)
+    trainer = plain_trainer(way.task, way.model, way.trainers[rate], way.grid, seed, run_dir,
+                            splits, tokenizer, **precision)
+    meter = add_throughput(way.throughput, trainer)
     with PeakMemory() as memory:
         output = trainer.train()
         scores = trainer.evaluate()
-    names = metric_names(cfg.task)
+    names = metric_names(way.task)
     result = {"learning_rate": rate, "seed": seed,
               "validation": {key[len("eval_"):]: float(value) for key, value in scores.items()
                              if key[len("eval_"):] in names},
@@ -130,14 +143,14 @@ def _plain_job(cfg: DictConfig, rate: float, seed: int, run_dir: Path, splits,
     return result
 
 
-def _plain_grid(cfg: DictConfig, jobs: list[tuple[float, int]], run_dir: Path, splits,
+def _plain_grid(way: _PlainWay, jobs: list[tuple[float, int]], run_dir: Path, splits,
                 tokenizer: PreTrainedTokenizerBase, precision: dict) -> dict:
     def every_job() -> dict:
         results = {}
         for rate, seed in jobs:
             name = _job_name(rate, seed)
             logger.info("bench_grid plain: %s", name)
-            results[name] = _plain_job(cfg, rate, seed, run_dir / "plain", splits, tokenizer,
+            results[name] = _plain_job(way, rate, seed, run_dir / "plain", splits, tokenizer,
                                        precision)
         return results
 
@@ -225,7 +238,7 @@ def benchmark_glue_grid(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     tokenizer = load_tokenizer(cfg.model)
     # The precision bertkit resolves (mixed_precision=auto: bf16 on a GPU that has it), given
     # to the plain way too, as run_glue.py --bf16 / --fp16 would be.
-    probe = build_training_arguments(cfg, run_dir, [])
+    probe = build_training_arguments(argument_settings(cfg), run_dir, [])
     if probe.world_size > 1:
         raise BertkitError("bench_grid: run on one process (the plain way's jobs run in it, and "
                            "the bertkit way's launcher places its own)")
@@ -236,7 +249,11 @@ def benchmark_glue_grid(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     command = _bertkit_command(cfg.bench_grid, cfg.model, cfg.trainer, cfg.cache_dir,
                                run_dir / "bertkit")
     ways = {"bertkit": _bertkit_grid(command, jobs, run_dir)}
-    ways["plain"] = _plain_grid(cfg, jobs, run_dir, splits, tokenizer, precision)
+    plain = _PlainWay(cfg.task, cfg.model,
+                      {rate: OmegaConf.merge(cfg, {"trainer": {"learning_rate": rate}}).trainer
+                       for rate, _ in jobs},
+                      cfg.bench_grid, OmegaConf.select(cfg, "throughput"))
+    ways["plain"] = _plain_grid(plain, jobs, run_dir, splits, tokenizer, precision)
     grid = cfg.bench_grid
     padding = f"{grid.baseline_padding}" + (f" {grid.baseline_max_length}"
                                              if grid.baseline_padding == "max_length" else "")

@@ -6,6 +6,7 @@ figures mean. Writes bench.json and prints a table."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from pathlib import Path
@@ -44,8 +45,19 @@ from bertkit.benchmarks.side_by_side import (
 from bertkit.errors import BertkitError
 from bertkit.tasks.glue.family import FAMILY as GLUE
 from bertkit.training.models import count_parameters, load_tokenizer
-from bertkit.training.run import build_training_arguments, hydra_run_dir
-from bertkit.training.static_shapes import padding_multiple, static_shapes_pay, use_padded_rows
+from bertkit.training.run import (
+    ArgumentSettings,
+    argument_settings,
+    build_training_arguments,
+    hydra_run_dir,
+)
+from bertkit.training.static_shapes import (
+    CompileSettings,
+    compile_settings,
+    padding_multiple,
+    static_shapes_pay,
+    use_padded_rows,
+)
 from bertkit.training.trainer import BertkitTrainer
 
 RESULT_FILE = "bench.json"  # written last (bertkit.jobs.JOBS names it)
@@ -103,40 +115,61 @@ def pad_to_max_length(
                      keep_in_memory=cache_file is None, desc=f"Padding to {max_length}")
 
 
-def build_trainer(cfg: DictConfig, way: str, steps: int, run_dir: Path, build_model,
+@dataclasses.dataclass(frozen=True)
+class PaddingJob:
+    """What the benchmark's steps read of its config, taken once at its entry (padding_job)."""
+
+    arguments: ArgumentSettings
+    compile: CompileSettings
+    trainer: DictConfig
+    task: DictConfig
+    model: DictConfig
+    bench: DictConfig
+    throughput: DictConfig | None
+    recipe: str
+
+
+def padding_job(cfg: DictConfig) -> PaddingJob:
+    """The benchmark's PaddingJob, from its config."""
+    return PaddingJob(argument_settings(cfg), compile_settings(cfg), cfg.trainer, cfg.task,
+                      cfg.model, cfg.bench, OmegaConf.select(cfg, "throughput"), cfg.recipe.name)
+
+
+def build_trainer(job: PaddingJob, way: str, steps: int, run_dir: Path, build_model,
                   train: datasets.Dataset, collate, tokenizer: PreTrainedTokenizerBase):
     """The way's Trainer for `steps` optimizer steps from the seeded initial weights, its
     model, and the PaddingCounter around its collator (cards/gpu/profile_step.py
     profiles the same trainer)."""
-    order = sampling(cfg.trainer, way)
-    way_cfg = OmegaConf.merge(cfg, {"trainer": {"max_steps": steps,
-                                                "train_sampling_strategy": order}})
-    args = build_training_arguments(way_cfg, run_dir, [])
+    order = sampling(job.trainer, way)
+    args = build_training_arguments(
+        job.arguments.with_trainer({"max_steps": steps, "train_sampling_strategy": order}),
+        run_dir, [])
     set_seed(args.seed)
     model = build_model()
     counter = PaddingCounter(collate)
     trainer_class = BertkitTrainer if way == "bertkit" else Trainer
     trainer = trainer_class(model=model, args=args, train_dataset=train,
                             processing_class=tokenizer, data_collator=counter)
-    if way == "bertkit" and static_shapes_pay(way_cfg):  # bertkit's full rows, as a finetune
-        use_padded_rows(trainer, GLUE.padded_rows(cfg.task))
+    # bertkit's full rows, as a finetune
+    if way == "bertkit" and static_shapes_pay(job.compile):
+        use_padded_rows(trainer, GLUE.padded_rows(job.task))
     return trainer, model, counter
 
 
-def collator(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase, way: str, precision: str):
+def collator(job: PaddingJob, tokenizer: PreTrainedTokenizerBase, way: str, precision: str):
     """run_glue.py's collator for the pre-padded plain way; bertkit's per-batch padding."""
     if way == "plain":
         return default_data_collator
-    multiple = padding_multiple(cfg, precision != "fp32")
+    multiple = padding_multiple(job.compile, precision != "fp32")
     return DataCollatorWithPadding(tokenizer, pad_to_multiple_of=multiple)
 
 
-def _train(cfg: DictConfig, way: str, steps: int, run_dir: Path, build_model,
+def _train(job: PaddingJob, way: str, steps: int, run_dir: Path, build_model,
            train: datasets.Dataset, collate, tokenizer: PreTrainedTokenizerBase) -> dict:
     """One training run of `steps` optimizer steps from the seeded initial weights."""
-    trainer, model, counter = build_trainer(cfg, way, steps, run_dir, build_model, train,
+    trainer, model, counter = build_trainer(job, way, steps, run_dir, build_model, train,
                                             collate, tokenizer)
-    run = train_timed(cfg, trainer, steps)
+    run = train_timed(job.bench, job.throughput, trainer, steps)
     check_steps(way, run.output.global_step, steps)
     fed = counter.batches[:steps]
     result = {
@@ -211,17 +244,17 @@ def _way_summary(trainer: DictConfig, way: str, runs: list[dict]) -> dict:
     }
 
 
-def _result(cfg: DictConfig, probe, precision: str, ways: dict, runs: dict,
+def _result(job: PaddingJob, probe, precision: str, ways: dict, runs: dict,
             train_examples: int, schedule: Schedule) -> dict:
     """bench.json: the settings both ways ran with, each way's figures and their ratio."""
-    bench, task = cfg.bench, cfg.task
+    bench, task = job.bench, job.task
     bertkit, plain = ways["bertkit"], ways["plain"]
-    model = cfg.model.config
+    model = job.model.config
     return {
-        "recipe": cfg.recipe.name,
+        "recipe": job.recipe,
         "task": task.name,
         "train_examples": train_examples,
-        "model": {"name_or_path": cfg.model.name_or_path or "from_scratch",
+        "model": {"name_or_path": job.model.name_or_path or "from_scratch",
                   "num_hidden_layers": model.num_hidden_layers,
                   "hidden_size": model.hidden_size,
                   "num_parameters": runs["plain"][0]["num_parameters"]},
@@ -234,7 +267,7 @@ def _result(cfg: DictConfig, probe, precision: str, ways: dict, runs: dict,
         "seed": probe.seed,
         "max_seq_length": task.max_seq_length,
         "baseline_max_length": int(bench.baseline_max_length),
-        "pad_to_multiple_of": padding_multiple(cfg, precision != "fp32"),
+        "pad_to_multiple_of": padding_multiple(job.compile, precision != "fp32"),
         "timing": "wall time of trainer.train() per timed run, median over repeats; each way "
                   "first ran warmup_steps steps on a throwaway copy (not timed)",
         "steady_skip": steady_skip(bench, schedule.steps),
@@ -255,18 +288,19 @@ def benchmark_glue_padding(cfg: DictConfig, run_dir: Path | None = None) -> dict
              "bertkit": train_split}
 
     # The precision every run below resolves (it decides pad_to_multiple_of).
-    probe = build_training_arguments(cfg, run_dir, [])
+    job = padding_job(cfg)
+    probe = build_training_arguments(job.arguments, run_dir, [])
     precision = "bf16" if probe.bf16 else "fp16" if probe.fp16 else "fp32"
     one_process(cfg.bench, probe, "it compares single-process throughput")
 
-    train_way = functools.partial(_train, cfg, run_dir=run_dir, build_model=build_model,
+    train_way = functools.partial(_train, job, run_dir=run_dir, build_model=build_model,
                                   tokenizer=tokenizer)
     runs = run_ways(WAYS, schedule, lambda way, steps, timed: train_way(
-        way, steps, train=train[way], collate=collator(cfg, tokenizer, way, precision)))
+        way, steps, train=train[way], collate=collator(job, tokenizer, way, precision)))
     remove_if_empty(run_dir / "checkpoints")
 
     ways = {way: _way_summary(cfg.trainer, way, runs[way]) for way in WAYS}
-    result = _result(cfg, probe, precision, ways, runs, len(train_split), schedule)
+    result = _result(job, probe, precision, ways, runs, len(train_split), schedule)
     publish(result, run_dir / RESULT_FILE, _table)
     return result
 

@@ -7,6 +7,7 @@ pretrain_quality.png, and prints a markdown table."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from pathlib import Path
@@ -34,7 +35,11 @@ from bertkit.pretraining.heldout import build_heldout, heldout_fingerprint
 from bertkit.pretraining.heldout_evaluation import HeldoutEvaluation, heldout_curve
 from bertkit.pretraining.objective import objective_of
 from bertkit.pretraining.run import pretrain
-from bertkit.pretraining.training_data import pretraining_tokenizer, split_corpus
+from bertkit.pretraining.training_data import (
+    data_settings,
+    pretraining_tokenizer,
+    split_corpus,
+)
 from bertkit.reporting.plots import save_figure_atomic
 from bertkit.training import run as training_run
 from bertkit.training.budget import ClockCallback, TrainingClock
@@ -126,13 +131,28 @@ class StopAtSeconds(TrainerCallback):
         return control
 
 
-def steps_in_budget(cfg: DictConfig, blocks, tokenizer, collator, seconds: float,
+@dataclasses.dataclass(frozen=True)
+class _PlainWay:
+    """What the plain way's arms read of the config, taken once at the entry."""
+
+    plain: DictConfig  # bench.plain
+    model: DictConfig
+    seed: int
+    mixed_precision: str
+    budget_minutes: float  # budget.minutes
+    heldout: DictConfig
+    model_card: DictConfig
+    corpus: DictConfig
+    max_seq_length: int  # pretraining.max_seq_length
+
+
+def steps_in_budget(way: _PlainWay, blocks, tokenizer, collator, seconds: float,
                     work_dir: Path) -> tuple[int, float]:
     """(steps that fit the budget, seconds per step): bench.plain.timing_steps steps of a
     throwaway model, after one untimed step, on a training clock like the arms'."""
-    timing = int(cfg.bench.plain.timing_steps)
-    model = plain_model(cfg.bench.plain, cfg.model, tokenizer, cfg.seed)
-    args = plain_arguments(cfg.bench.plain, cfg.mixed_precision, cfg.seed, work_dir / "timing",
+    timing = int(way.plain.timing_steps)
+    model = plain_model(way.plain, way.model, tokenizer, way.seed)
+    args = plain_arguments(way.plain, way.mixed_precision, way.seed, work_dir / "timing",
                            1e-4, timing + 1)
     trainer = Trainer(model=model, args=args, train_dataset=blocks, data_collator=collator)
     clock = training_run.training_clock()
@@ -248,12 +268,12 @@ def arm_order(bench: DictConfig) -> list[tuple[str, float | None]]:
     return [("bertkit", None), *plain]
 
 
-def _plain_arm(cfg: DictConfig, tokenizer, collator, heldout, blocks, learning_rate: float,
+def _plain_arm(way: _PlainWay, tokenizer, collator, heldout, blocks, learning_rate: float,
                steps: int, work_dir: Path) -> dict:
-    budget_seconds = float(cfg.budget.minutes) * 60
-    model = plain_model(cfg.bench.plain, cfg.model, tokenizer, cfg.seed)
-    trainer = Trainer(model=model, args=plain_arguments(cfg.bench.plain, cfg.mixed_precision,
-                                                        cfg.seed, work_dir, learning_rate,
+    budget_seconds = float(way.budget_minutes) * 60
+    model = plain_model(way.plain, way.model, tokenizer, way.seed)
+    trainer = Trainer(model=model, args=plain_arguments(way.plain, way.mixed_precision,
+                                                        way.seed, work_dir, learning_rate,
                                                         steps),
                       train_dataset=blocks, data_collator=collator)
     # Measurement only: the clock (evaluations paused out of it), the held-out evaluation at
@@ -261,8 +281,8 @@ def _plain_arm(cfg: DictConfig, tokenizer, collator, heldout, blocks, learning_r
     clock = training_run.training_clock()
     trainer.add_callback(ClockCallback(clock, None))
     trainer.add_callback(HeldoutEvaluation(
-        trainer, heldout, clock, batch_size=cfg.heldout.batch_size,
-        every_seconds=cfg.heldout.every_seconds, every_steps=cfg.heldout.every_steps,
+        trainer, heldout, clock, batch_size=way.heldout.batch_size,
+        every_seconds=way.heldout.every_seconds, every_steps=way.heldout.every_steps,
         tokenizer=tokenizer))
     stop = StopAtSeconds(clock, budget_seconds)
     trainer.add_callback(stop)
@@ -274,23 +294,23 @@ def _plain_arm(cfg: DictConfig, tokenizer, collator, heldout, blocks, learning_r
            "planned_steps": steps, "stopped_by_time": stop.stopped,
            "tokens_seen": int(trainer.state.num_input_tokens_seen),
            "model": str(work_dir / "model"), "curve": curve, "final": curve[-1]}
-    if cfg.model_card.enabled:
-        write_card(build_card(_plain_card(cfg, arm, trainer.args), cfg.model_card,
+    if way.model_card.enabled:
+        write_card(build_card(_plain_card(way, arm, trainer.args), way.model_card,
                               command_line()), work_dir / "model")
     return arm
 
 
-def _plain_card(cfg: DictConfig, arm: dict, args: TrainingArguments) -> CardFacts:
+def _plain_card(way: _PlainWay, arm: dict, args: TrainingArguments) -> CardFacts:
     """The plain arm's model card: its held-out scores, on the bertkit arm's held-out set."""
-    plain = cfg.bench.plain
+    plain = way.plain
     return CardFacts(
         model_name=f"bench-pretrain-quality-{arm_directory(plain_arm_name(arm['learning_rate']))}",
         family="pretraining",
         summary=(f"The plain way of bertkit's time-to-quality benchmark (bench_pretrain_quality):"
                  f" BertForMaskedLM from random initialisation, trained with Trainer and "
-                 f"run_mlm.py's recipe for a {cfg.budget.minutes:g}-minute budget on "
-                 f"{cfg.corpus.name}. A comparison arm, not a recipe."),
-        started_from=None, dataset=CardDataset.of(cfg.corpus),
+                 f"run_mlm.py's recipe for a {way.budget_minutes:g}-minute budget on "
+                 f"{way.corpus.name}. A comparison arm, not a recipe."),
+        started_from=None, dataset=CardDataset.of(way.corpus),
         results={"heldout": heldout_scores(arm["final"])},
         results_note=(f"The benchmark's held-out masked positions (the same for every arm), at "
                       f"step {arm['final']['step']}."),
@@ -299,10 +319,10 @@ def _plain_card(cfg: DictConfig, arm: dict, args: TrainingArguments) -> CardFact
                          "max_steps": args.max_steps, "warmup_ratio": plain.warmup_ratio,
                          "weight_decay": args.weight_decay,
                          "mlm_probability": plain.mlm_probability,
-                         "max_seq_length": cfg.pretraining.max_seq_length,
+                         "max_seq_length": way.max_seq_length,
                          "hidden_dropout_prob": plain.dropout,
                          "attention_probs_dropout_prob": plain.dropout},
-        seed=cfg.seed,
+        seed=way.seed,
         training={key: arm[key] for key in ("steps", "planned_steps", "stopped_by_time",
                                             "tokens_seen")})
 
@@ -338,7 +358,7 @@ def benchmark_pretrain_quality(cfg: DictConfig, run_dir: Path | None = None) -> 
                           "plain": OmegaConf.to_container(cfg.bench.plain, resolve=True)}
     budget_seconds = float(cfg.budget.minutes) * 60
     # The plain way's data: the same split and vocabulary as the bertkit way's run.
-    train_docs, heldout_docs = split_corpus(cfg)
+    train_docs, heldout_docs = split_corpus(data_settings(cfg))
     tokenizer = pretraining_tokenizer(cfg.tokenizer_training, cfg.model, cfg.corpus,
                                       cfg.cache_dir, train_docs)
     heldout = build_heldout(cfg.heldout, cfg.pretraining, cfg.objective, tokenizer, heldout_docs)
@@ -349,6 +369,9 @@ def benchmark_pretrain_quality(cfg: DictConfig, run_dir: Path | None = None) -> 
     collator = DataCollatorForLanguageModeling(tokenizer,
                                                mlm_probability=cfg.bench.plain.mlm_probability)
     timed = None  # (steps in the budget, seconds a step), timed once: no lr changes it
+    plain_way = _PlainWay(cfg.bench.plain, cfg.model, cfg.seed, cfg.mixed_precision,
+                          cfg.budget.minutes, cfg.heldout, cfg.model_card, cfg.corpus,
+                          cfg.pretraining.max_seq_length)
     for name, learning_rate in arm_order(cfg.bench):
         if name in result["arms"]:
             logger.info("bench_pretrain_quality: %s was done earlier, kept", name)
@@ -358,12 +381,12 @@ def benchmark_pretrain_quality(cfg: DictConfig, run_dir: Path | None = None) -> 
         else:
             work_dir = run_dir / arm_directory(name)
             if timed is None:
-                timed = steps_in_budget(cfg, blocks, tokenizer, collator, budget_seconds,
+                timed = steps_in_budget(plain_way, blocks, tokenizer, collator, budget_seconds,
                                         work_dir)
             steps, per_step = timed
             logger.info("%s: %.3f s a step, %d steps in %.0f s", name, per_step, steps,
                         budget_seconds)
-            arm = _plain_arm(cfg, tokenizer, collator, heldout, blocks, learning_rate, steps,
+            arm = _plain_arm(plain_way, tokenizer, collator, heldout, blocks, learning_rate, steps,
                              work_dir)
             result["arms"][name] = {**arm, "seconds_per_step_timed": per_step}
         result["summary"] = _summary(result)

@@ -59,9 +59,19 @@ from bertkit.pretraining.model import load_pretraining_model
 from bertkit.pretraining.padding_free import PackingPlan
 from bertkit.pretraining.phases import Phase
 from bertkit.pretraining.run import build_pretraining_trainer, check_pretraining_config
-from bertkit.pretraining.training_data import is_streaming, prepare_pretraining_data
+from bertkit.pretraining.training_data import (
+    DataSettings,
+    data_settings,
+    is_streaming,
+    prepare_pretraining_data,
+)
 from bertkit.training.models import count_parameters, dropout_settings
-from bertkit.training.run import build_training_arguments, hydra_run_dir
+from bertkit.training.run import (
+    ArgumentSettings,
+    argument_settings,
+    build_training_arguments,
+    hydra_run_dir,
+)
 from bertkit.training.throughput import peak_flops, precision_of, training_flops
 
 logger = logging.getLogger(__name__)
@@ -133,38 +143,52 @@ def _check(cfg: DictConfig) -> Schedule:
         raise BertkitError("bench_pretrain needs the instances stored (the plain way pads them "
                            "all); set corpus.hub.streaming=false")
     one_batch_a_step(cfg.trainer, "so that samples/s is steps x batch / seconds")
-    check_pretraining_config(_with_trainer(cfg, {"max_steps": schedule.steps}))
+    # cfg with the bench's max_steps (TrainingArguments names the trainer group may lack)
+    checked = cfg.copy()
+    with open_dict(checked):
+        checked.trainer = OmegaConf.merge(checked.trainer, {"max_steps": schedule.steps})
+    check_pretraining_config(checked)
     return schedule
 
 
-def _with_trainer(cfg: DictConfig, options: dict) -> DictConfig:
-    """cfg with these trainer options (TrainingArguments names the trainer group may lack)."""
-    cfg = cfg.copy()
-    with open_dict(cfg):
-        cfg.trainer = OmegaConf.merge(cfg.trainer, options)
-    return cfg
+@dataclasses.dataclass(frozen=True)
+class _Job:
+    """What the benchmark's steps read of its config, taken once at its entry."""
+
+    arguments: ArgumentSettings
+    data: DataSettings  # the pretraining pipeline's nodes (corpus, model, masking, ...)
+    bench: DictConfig
+    throughput: DictConfig | None
+    recipe: str
+    pad_to_multiple_of: int | None
 
 
-def _arguments(cfg: DictConfig, way: str, steps: int, run_dir: Path):
+def throughput_job(cfg: DictConfig) -> _Job:
+    """The benchmark's _Job, from its config."""
+    return _Job(argument_settings(cfg), data_settings(cfg), cfg.bench,
+                OmegaConf.select(cfg, "throughput"), cfg.recipe.name, cfg.pad_to_multiple_of)
+
+
+def _arguments(job: _Job, way: str, steps: int, run_dir: Path):
     options = {"max_steps": steps}
     if way == "plain":
-        options.update(OmegaConf.to_container(cfg.bench.plain_trainer, resolve=True))
-    return build_training_arguments(_with_trainer(cfg, options), run_dir, [])
+        options.update(OmegaConf.to_container(job.bench.plain_trainer, resolve=True))
+    return build_training_arguments(job.arguments.with_trainer(options), run_dir, [])
 
 
-def _prepare(cfg: DictConfig, run_dir: Path, steps: int) -> _Data:
+def _prepare(job: _Job, run_dir: Path, steps: int) -> _Data:
     """The instances by recipe=pretrain's own pipeline; the plain way's padded copy; the masked
     instances the MLM loss is measured on (bertkit's rule, seeded: the same for both ways)."""
-    args = _arguments(cfg, "bertkit", steps, run_dir)
+    args = _arguments(job, "bertkit", steps, run_dir)
     set_seed(args.seed)
-    prepared = prepare_pretraining_data(cfg, args)
+    prepared = prepare_pretraining_data(job.data, args)
     instances = prepared.train_dataset
-    length = int(cfg.pretraining.max_seq_length)
+    length = int(job.data.pretraining.max_seq_length)
     padded = pad_to_max_length(instances, prepared.tokenizer, length)
     columns = [name for name in instances.column_names if name != "length"]
-    evaluated = instances.select(range(min(len(instances), int(cfg.bench.eval_instances))))
+    evaluated = instances.select(range(min(len(instances), int(job.bench.eval_instances))))
     rows = evaluated.select_columns(columns).to_list()
-    batch = int(cfg.bench.batch_size)
+    batch = int(job.bench.batch_size)
     torch.manual_seed(args.seed)  # the collator masks from torch's RNG
     # Padded, for both ways (the plain model takes no padding-free batch).
     padded_collator = copy.copy(prepared.collator)
@@ -194,7 +218,7 @@ def masked_lm_loss(model, batches: list[dict]) -> float:
     return total / max(count, 1)
 
 
-def _trainer(cfg: DictConfig, way: str, args, data: _Data, indices: list[int], collate):
+def _trainer(job: _Job, way: str, args, data: _Data, indices: list[int], collate):
     """(Trainer, model) of one way, from the seeded initial weights."""
     prepared = data.prepared
     set_seed(args.seed)
@@ -204,34 +228,34 @@ def _trainer(cfg: DictConfig, way: str, args, data: _Data, indices: list[int], c
         packing = prepared.packing  # padding-free: the subset's instances' masked counts
         if packing is not None:
             packing = PackingPlan(packing.shapes[:1], [
-                most_predictions(lengths, masking_rule_from_config(cfg.masking))])
+                most_predictions(lengths, masking_rule_from_config(job.data.masking))])
         subset = dataclasses.replace(prepared, train_dataset=instances, collator=collate,
                                      phases=[Phase(0, lengths, len(indices))], packing=packing)
-        trainer, _ = build_pretraining_trainer(cfg, args, subset)
+        trainer, _ = build_pretraining_trainer(job.data, args, subset)
         return trainer, trainer.model
     # bertkit's initial weights, unpadded (the plain way's vocabulary is the tokenizer's):
     # pad_vocabulary leaves the real rows as they are, so both ways start alike.
-    initial = load_pretraining_model(cfg.model, prepared.tokenizer).state_dict()
-    model = plain_model(cfg.model, prepared.tokenizer, initial)
+    initial = load_pretraining_model(job.data.model, prepared.tokenizer).state_dict()
+    model = plain_model(job.data.model, prepared.tokenizer, initial)
     trainer = Trainer(model=model, args=args, train_dataset=data.padded.select(indices),
                       data_collator=collate, processing_class=prepared.tokenizer)
     return trainer, model
 
 
-def _train(cfg: DictConfig, way: str, steps: int, data: _Data, run_dir: Path,
+def _train(job: _Job, way: str, steps: int, data: _Data, run_dir: Path,
            timed: bool = True) -> dict:
     """One run of `steps` optimizer steps from the seeded initial weights."""
-    args = _arguments(cfg, way, steps, run_dir)
+    args = _arguments(job, way, steps, run_dir)
     indices = training_indices(len(data.prepared.train_dataset),
                                steps * args.per_device_train_batch_size, args.seed)
     prepared = data.prepared
     collate = prepared.collator if way == "bertkit" else DataCollatorForLanguageModeling(
-        prepared.tokenizer, mlm_probability=float(cfg.bench.mlm_probability))
-    trainer, model = _trainer(cfg, way, args, data, indices, collate)
+        prepared.tokenizer, mlm_probability=float(job.bench.mlm_probability))
+    trainer, model = _trainer(job, way, args, data, indices, collate)
     counter = BatchCounter()
     counter.attach(model)
     with PeakMemory() as memory:
-        run = train_timed(cfg, trainer, steps)
+        run = train_timed(job.bench, job.throughput, trainer, steps)
     check_steps(way, run.output.global_step, steps, forwards=len(counter.shapes))
     result = {"seconds": run.seconds, **run.steady, **counter.totals(),
               "peak_memory_bytes": memory.peak,
@@ -313,31 +337,32 @@ def _peak(table: DictConfig | None, name: str, precision: str) -> float | None:
 def benchmark_pretrain_throughput(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     run_dir = Path(run_dir or hydra_run_dir())
     schedule = _check(cfg)
-    probe = _arguments(cfg, "bertkit", schedule.steps, run_dir)
+    job = throughput_job(cfg)
+    probe = _arguments(job, "bertkit", schedule.steps, run_dir)
     one_process(cfg.bench, probe, "it compares single-process throughput")
-    data = _prepare(cfg, run_dir, schedule.steps)
+    data = _prepare(job, run_dir, schedule.steps)
 
     runs = run_ways(WAYS, schedule, lambda way, steps, timed: _train(
-        cfg, way, steps, data, run_dir, timed=timed))
+        job, way, steps, data, run_dir, timed=timed))
     remove_if_empty(run_dir / "checkpoints")
 
     name, precision = device_name(), precision_of(probe)
     peak = _peak(OmegaConf.select(cfg, "throughput.peak_tflops", default=None), name, precision)
     ways = {way: _way_summary(way, runs[way], peak) for way in WAYS}
-    result = _result(cfg, probe, data, ways, runs, schedule)
+    result = _result(job, probe, data, ways, runs, schedule)
     result.update(device_name=name, precision=precision, peak_flops=peak)
     publish(result, run_dir / RESULT_FILE, table)
     return result
 
 
-def _result(cfg: DictConfig, probe, data: _Data, ways: dict, runs: dict,
+def _result(job: _Job, probe, data: _Data, ways: dict, runs: dict,
             schedule: Schedule) -> dict:
     config = runs["plain"][0]["config"]
-    masking = cfg.masking
+    masking = job.data.masking
     return {
-        "recipe": cfg.recipe.name,
-        "corpus": cfg.corpus.name,
-        "objective": cfg.objective.name,
+        "recipe": job.recipe,
+        "corpus": job.data.corpus.name,
+        "objective": job.data.objective.name,
         "instances": len(data.prepared.train_dataset),
         "instance_tokens": int(np.sum(data.prepared.train_dataset["length"])),
         "model": {"num_hidden_layers": config.num_hidden_layers,
@@ -350,11 +375,11 @@ def _result(cfg: DictConfig, probe, data: _Data, ways: dict, runs: dict,
         "learning_rate": probe.learning_rate,
         "optim": str(probe.optim),
         "seed": probe.seed,
-        "max_seq_length": int(cfg.pretraining.max_seq_length),
-        "masking": {"plain_mlm_probability": float(cfg.bench.mlm_probability),
+        "max_seq_length": int(job.data.pretraining.max_seq_length),
+        "masking": {"plain_mlm_probability": float(job.bench.mlm_probability),
                     "bertkit_mlm_probability": masking.mlm_probability,
                     "bertkit_max_predictions_per_seq": masking.max_predictions_per_seq},
-        "pad_to_multiple_of": cfg.pad_to_multiple_of if (probe.bf16 or probe.fp16) else None,
+        "pad_to_multiple_of": job.pad_to_multiple_of if (probe.bf16 or probe.fp16) else None,
         "padding_free": data.prepared.packing is not None,
         "timing": "wall time of trainer.train() per timed run (CUDA synchronised), median over "
                   "repeats in alternating order; each way first ran warmup_steps steps on a "
@@ -365,7 +390,7 @@ def _result(cfg: DictConfig, probe, data: _Data, ways: dict, runs: dict,
                  "tokens, hardware: on every position fed; the head on the masked positions "
                  "(bertkit) or on every position fed (plain)",
         "ways": ways,
-        "steady_skip": steady_skip(cfg.bench, schedule.steps),
+        "steady_skip": steady_skip(job.bench, schedule.steps),
         "steady": "steady_*: the steps after the first steady_skip of each timed run (CUDA "
                   "synchronised at both ends), median over repeats; FLOPs and samples counted "
                   "in proportion (every step feeds one batch of the same width)",

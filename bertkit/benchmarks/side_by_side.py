@@ -101,12 +101,14 @@ class TimedTraining:
     meter: dict | None  # the throughput meter's record
 
 
-def train_timed(cfg: DictConfig, trainer, steps: int) -> TimedTraining:
+def train_timed(bench: DictConfig, throughput: DictConfig | None, trainer,
+                steps: int) -> TimedTraining:
     """trainer.train() timed between device syncs, with the throughput meter every bertkit run
-    carries and the steady clock; Trainer's end-of-train line left out (the table repeats it)."""
+    carries (`throughput`: the throughput node) and the steady clock (`bench`: the benchmark's
+    node); Trainer's end-of-train line left out (the table repeats it)."""
     trainer.remove_callback(PrinterCallback)
-    meter = add_throughput(cfg, trainer)
-    clock = SteadyClock(steady_skip(cfg.bench, steps), steps)
+    meter = add_throughput(throughput, trainer)
+    clock = SteadyClock(steady_skip(bench, steps), steps)
     trainer.add_callback(clock)
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()

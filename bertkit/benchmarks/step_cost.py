@@ -12,6 +12,7 @@ what a step costs here."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import statistics
 from pathlib import Path
@@ -19,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import transformers
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf
 from transformers import (
     BertConfig,
     BertForSequenceClassification,
@@ -51,7 +52,12 @@ from bertkit.pretraining.trainer import PretrainingTrainer
 from bertkit.training.budget import ClockCallback, TrainingClock
 from bertkit.training.checkpoints import PreemptionCallback
 from bertkit.training.models import count_parameters
-from bertkit.training.run import build_training_arguments, hydra_run_dir
+from bertkit.training.run import (
+    ArgumentSettings,
+    argument_settings,
+    build_training_arguments,
+    hydra_run_dir,
+)
 from bertkit.training.throughput import add_throughput
 from bertkit.training.trainer import BertkitTrainer
 
@@ -213,21 +219,30 @@ def initial_model(bench: DictConfig, seed: int, workload: str) -> torch.nn.Modul
     return model
 
 
-def _arguments(cfg: DictConfig, workload: str, steps: int, run_dir: Path):
+@dataclasses.dataclass(frozen=True)
+class _Job:
+    """What the benchmark's steps read of its config, taken once at its entry."""
+
+    arguments: ArgumentSettings
+    bench: DictConfig
+    seed: int
+    throughput: DictConfig | None
+    agree_every_steps: int
+
+
+def _arguments(job: _Job, workload: str, steps: int, run_dir: Path):
     """TrainingArguments of one run (a fresh object each: bertkit's trainer edits its own)."""
-    options = {**OmegaConf.to_container(cfg.trainer, resolve=True),
+    options = {**job.arguments.trainer,
                # TrainingArguments the trainer group's schema does not hold: a plain node.
-               **OmegaConf.to_container(cfg.bench.trainer, resolve=True),
-               **OmegaConf.to_container(cfg.bench[workload].trainer, resolve=True),
+               **OmegaConf.to_container(job.bench.trainer, resolve=True),
+               **OmegaConf.to_container(job.bench[workload].trainer, resolve=True),
                "max_steps": steps,
-               "per_device_train_batch_size": int(cfg.bench[workload].batch_size)}
-    cfg = cfg.copy()
-    with open_dict(cfg):
-        cfg.trainer = OmegaConf.create(options)
-    return build_training_arguments(cfg, run_dir, [])
+               "per_device_train_batch_size": int(job.bench[workload].batch_size)}
+    return build_training_arguments(dataclasses.replace(job.arguments, trainer=options),
+                                    run_dir, [])
 
 
-def _trainer(cfg: DictConfig, way: str, workload: str, model, args, batches) -> Trainer:
+def _trainer(job: _Job, way: str, workload: str, model, args, batches) -> Trainer:
     """The plain Trainer, or bertkit's with what a bertkit run adds around it
     (bertkit.training.run.train_run and lifecycle.train: the clock's callback, the throughput
     meter first, the preemption callback)."""
@@ -238,9 +253,8 @@ def _trainer(cfg: DictConfig, way: str, workload: str, model, args, batches) -> 
     trainer.remove_callback(PrinterCallback)  # its end-of-train line, in both
     if way == "bertkit":
         trainer.add_callback(ClockCallback(TrainingClock(), None))
-        add_throughput(cfg, trainer)
-        trainer.add_callback(PreemptionCallback(
-            agree_every_steps=OmegaConf.select(cfg, "agree_every_steps", default=1)))
+        add_throughput(job.throughput, trainer)
+        trainer.add_callback(PreemptionCallback(agree_every_steps=job.agree_every_steps))
     return trainer
 
 
@@ -283,16 +297,16 @@ class BareLoop:
 
 
 # -- one run of each kind ---------------------------------------------------------------------
-def _run(cfg: DictConfig, way: str, workload: str, initial, batches, steps: int,
+def _run(job: _Job, way: str, workload: str, initial, batches, steps: int,
          run_dir: Path) -> float:
     """Seconds of `steps` optimizer steps from a copy of the initial weights."""
-    args = _arguments(cfg, workload, steps, run_dir)
+    args = _arguments(job, workload, steps, run_dir)
     model = copy.deepcopy(initial)
     set_seed(args.seed)
     if way == "bare":
         loop = BareLoop(model, args, steps)
         return timed(loop.run, batches, steps)[1]
-    trainer = _trainer(cfg, way, workload, model, args, batches)
+    trainer = _trainer(job, way, workload, model, args, batches)
     timer = StepSpan()
     trainer.add_callback(timer)
     output = trainer.train()
@@ -300,11 +314,11 @@ def _run(cfg: DictConfig, way: str, workload: str, initial, batches, steps: int,
     return timer.seconds
 
 
-def _syncs(cfg: DictConfig, way: str, workload: str, initial, batches, steps: int,
+def _syncs(job: _Job, way: str, workload: str, initial, batches, steps: int,
            run_dir: Path) -> dict:
     """Host syncs per optimizer step, over the steps that did not log (for the Trainers: all
     but the last, which holds the end-of-training log line), and where they came from."""
-    args = _arguments(cfg, workload, steps, run_dir)
+    args = _arguments(job, workload, steps, run_dir)
     model = copy.deepcopy(initial)
     set_seed(args.seed)
     counter = HostSyncCounter()
@@ -314,7 +328,7 @@ def _syncs(cfg: DictConfig, way: str, workload: str, initial, batches, steps: in
             loop.run(batches, steps, counter)
         quiet = list(range(1, steps + 1))
     else:
-        trainer = _trainer(cfg, way, workload, model, args, batches)
+        trainer = _trainer(job, way, workload, model, args, batches)
         marks = counter.watch(trainer)
         with counter:
             trainer.train()
@@ -357,13 +371,13 @@ def _check(bench: DictConfig, trainer: DictConfig) -> tuple[Schedule, list[str]]
     return schedule, workloads
 
 
-def _workload(cfg: DictConfig, workload: str, schedule: Schedule, run_dir: Path) -> dict:
-    bench = cfg.bench
-    batches = build_batches(bench, cfg.seed, workload)
-    initial = initial_model(bench, cfg.seed, workload)
+def _workload(job: _Job, workload: str, schedule: Schedule, run_dir: Path) -> dict:
+    bench = job.bench
+    batches = build_batches(bench, job.seed, workload)
+    initial = initial_model(bench, job.seed, workload)
 
     def run(way: str, steps: int, timed: bool) -> float:
-        seconds = _run(cfg, way, workload, initial, batches, steps, run_dir)
+        seconds = _run(job, way, workload, initial, batches, steps, run_dir)
         release()
         return seconds
 
@@ -372,7 +386,7 @@ def _workload(cfg: DictConfig, workload: str, schedule: Schedule, run_dir: Path)
     for way in WAYS:
         logger.info("bench %s %s: counting host syncs, %d steps (not timed)", workload, way,
                     int(bench.sync_steps))
-        syncs = _syncs(cfg, way, workload, initial, batches, int(bench.sync_steps), run_dir)
+        syncs = _syncs(job, way, workload, initial, batches, int(bench.sync_steps), run_dir)
         release()
         each = [1000 * value / schedule.steps for value in seconds[way]]
         ways[way] = {"ms_per_step": statistics.median(each), "ms_per_step_each_repeat": each,
@@ -396,9 +410,11 @@ def _workload(cfg: DictConfig, workload: str, schedule: Schedule, run_dir: Path)
 def benchmark_step_cost(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     run_dir = Path(run_dir or hydra_run_dir())
     schedule, workloads = _check(cfg.bench, cfg.trainer)
-    probe = _arguments(cfg, workloads[0], schedule.steps, run_dir)
+    job = _Job(argument_settings(cfg), cfg.bench, cfg.seed, OmegaConf.select(cfg, "throughput"),
+               OmegaConf.select(cfg, "agree_every_steps", default=1))
+    probe = _arguments(job, workloads[0], schedule.steps, run_dir)
     one_process(cfg.bench, probe, "it times one process's steps")
-    results = {workload: _workload(cfg, workload, schedule, run_dir) for workload in workloads}
+    results = {workload: _workload(job, workload, schedule, run_dir) for workload in workloads}
     remove_if_empty(run_dir / "checkpoints")
     bench = cfg.bench
     result = {

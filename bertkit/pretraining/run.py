@@ -26,7 +26,12 @@ from bertkit.data.fingerprints import model_input_fingerprints
 from bertkit.data.metrics_file import INPUT_FINGERPRINTS, METRICS_FILE
 from bertkit.errors import BertkitError
 from bertkit.pretraining.corpora import corpus_input_fingerprints
-from bertkit.pretraining.downstream import check_downstream, finetune_downstream
+from bertkit.pretraining.downstream import (
+    DownstreamSettings,
+    check_downstream,
+    downstream_settings,
+    finetune_downstream,
+)
 from bertkit.pretraining.heldout import (
     check_heldout_config,
     heldout_enabled,
@@ -37,14 +42,16 @@ from bertkit.pretraining.model import load_pretraining_model, use_padding_free_a
 from bertkit.pretraining.objective import objective_of
 from bertkit.pretraining.trainer import PretrainingTrainer
 from bertkit.pretraining.training_data import (
+    DataSettings,
     PretrainingData,
+    data_settings,
     is_streaming,
     phase_settings,
     prepare_pretraining_data,
 )
 from bertkit.secret_masking import mask_secrets
 from bertkit.training.budget import TrainingClock
-from bertkit.training.model_card import run_card, write_card
+from bertkit.training.model_card import CardSettings, run_card, write_card
 from bertkit.training.models import check_model_settings, tokenizer_size
 from bertkit.training.run import (
     Outcome,
@@ -89,7 +96,8 @@ def check_pretraining_config(cfg: DictConfig) -> None:
                            f"pretraining.long_phase.fraction={long_phase.fraction} of the steps): "
                            f"lower it, raise the long phase's, or set "
                            f"pretraining.long_phase.fraction=0")
-    check_downstream(cfg)  # the GLUE finetunes after it, against the same model.config
+    # the GLUE finetunes after it, against the same model.config
+    check_downstream(downstream_settings(cfg))
     check_heldout_config(heldout_settings(cfg))
     if is_streaming(cfg.corpus):
         if cfg.masking.kind == "static":
@@ -167,41 +175,44 @@ def pretrain(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     """Pretrains from cfg.corpus; returns the metrics.json record (with the downstream
     finetunes' scores when downstream.tasks is set)."""
     check_pretraining_config(cfg)
+    job = data_settings(cfg)
     setup = start_run(cfg, run_dir)
     if setup.args.torch_compile:  # its compile caches under cache_dir, shared with other runs
-        prepare_compile(cfg)
+        prepare_compile(setup.compile)
     with setup.args.main_process_first(desc="preparing the pretraining data"):
-        data = prepare_pretraining_data(cfg, setup.args)
+        data = prepare_pretraining_data(job, setup.args)
         # What the run read, by content: bertkit-report tells its downstream finetunes apart
         # by these, not by the paths they were given (bertkit.reporting.identity).
         inputs = {**model_input_fingerprints(cfg.model, data.tokenizer, cfg.cache_dir),
                   **corpus_input_fingerprints(cfg.corpus, cfg.cache_dir)}
-    trainer, hyperparameters = build_pretraining_trainer(cfg, setup.args, data)
+    trainer, hyperparameters = build_pretraining_trainer(job, setup.args, data)
     run = train_run(cfg, setup, trainer, hyperparameters,
-                    heldout_callbacks(heldout_settings(cfg), trainer, data, setup.clock))
+                    heldout_callbacks(job.heldout, trainer, data, setup.clock))
     with saving_model(setup.run_dir / "model", run.main):
         trainer.save_model(str(setup.run_dir / "model"))
-    outcome = _outcome(cfg, trainer, data, run, setup.run_dir, inputs)
-    publish(cfg, setup, run, outcome)
-    record = _downstream(cfg, outcome.record, setup.run_dir, run.main)
-    push_if_asked(cfg, setup, trainer, record)
+    outcome = _outcome(cfg.recipe.name, job, trainer, data, run, setup.run_dir, inputs)
+    publish(setup, run, outcome)
+    record = _downstream(downstream_settings(cfg), setup.card, outcome.record, setup.run_dir,
+                         run.main)
+    push_if_asked(setup, trainer, record)
     return record
 
 
-def build_pretraining_trainer(cfg: DictConfig, args: TrainingArguments,
+def build_pretraining_trainer(job: DataSettings, args: TrainingArguments,
                               data: PretrainingData) -> tuple[PretrainingTrainer, dict]:
-    """(the trainer, the hyperparameters recorded in W&B and metrics.json)."""
-    model = load_pretraining_model(cfg.model, data.tokenizer,
-                                   cfg.pretraining.pad_vocab_to_multiple_of)
+    """(the trainer, the hyperparameters recorded in W&B and metrics.json); `job`: the
+    pretraining job's nodes (training_data.data_settings)."""
+    model = load_pretraining_model(job.model, data.tokenizer,
+                                   job.pretraining.pad_vocab_to_multiple_of)
     if data.packing is not None:
         use_padding_free_attention(model)
     trainer = PretrainingTrainer(
         model=model, args=args, train_dataset=data.train_dataset,
         data_collator=data.collator, processing_class=data.tokenizer,
-        phases=data.phases, sentence_task=objective_of(cfg.objective).sentence_task,
+        phases=data.phases, sentence_task=objective_of(job.objective).sentence_task,
         group_by_length=data.group_by_length, packing=data.packing)
-    return trainer, pretraining_hyperparameters(cfg.pretraining, cfg.masking, cfg.objective,
-                                                cfg.corpus, args, model)
+    return trainer, pretraining_hyperparameters(job.pretraining, job.masking, job.objective,
+                                                job.corpus, args, model)
 
 
 def heldout_callbacks(settings: DictConfig, trainer, data: PretrainingData,
@@ -215,16 +226,16 @@ def heldout_callbacks(settings: DictConfig, trainer, data: PretrainingData,
                               every_steps=settings.every_steps)]
 
 
-def _outcome(cfg: DictConfig, trainer, data: PretrainingData, run: TrainingRun,
+def _outcome(recipe: str, job: DataSettings, trainer, data: PretrainingData, run: TrainingRun,
              run_dir: Path, inputs: dict[str, str]) -> Outcome:
     lines = _training_lines(trainer.state.log_history)
     phases = data.phases
     record = {
-        "recipe": cfg.recipe.name,
+        "recipe": recipe,
         "family": "pretraining",
-        "corpus": cfg.corpus.name,
-        "objective": cfg.objective.name,
-        "masking": cfg.masking.kind,
+        "corpus": job.corpus.name,
+        "objective": job.objective.name,
+        "masking": job.masking.kind,
         "seed": trainer.args.seed,
         # The share of the positions fed in training that were padding (this run's part).
         "padding_fraction": trainer.padding_fraction,
@@ -237,14 +248,14 @@ def _outcome(cfg: DictConfig, trainer, data: PretrainingData, run: TrainingRun,
                 {"max_seq_length": length, "instances": len(phase.lengths),
                  "mean_length": float(np.mean(phase.lengths)) if len(phase.lengths) else 0.0,
                  "samples": phase.num_samples}
-                for (length, _, _), phase in zip(phase_settings(cfg.pretraining, cfg.masking),
+                for (length, _, _), phase in zip(phase_settings(job.pretraining, job.masking),
                                                  phases, strict=False)],
             "preprocessing_seconds": round(data.seconds, 2),
         },
         "hyperparameters": run.hyperparameters,
         "heldout": None if data.heldout is None else heldout_record(
             data.heldout, data.train_documents, trainer.state.log_history,
-            heldout_settings(cfg)),
+            job.heldout),
         "log": lines,  # every training log line, for curves without W&B
         "details": {INPUT_FINGERPRINTS: inputs},
     }
@@ -254,14 +265,14 @@ def _outcome(cfg: DictConfig, trainer, data: PretrainingData, run: TrainingRun,
     window = trainer.last_logging_window
 
     def printout(where: str) -> str:
-        sentence = objective_of(cfg.objective).sentence_task
+        sentence = objective_of(job.objective).sentence_task
         scores = f"MLM loss {last.get('mlm_loss', float('nan')):.4f}, MLM accuracy " \
                  f"{last.get('mlm_accuracy', float('nan')):.4f}"
         if sentence:
             scores += (f", {sentence.upper()} accuracy "
                        f"{last.get(f'{sentence}_accuracy', 0.0):.4f}")
         model_dir = run_dir / "model"
-        return (f"\npretraining on {cfg.corpus.name}: {scores} "
+        return (f"\npretraining on {job.corpus.name}: {scores} "
                 f"{_window_words(window)}, after {run.output.global_step} steps\n"
                 f"{_heldout_line(record['heldout'], sentence)}"
                 f"  metrics:  {run_dir / METRICS_FILE}\n"
@@ -273,18 +284,19 @@ def _outcome(cfg: DictConfig, trainer, data: PretrainingData, run: TrainingRun,
     return Outcome(record, final, None, printout)
 
 
-def _downstream(cfg: DictConfig, record: dict, run_dir: Path, main: bool) -> dict:
+def _downstream(settings: DownstreamSettings, card: CardSettings, record: dict, run_dir: Path,
+                main: bool) -> dict:
     """The downstream finetunes, once the pretraining W&B run is closed (they open their
     own), on every process (a finetune under torchrun needs all of them); their scores go
     into metrics.json and the model's card."""
-    if not cfg.downstream.tasks:
+    if not settings.downstream.tasks:
         return record
-    downstream = finetune_downstream(cfg, run_dir / "model", run_dir)
+    downstream = finetune_downstream(settings, run_dir / "model", run_dir)
     if not main:
         return record
     record = {**record, "downstream": downstream}
     write_json_atomic(run_dir / METRICS_FILE, mask_secrets(record))
-    write_card(run_card(cfg, record), run_dir / "model")
+    write_card(run_card(card, record), run_dir / "model")
     for task, result in downstream.items():
         print(f"  {task}: {result['main_metric']} = {result['main_value']:.4f}")
     return record

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from torch.optim.lr_scheduler import LambdaLR
 from tqdm import tqdm
 from transformers import EarlyStoppingCallback, ProgressCallback, Trainer, TrainerCallback
@@ -134,24 +134,22 @@ class Budget:
                                  self.min_lr_ratio)
 
 
-def budget_settings(cfg: DictConfig) -> Budget | None:
-    """budget.*, with the rule its schema cannot say (no train_fraction beside it); None when
-    budget.minutes is null (or the config has no budget node)."""
-    node = OmegaConf.select(cfg, "budget")
+def budget_settings(node: DictConfig | None, train_fraction) -> Budget | None:
+    """budget.* (`node`), with the rule its schema cannot say (no train_fraction beside it);
+    None when budget.minutes is null (or the config has no budget node)."""
     if node is None or node.get("minutes") is None:
         return None
     # Types and ranges: bertkit.config_schema.BudgetSchema, checked before the job starts.
     minutes, warmup = node.minutes, node.get("warmup_fraction", 0.0)
     decay, floor = node.get("decay", "linear"), node.get("min_lr_ratio", 0.0)
-    if OmegaConf.select(cfg, "train_fraction") is not None:
+    if train_fraction is not None:
         raise BertkitError("budget.minutes with train_fraction: both cut the schedule short; "
                            "set one of them to null")
     return Budget(float(minutes), float(warmup), str(decay), float(floor))
 
 
-def budget_hyperparameters(cfg: DictConfig) -> dict:
+def budget_hyperparameters(budget: Budget | None) -> dict:
     """The budget's settings under plain names for W&B and metrics.json ({} when off)."""
-    budget = budget_settings(cfg)
     if budget is None:
         return {}
     return {"budget_minutes": budget.minutes, "budget_warmup_fraction": budget.warmup_fraction,
@@ -266,12 +264,11 @@ class BudgetCallback(TrainerCallback):
         return {"minutes": self.budget.minutes, "ended_by_budget": self.ended_by_budget}
 
 
-def add_budget(cfg: DictConfig, trainer: Trainer, clock: TrainingClock) -> BudgetCallback | None:
-    budget = budget_settings(cfg)
+def add_budget(budget: Budget | None, trainer: Trainer, clock: TrainingClock,
+               agree_every_steps: int = 1) -> BudgetCallback | None:
     if budget is None:
         return None
-    callback = BudgetCallback(budget, clock, OmegaConf.select(cfg, "agree_every_steps",
-                                                             default=1))
+    callback = BudgetCallback(budget, clock, agree_every_steps)
     trainer.add_callback(callback)
     return callback
 
@@ -365,16 +362,17 @@ def show_budget_progress(trainer: Trainer,
 # early stopping on the dev metric, and stopping at a share of the schedule (successive halving's
 # early rungs). (The finetuning methods' callbacks are bertkit.finetuning.callbacks.)
 
-def add_early_stopping(cfg: DictConfig, trainer: Trainer) -> None:
-    """early_stopping.patience: Trainer's EarlyStoppingCallback on the checkpoint-selecting
-    metric; checked here so that a missing setting is one message, not Trainer's assertion."""
-    settings = OmegaConf.select(cfg, "early_stopping")
+def add_early_stopping(settings: DictConfig | None, watched: str | None,
+                       trainer: Trainer) -> None:
+    """early_stopping.patience (`settings`: the early_stopping node): Trainer's
+    EarlyStoppingCallback on the checkpoint-selecting metric (`watched`:
+    trainer.metric_for_best_model); checked here so that a missing setting is one message, not
+    Trainer's assertion."""
     if settings is None or settings.patience is None:
         return
     args = trainer.args
     # The config's value: TrainingArguments fills in "loss" by itself, which GLUE's evaluation
     # names eval_validation_loss, and Trainer would then turn early stopping off with a warning.
-    watched = OmegaConf.select(cfg, "trainer.metric_for_best_model")
     if not watched or not args.load_best_model_at_end:
         raise BertkitError("early_stopping.patience needs trainer.metric_for_best_model (the dev "
                            "metric to watch, e.g. validation_accuracy for GLUE) and "
@@ -421,8 +419,8 @@ class StopAtFraction(TrainerCallback):
         return control
 
 
-def add_train_fraction(cfg: DictConfig, trainer: Trainer) -> StopAtFraction | None:
-    share = OmegaConf.select(cfg, "train_fraction")
+def add_train_fraction(share, trainer: Trainer) -> StopAtFraction | None:
+    """train_fraction (`share`): stop at that share of the schedule."""
     if share is None:
         return None
     if float(share) == 1.0:

@@ -35,6 +35,7 @@ from bertkit.training.run import (
 )
 from bertkit.training.static_shapes import (
     CompileRecord,
+    CompileSettings,
     compile_graphs,
     decide_compile,
     planned_steps,
@@ -54,23 +55,25 @@ def finetune(cfg: DictConfig, family: TaskFamily, run_dir: Path | None = None,
                           cfg.cache_dir, cfg.preprocessing_num_workers)
     model, hyperparameters = build_model(cfg.task, cfg.model, family, methods, setup.args,
                                          inputs)
-    compiling = compile_if_it_pays(cfg, setup.args, len(inputs.data.features["train"]))
+    compiling = compile_if_it_pays(setup.compile, setup.args, len(inputs.data.features["train"]),
+                                   cfg.task.max_seq_length)
     trainer = build_trainer(cfg.task, family, methods, setup, model, inputs)
     run = train_run(cfg, setup, trainer, hyperparameters)
     evaluation = evaluate_and_save(cfg.task, family, methods, trainer, inputs.data,
                                    setup.run_dir, run.main)
     record = metrics_record(
-        header=result_header(cfg, family.name, trainer.args.seed,
+        header=result_header(cfg.recipe.name, cfg.task, cfg.model, family.name,
+                             trainer.args.seed,
                              main_value(evaluation, cfg.task.main_metric)),
         validation=evaluation.validation, test=evaluation.test,
         train=run.train_record(**family.train_sizes(inputs.data)),
         hyperparameters=run.hyperparameters, files=evaluation.files,
         details=run_details(inputs, evaluation, methods, compiling, details))
-    publish(cfg, setup, run, Outcome(
+    publish(setup, run, Outcome(
         record, final_scores(evaluation, methods), (record["main_metric"], record["main_value"]),
         lambda where: _printout(cfg.task, family, record, evaluation, trainer, setup.run_dir,
                                 where)))
-    push_if_asked(cfg, setup, trainer, record)
+    push_if_asked(setup, trainer, record)
     return record
 
 
@@ -180,13 +183,14 @@ def sample_limits(task: DictConfig) -> dict[str, int | None]:
     return {key: task.get(key) for key in SAMPLE_LIMIT_KEYS.values()}
 
 
-def compile_if_it_pays(cfg: DictConfig, args, train_rows: int) -> CompileRecord | None:
+def compile_if_it_pays(settings: CompileSettings, args, train_rows: int,
+                       max_seq_length: int) -> CompileRecord | None:
     """trainer.torch_compile decided for this run's length (static_shapes.decide_compile) and,
     compiled, Dynamo prepared for its graphs; returns what will record the compile's cost."""
-    decide_compile(cfg, args, planned_steps(args, train_rows, args.world_size))
+    decide_compile(settings, args, planned_steps(args, train_rows, args.world_size))
     if not args.torch_compile:
         return None
-    prepare_compile(cfg, compile_graphs(cfg.task.max_seq_length, cfg.bucket_width))
+    prepare_compile(settings, compile_graphs(max_seq_length, settings.bucket_width))
     return CompileRecord()
 
 

@@ -287,14 +287,34 @@ def command_line() -> str | None:
     return " ".join(["bertkit", *(shlex.quote(o) for o in overrides)])
 
 
-def check_hub_settings(cfg: DictConfig) -> None:
+@dataclass(frozen=True)
+class CardSettings:
+    """The nodes a run's card reads, taken once at the job's entry (card_settings): task for
+    a finetune, corpus for pretraining (None where the job has none)."""
+
+    model_card: DictConfig | None
+    trainer: DictConfig
+    model: DictConfig | None
+    task: DictConfig | None = None
+    corpus: DictConfig | None = None
+
+
+def card_settings(cfg: DictConfig) -> CardSettings:
+    """The job's CardSettings, from its config."""
+    return CardSettings(OmegaConf.select(cfg, "model_card"), cfg.trainer,
+                        OmegaConf.select(cfg, "model"), OmegaConf.select(cfg, "task"),
+                        OmegaConf.select(cfg, "corpus"))
+
+
+def check_hub_settings(settings: CardSettings) -> None:
     """Before any data is read: without hub_model_id Trainer would name the repository after
     the checkpoint folder ("checkpoints"); a base_model the card gives must be a Hub id."""
-    if OmegaConf.select(cfg, "trainer.push_to_hub", default=False) \
-            and not OmegaConf.select(cfg, "trainer.hub_model_id"):
+    if OmegaConf.select(settings.trainer, "push_to_hub", default=False) \
+            and not OmegaConf.select(settings.trainer, "hub_model_id"):
         raise BertkitError("trainer.push_to_hub=true needs trainer.hub_model_id=<user>/<name>, "
                            "the Hub repository to push to")
-    base = OmegaConf.select(cfg, "model_card.base_model")
+    base = (None if settings.model_card is None
+            else OmegaConf.select(settings.model_card, "base_model"))
     if base and not is_repo_id(str(base)):
         raise BertkitError(f"model_card.base_model={base}: expected the Hub id of a model "
                            f"(<user>/<name>), not a path")
@@ -329,13 +349,14 @@ def _pushed_id(trainer: DictConfig) -> str | None:
     return None
 
 
-def _usage(cfg: DictConfig, family: str) -> str | None:
-    task = OmegaConf.select(cfg, "task")
+def _usage(settings: CardSettings, family: str) -> str | None:
+    task, model = settings.task, settings.model
     return usage_section(
-        family, _pushed_id(cfg.trainer),
+        family, _pushed_id(settings.trainer),
         pair=bool(OmegaConf.select(task, "columns.text_b", default=None)) if task else False,
         regression=family == "glue" and OmegaConf.select(task, "labels") is None,
-        feature_based=bool(OmegaConf.select(cfg, "model.feature_based.enabled", default=False)))
+        feature_based=bool(OmegaConf.select(model, "feature_based.enabled", default=False))
+        if model is not None else False)
 
 
 # A finetune's training facts in its card: metrics.json's train key -> the card's name.
@@ -344,14 +365,14 @@ FINETUNE_TRAINING_FACTS = {"steps": "steps", "planned_steps": "planned_steps",
                            "training_seconds": "training_seconds"}
 
 
-def finetune_facts(cfg: DictConfig, record: dict) -> CardFacts:
+def finetune_facts(settings: CardSettings, record: dict) -> CardFacts:
     """A finetune's card from its metrics.json record (bertkit.data.metrics_file)."""
-    family, task = record["family"], cfg.task
+    family, task = record["family"], settings.task
     started = None if record["model"] == "from_scratch" else record["model"]
     origin = f"from {model_reference(started)}" if started else "from random initialisation"
     train = record.get("train", {})
     return CardFacts(
-        model_name=_model_name(cfg.trainer, f"bertkit-{task.name}"), family=family,
+        model_name=_model_name(settings.trainer, f"bertkit-{task.name}"), family=family,
         summary=(f"BERT finetuned on {task.name} ({family} family, "
                  f"{TASK_TYPES[family][0]}) with bertkit, {origin}."),
         started_from=started, dataset=CardDataset.of(task),
@@ -364,12 +385,12 @@ def finetune_facts(cfg: DictConfig, record: dict) -> CardFacts:
         # last step's, and the card says so.
         training={FINETUNE_TRAINING_FACTS[key]: train[key] for key in FINETUNE_TRAINING_FACTS
                   if key in train},
-        usage=_usage(cfg, family))
+        usage=_usage(settings, family))
 
 
-def pretraining_facts(cfg: DictConfig, record: dict) -> CardFacts:
+def pretraining_facts(settings: CardSettings, record: dict) -> CardFacts:
     """A pretraining run's card: the held-out set's final scores are its dev values."""
-    corpus = cfg.corpus
+    corpus = settings.corpus
     heldout = record.get("heldout") or {}
     final = heldout.get("final") or {}
     results = {}
@@ -392,9 +413,9 @@ def pretraining_facts(cfg: DictConfig, record: dict) -> CardFacts:
                         "same job (each its own model, with its own card, in "
                         "downstream/<task>/model of the run):\n\n"
                         + _table(("task", "metric", "dev value"), rows))
-    started = cfg.model.name_or_path
+    started = settings.model.name_or_path
     return CardFacts(
-        model_name=_model_name(cfg.trainer, f"bertkit-pretraining-{corpus.name}"),
+        model_name=_model_name(settings.trainer, f"bertkit-pretraining-{corpus.name}"),
         family="pretraining",
         summary=(f"BERT pretrained with bertkit ({record['objective']}, {record['masking']} "
                  f"masking) on {corpus.name}, "
@@ -409,7 +430,7 @@ def pretraining_facts(cfg: DictConfig, record: dict) -> CardFacts:
                      if key in train},
                   **{f"last log {key}": last[key] for key in last
                      if key.endswith(("_loss", "_accuracy"))}},
-        sections=sections, usage=_usage(cfg, "pretraining"))
+        sections=sections, usage=_usage(settings, "pretraining"))
 
 
 def base_model(started_from: str | None, settings: DictConfig) -> str | list[str] | None:
@@ -517,14 +538,14 @@ def build_card(facts: CardFacts, settings: DictConfig, command: str | None) -> M
     return ModelCard(mask_text(f"---\n{metadata.to_yaml()}\n---\n\n{card_body(facts, command)}"))
 
 
-def run_card(cfg: DictConfig, record: dict) -> ModelCard | None:
+def run_card(settings: CardSettings, record: dict) -> ModelCard | None:
     """The card of a finetune or pretraining run from its metrics.json record; None with
     model_card.enabled=false."""
-    if not cfg.model_card.enabled:
+    if not settings.model_card.enabled:
         return None
-    facts = (pretraining_facts(cfg, record) if record["family"] == "pretraining"
-             else finetune_facts(cfg, record))
-    return build_card(facts, cfg.model_card, command_line())
+    facts = (pretraining_facts(settings, record) if record["family"] == "pretraining"
+             else finetune_facts(settings, record))
+    return build_card(facts, settings.model_card, command_line())
 
 
 def write_card(card: ModelCard | None, model_dir: Path) -> Path | None:

@@ -41,6 +41,7 @@ PROGRESS_BARS = ("auto", True, False)
 
 
 def progress_setting(cfg: DictConfig):
+    """progress_bars as given ("auto", True or False), read once at the job's entry."""
     return OmegaConf.select(cfg, "progress_bars", default="auto")
 
 
@@ -49,14 +50,14 @@ def stream_is_terminal() -> bool:
     return bool(getattr(sys.stderr, "isatty", lambda: False)())
 
 
-def progress_bars_shown(cfg: DictConfig) -> bool:
-    setting = progress_setting(cfg)
+def progress_bars_shown(setting) -> bool:
+    """Whether bars are shown under progress_bars=`setting` (progress_setting)."""
     return stream_is_terminal() if setting == "auto" else setting is True
 
 
-def every_bar_shown(cfg: DictConfig) -> bool:
+def every_bar_shown(setting) -> bool:
     """progress_bars=true: the libraries' bars inside a preprocessing stage too."""
-    return progress_setting(cfg) is True
+    return setting is True
 
 
 def apply_progress_bars(cfg: DictConfig) -> bool:
@@ -64,7 +65,7 @@ def apply_progress_bars(cfg: DictConfig) -> bool:
     An environment variable a user set (HF_DATASETS_DISABLE_PROGRESS_BARS,
     HF_HUB_DISABLE_PROGRESS_BARS) keeps priority, as the libraries intend, without their
     warning that it does."""
-    shown = progress_bars_shown(cfg)
+    shown = progress_bars_shown(progress_setting(cfg))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if shown:

@@ -15,7 +15,7 @@ import os
 import time
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ from bertkit.data.metrics_file import METRICS_FILE
 from bertkit.errors import BertkitError
 from bertkit.secret_masking import mask_secrets, remember_secrets
 from bertkit.training.budget import (
+    Budget,
     ClockCallback,
     TrainingClock,
     add_budget,
@@ -53,9 +54,20 @@ from bertkit.training.checkpoints import (
     checkpoint_fault,
     scan_checkpoints,
 )
-from bertkit.training.model_card import check_hub_settings, run_card, write_card
-from bertkit.training.progress import progress_bars_shown
-from bertkit.training.static_shapes import compile_setting, padding_multiple, static_shapes_pay
+from bertkit.training.model_card import (
+    CardSettings,
+    card_settings,
+    check_hub_settings,
+    run_card,
+    write_card,
+)
+from bertkit.training.progress import progress_bars_shown, progress_setting
+from bertkit.training.static_shapes import (
+    CompileSettings,
+    compile_settings,
+    padding_multiple,
+    static_shapes_pay,
+)
 from bertkit.training.throughput import add_throughput
 from bertkit.training.trainer import push_model
 from bertkit.training.wandb_logging import resolve_wandb_mode, start_wandb_run
@@ -84,6 +96,9 @@ class RunSetup:
     clock: TrainingClock  # the run's training clock, started by the trainer's ClockCallback
     pad_to_multiple_of: int | None  # finetuning batches' widths (static_shapes.padding_multiple)
     static_shapes: bool  # finetuning batches at full rows too (static_shapes.static_shapes_pay)
+    compile: CompileSettings  # whether and how the run compiles (static_shapes.compile_settings)
+    budget: Budget | None  # budget.* (budget.budget_settings; None: no time budget)
+    card: CardSettings  # what the model's card reads (model_card.card_settings)
 
 
 @dataclass
@@ -111,13 +126,17 @@ def start_run(cfg: DictConfig, run_dir: Path | None = None) -> RunSetup:
     """Called after the job's own settings checks (the schema's check_ranges first among them:
     finetune and check_pretraining_config) and before it reads any data."""
     run_dir = Path(run_dir or hydra_run_dir())
-    budget_settings(cfg)
-    check_hub_settings(cfg)
-    args = build_training_arguments(cfg, run_dir, report_to(cfg.logger))
+    budget = budget_settings(OmegaConf.select(cfg, "budget"),
+                             OmegaConf.select(cfg, "train_fraction"))
+    card = card_settings(cfg)
+    check_hub_settings(card)
+    args = build_training_arguments(argument_settings(cfg), run_dir, report_to(cfg.logger))
     checkpoint = resume_checkpoint(cfg.resume, args)
     set_seed(args.seed)
-    pad_to = padding_multiple(cfg, args.bf16 or args.fp16)
-    return RunSetup(run_dir, args, checkpoint, training_clock(), pad_to, static_shapes_pay(cfg))
+    shapes = compile_settings(cfg)
+    pad_to = padding_multiple(shapes, args.bf16 or args.fp16)
+    return RunSetup(run_dir, args, checkpoint, training_clock(), pad_to,
+                    static_shapes_pay(shapes), shapes, budget, card)
 
 
 def train_run(cfg: DictConfig, setup: RunSetup, trainer: Trainer, hyperparameters: dict,
@@ -127,27 +146,27 @@ def train_run(cfg: DictConfig, setup: RunSetup, trainer: Trainer, hyperparameter
     trainer.add_callback(ClockCallback(setup.clock, setup.checkpoint))
     for callback in callbacks:
         trainer.add_callback(callback)
-    hyperparameters = {**hyperparameters, **budget_hyperparameters(cfg)}
+    hyperparameters = {**hyperparameters, **budget_hyperparameters(setup.budget)}
     return train(cfg, setup.run_dir, trainer, hyperparameters, setup.checkpoint,
                  clock=setup.clock)
 
 
-def publish(cfg: DictConfig, setup: RunSetup, run: TrainingRun, outcome: Outcome) -> None:
+def publish(setup: RunSetup, run: TrainingRun, outcome: Outcome) -> None:
     """The job's results where users read them; files are written by the main process only."""
     if not run.main:
         return
     write_json_atomic(setup.run_dir / METRICS_FILE, mask_secrets(outcome.record))
-    write_card(run_card(cfg, outcome.record), setup.run_dir / "model")
+    write_card(run_card(setup.card, outcome.record), setup.run_dir / "model")
     where = finish_wandb(run, outcome.final, run.hyperparameters["num_parameters"],
                          outcome.headline)
     print(outcome.printout(where))
 
 
-def push_if_asked(cfg: DictConfig, setup: RunSetup, trainer: Trainer, record: dict) -> None:
+def push_if_asked(setup: RunSetup, trainer: Trainer, record: dict) -> None:
     """The model and its card to the Hub with trainer.push_to_hub=true; on every process (a
     sharded model saves from all)."""
     if trainer.args.push_to_hub:
-        push_model(trainer, run_card(cfg, record), setup.run_dir / "model")
+        push_model(trainer, run_card(setup.card, record), setup.run_dir / "model")
 
 
 # ================================================================================================
@@ -198,15 +217,16 @@ class TrainingRun:
                 "seconds": round(self.seconds, 2), **clock, **budget, **sizes, **throughput}
 
 
-def result_header(cfg: DictConfig, family: str, seed: int, main_value: float) -> dict:
+def result_header(recipe: str, task: DictConfig, model: DictConfig, family: str, seed: int,
+                  main_value: float) -> dict:
     """The keys every finetuning metrics.json starts with: what bertkit-report identifies and
-    ranks a run by (bertkit.data.metrics_file)."""
-    return {"recipe": cfg.recipe.name, "family": family, "task": cfg.task.name,
+    ranks a run by (bertkit.data.metrics_file); `recipe`: recipe.name."""
+    return {"recipe": recipe, "family": family, "task": task.name,
             # Two-stage finetuning's target starts from the first stage's encoder; the run is
             # still named by the checkpoint it all started from (model.started_from).
-            "model": (OmegaConf.select(cfg, "model.started_from") or cfg.model.name_or_path
+            "model": (OmegaConf.select(model, "started_from") or model.name_or_path
                       or "from_scratch"), "seed": seed,
-            "main_metric": cfg.task.main_metric, "main_value": main_value}
+            "main_metric": task.main_metric, "main_value": main_value}
 
 
 RESUME = (False, True, "auto")
@@ -243,20 +263,25 @@ def train(cfg: DictConfig, run_dir: Path, trainer: Trainer, hyperparameters: dic
           checkpoint: str | None = None, *, clock: TrainingClock) -> TrainingRun:
     """Trains from `checkpoint` (resume_checkpoint's choice, made before any data is read);
     `clock` is the run's training clock, started by the trainer's ClockCallback."""
-    add_early_stopping(cfg, trainer)
-    stopper = add_train_fraction(cfg, trainer)
-    budget = add_budget(cfg, trainer, clock)
+    agree_every_steps = OmegaConf.select(cfg, "agree_every_steps", default=1)
+    add_early_stopping(OmegaConf.select(cfg, "early_stopping"),
+                       OmegaConf.select(cfg, "trainer.metric_for_best_model"), trainer)
+    train_fraction = OmegaConf.select(cfg, "train_fraction")
+    stopper = add_train_fraction(train_fraction, trainer)
+    budget = add_budget(budget_settings(OmegaConf.select(cfg, "budget"), train_fraction),
+                        trainer, clock, agree_every_steps)
     if budget is not None:  # the bar counts the budget's time, not max_steps
         show_budget_progress(trainer, budget)
-    meter = add_throughput(cfg, trainer)
-    preemption = PreemptionCallback(
-        agree_every_steps=OmegaConf.select(cfg, "agree_every_steps", default=1))
+    meter = add_throughput(OmegaConf.select(cfg, "throughput"), trainer)
+    preemption = PreemptionCallback(agree_every_steps=agree_every_steps)
     trainer.add_callback(preemption)
     if OmegaConf.select(cfg, "fsync_checkpoints", default=True):
         trainer.add_callback(DurableCheckpoints())
     main = trainer.is_world_process_zero()
     uses_wandb = "wandb" in (trainer.args.report_to or [])
-    wandb_run = start_wandb_run(cfg, run_dir, hyperparameters) if main and uses_wandb else None
+    wandb_run = start_wandb_run(
+        cfg.logger, cfg.recipe.name, OmegaConf.to_container(cfg, resolve=True), run_dir,
+        hyperparameters) if main and uses_wandb else None
     if main:
         remember_secrets(cfg)
         settings = mask_secrets(OmegaConf.to_container(cfg, resolve=True))
@@ -433,21 +458,45 @@ class TrainingArgumentsWithoutSecrets(TrainingArguments):
         return clone
 
 
+@dataclass(frozen=True)
+class ArgumentSettings:
+    """What TrainingArguments are built from, taken once at the job's entry
+    (argument_settings): the trainer node (resolved), mixed_precision, progress_bars and
+    gpu_dataloader_workers."""
+
+    trainer: dict
+    mixed_precision: str
+    progress_bars: bool | str = "auto"
+    gpu_dataloader_workers: int = 0
+
+    def with_trainer(self, options: dict) -> ArgumentSettings:
+        """These settings with these trainer options (TrainingArguments names the trainer
+        group may lack) merged in."""
+        merged = OmegaConf.to_container(OmegaConf.merge(self.trainer, options), resolve=True)
+        return replace(self, trainer=merged)
+
+
+def argument_settings(cfg: DictConfig) -> ArgumentSettings:
+    """The job's ArgumentSettings, from its config."""
+    return ArgumentSettings(OmegaConf.to_container(cfg.trainer, resolve=True),
+                            cfg.mixed_precision, progress_setting(cfg),
+                            OmegaConf.select(cfg, "gpu_dataloader_workers", default=0))
+
+
 def build_training_arguments(
-    cfg: DictConfig, run_dir: Path, report_to: list[str]
+    settings: ArgumentSettings, run_dir: Path, report_to: list[str]
 ) -> TrainingArguments:
-    options = OmegaConf.to_container(cfg.trainer, resolve=True)
+    options = copy.deepcopy(settings.trainer)
     # auto: eager here; a finetune decides once it knows its length (decide_compile), so the
     # benchmarks and pretraining, which build their arguments here, compile only when asked.
-    options["torch_compile"] = compile_setting(cfg) is True
+    options["torch_compile"] = options.get("torch_compile", False) is True
     check_sharding_launch(options)
     if options.get("disable_tqdm") is None:  # progress_bars decides (training.progress)
-        options["disable_tqdm"] = not progress_bars_shown(cfg)
-    precision = resolve_mixed_precision(cfg.mixed_precision)
+        options["disable_tqdm"] = not progress_bars_shown(settings.progress_bars)
+    precision = resolve_mixed_precision(settings.mixed_precision)
     options["dataloader_num_workers"] = resolve_dataloader_workers(
         options.get("dataloader_num_workers", 0), torch.cuda.is_available(),
-        OmegaConf.select(cfg, "gpu_dataloader_workers", default=0), available_cores(),
-        world_size())
+        settings.gpu_dataloader_workers, available_cores(), world_size())
     if options["dataloader_num_workers"] == 0:
         # Prefetching and persistence are worker settings: DataLoader refuses them without.
         options.pop("dataloader_prefetch_factor", None)

@@ -456,10 +456,9 @@ def excluded_from_throughput(trainer: Trainer) -> AbstractContextManager:
     return nullcontext()
 
 
-def add_throughput(cfg: DictConfig, trainer: Trainer) -> ThroughputMeter | None:
+def add_throughput(settings: DictConfig | None, trainer: Trainer) -> ThroughputMeter | None:
     """The meter on the trainer, first among its callbacks, unless throughput.enabled=false
-    (or the config has no throughput node)."""
-    settings = OmegaConf.select(cfg, "throughput")
+    (`settings`: the throughput node; None when the config has none)."""
     if settings is None or not settings.enabled:
         return None
     table = OmegaConf.to_container(settings.peak_tflops, resolve=True) \
@@ -572,16 +571,15 @@ def parameters_of(config: PretrainedConfig) -> int:
         return count_parameters(AutoModel.from_config(config))
 
 
-def sequence_length(cfg: DictConfig, keys: list[str]) -> int | None:
-    """The longest of the job's sequence lengths among `keys` (a pretraining job's long phase
-    included)."""
-    lengths = [OmegaConf.select(cfg, key, default=None) for key in keys]
+def sequence_length(lengths: list) -> int | None:
+    """The longest of the job's sequence lengths (the values of the launcher's
+    sequence_length_keys, a pretraining job's long phase included; unset ones skipped)."""
     lengths = [int(length) for length in lengths if isinstance(length, int) and length > 0]
     return max(lengths, default=None)
 
 
-def activation_bytes(cfg: DictConfig, on_gpu: bool) -> int:
-    precision = str(OmegaConf.select(cfg, "mixed_precision", default="auto"))
+def activation_bytes(mixed_precision, on_gpu: bool) -> int:
+    precision = str(mixed_precision)
     if precision == "auto":
         return ACTIVATION_BYTES["bf16"] if on_gpu else ACTIVATION_BYTES["no"]
     if precision not in ACTIVATION_BYTES:
@@ -595,7 +593,8 @@ def job_memory(cfg: DictConfig, settings: DictConfig, on_gpu: bool,
     """One job's estimate from its composed config and the launcher's `memory` settings;
     None when the model's config or the sequence length is not known before the job runs.
     `counted` caches parameter counts over the jobs of a launch (one model, many jobs)."""
-    length = sequence_length(cfg, list(settings.sequence_length_keys))
+    length = sequence_length([OmegaConf.select(cfg, key, default=None)
+                              for key in settings.sequence_length_keys])
     config = model_config(cfg.model)
     if length is None or config is None:
         return None
@@ -614,6 +613,7 @@ def job_memory(cfg: DictConfig, settings: DictConfig, on_gpu: bool,
         layers=int(config.num_hidden_layers),
         hidden=int(config.hidden_size),
         activation_values=float(settings.activation_values_per_hidden_unit),
-        activation_bytes=activation_bytes(cfg, on_gpu),
+        activation_bytes=activation_bytes(
+            OmegaConf.select(cfg, "mixed_precision", default="auto"), on_gpu),
         process_overhead_gib=float(settings.process_overhead_gib),
     )

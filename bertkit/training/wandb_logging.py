@@ -83,10 +83,12 @@ def paper_hyperparameters(
     }
 
 
-def start_wandb_run(cfg: DictConfig, run_dir: Path, hyperparameters: dict):
-    """Open the run (main process only); returns it, or None when logging is off."""
-    mode = resolve_wandb_mode(cfg.logger.mode)
-    if cfg.logger.backend != "wandb" or mode == "disabled":
+def start_wandb_run(log: DictConfig, job_type: str, config: dict, run_dir: Path,
+                    hyperparameters: dict):
+    """Open the run (main process only; `log`: the logger node, `config`: the job's resolved
+    config, recorded under "bertkit"); returns it, or None when logging is off."""
+    mode = resolve_wandb_mode(log.mode)
+    if log.backend != "wandb" or mode == "disabled":
         return None
     import wandb
 
@@ -96,7 +98,6 @@ def start_wandb_run(cfg: DictConfig, run_dir: Path, hyperparameters: dict):
     if mode == "offline" and not quiet:
         logger.warning("W&B: no credentials found (WANDB_API_KEY or `wandb login`): logging "
                        "offline under %s/wandb; upload later with `wandb sync`", run_dir)
-    log = cfg.logger
     tags = [str(tag) for tag in log.tags]
     # A multirun's runs carry its id (its name and group say the configuration already); a
     # single run of a sweep preset its name, as a tag and a name prefix.
@@ -108,13 +109,13 @@ def start_wandb_run(cfg: DictConfig, run_dir: Path, hyperparameters: dict):
         tags.append(f"{SWEEP_TAG_PREFIX}{log.sweep_tag}")
         name = f"{log.sweep_tag}-{name}"
     settings = mask_secrets({**hyperparameters,
-                             "bertkit": OmegaConf.to_container(cfg, resolve=True)})
+                             "bertkit": config})
     with masked_argv():  # W&B records the command line in the run's metadata
         return wandb.init(
             project=log.project,
             entity=log.entity,
             group=log.group,
-            job_type=cfg.recipe.name,
+            job_type=job_type,
             tags=tags,
             name=name,
             dir=str(run_dir),

@@ -35,19 +35,21 @@ if recipe == "bench_glue":
 
     tokenizer, train, build_model = glue.prepare(cfg.task, cfg.model, cfg.data_source,
                                                  cfg.cache_dir, cfg.preprocessing_num_workers)
-    probe = glue.build_training_arguments(cfg, run_dir, [])
+    job = glue.padding_job(cfg)
+    probe = glue.build_training_arguments(job.arguments, run_dir, [])
     precision = "bf16" if probe.bf16 else "fp16" if probe.fp16 else "fp32"
     trainer, model, _ = glue.build_trainer(
-        cfg, "bertkit", steps, run_dir, build_model, train,
-        glue.collator(cfg, tokenizer, "bertkit", precision), tokenizer)
+        job, "bertkit", steps, run_dir, build_model, train,
+        glue.collator(job, tokenizer, "bertkit", precision), tokenizer)
 else:
     from bertkit.benchmarks import pretrain_throughput as bench
 
-    data = bench._prepare(cfg, run_dir, steps)
-    args = bench._arguments(cfg, "bertkit", steps, run_dir)
+    job = bench.throughput_job(cfg)
+    data = bench._prepare(job, run_dir, steps)
+    args = bench._arguments(job, "bertkit", steps, run_dir)
     indices = bench.training_indices(len(data.prepared.train_dataset),
                                      steps * args.per_device_train_batch_size, args.seed)
-    trainer, model = bench._trainer(cfg, "bertkit", args, data, indices,
+    trainer, model = bench._trainer(job, "bertkit", args, data, indices,
                                     data.prepared.collator)
 profiler = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
                    schedule=schedule(wait=WAIT, warmup=WARMUP, active=ACTIVE, repeat=1))

@@ -126,7 +126,8 @@ def record_finetune(run_dir: Path, cfg: DictConfig, value: float) -> None:
     splits = task_family(cfg.task.family).read(cfg.task, cfg.data_source)
     tokenizer = load_tokenizer(cfg.model)
     metrics = glue_metrics("rte", int(cfg.seed), {"validation": {"accuracy": value}})
-    metrics.update(result_header(cfg, "glue", int(cfg.seed), value))
+    metrics.update(result_header(cfg.recipe.name, cfg.task, cfg.model, "glue", int(cfg.seed),
+                                  value))
     metrics["details"] = {"data_fingerprint": splits.fingerprint(),
                           INPUT_FINGERPRINTS: model_input_fingerprints(cfg.model, tokenizer,
                                                                        cfg.cache_dir)}

@@ -24,6 +24,7 @@ from bertkit.training import static_shapes
 from bertkit.training.static_shapes import (
     REAL_ROWS,
     FixedRows,
+    compile_settings,
     decide_compile,
     first_rows,
     planned_steps,
@@ -139,7 +140,7 @@ def test_when_a_finetune_is_compiled(setting, gpu, steps, compiled, mode, tmp_pa
                             "trainer": {"torch_compile": setting, "torch_compile_mode": None}})
     args = arguments(tmp_path)
     monkeypatch.setattr(static_shapes.torch.cuda, "is_available", lambda: gpu)
-    decide_compile(cfg, args, steps)
+    decide_compile(compile_settings(cfg), args, steps)
     assert (args.torch_compile, args.torch_compile_mode) == (compiled, mode)
     assert args.torch_compile_backend == ("inductor" if compiled else None)
 
@@ -151,10 +152,12 @@ def test_compile_caches_live_under_the_cache_dir_unless_the_user_chose(tmp_path,
     # Inductor's own default, as it writes it into the environment on first use
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", default_cache_dir())
     with torch._dynamo.config.patch(recompile_limit=8):  # restored after: other tests' limit
-        prepare_compile(OmegaConf.create({"cache_dir": str(tmp_path)}), graphs=12)
+        prepare_compile(compile_settings(OmegaConf.create({"cache_dir": str(tmp_path)})),
+                        graphs=12)
         assert torch._dynamo.config.recompile_limit == 12  # every bucket's graph kept
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "torch_compile")
     assert os.environ["TRITON_CACHE_DIR"] == str(tmp_path / "torch_compile" / "triton")
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/theirs")
-    prepare_compile(OmegaConf.create({"cache_dir": str(tmp_path / "other")}), graphs=8)
+    prepare_compile(compile_settings(OmegaConf.create({"cache_dir": str(tmp_path / "other")})),
+                    graphs=8)
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == "/theirs"
