@@ -141,14 +141,33 @@ def start_run(cfg: DictConfig, run_dir: Path | None = None) -> RunSetup:
 
 def train_run(cfg: DictConfig, setup: RunSetup, trainer: Trainer, hyperparameters: dict,
               callbacks: Iterable = ()) -> TrainingRun:
-    """Trains `trainer` with the job's `callbacks` after the clock's; `hyperparameters` (with
-    the time budget's added) go to W&B and are kept in the returned run."""
-    trainer.add_callback(ClockCallback(setup.clock, setup.checkpoint))
-    for callback in callbacks:
-        trainer.add_callback(callback)
-    hyperparameters = {**hyperparameters, **budget_hyperparameters(setup.budget)}
-    return train(cfg, setup.run_dir, trainer, hyperparameters, setup.checkpoint,
-                 clock=setup.clock)
+    """Trains `trainer` from the checkpoint start_run chose, with bertkit's callbacks and the
+    job's `callbacks`; `hyperparameters` (with the time budget's added) go to W&B and are kept
+    in the returned run."""
+    watch = attach_callbacks(cfg, setup, trainer, callbacks)
+    hyperparameters, wandb_run = record_settings(cfg, setup, trainer, hyperparameters)
+    started = time.perf_counter()
+    try:
+        output = _train_or_explain(trainer, setup.checkpoint)
+    finally:
+        watch.preemption.restore_handlers()
+    seconds = time.perf_counter() - started
+    try:
+        watch.preemption.raise_if_stopped(trainer.args.output_dir)
+    except Preempted as err:
+        if wandb_run is not None:  # W&B shows the run as preempted, not failed
+            wandb_run.mark_preempting()
+            wandb_run.finish(exit_code=err.exit_status)
+        raise
+    state = trainer.state
+    # Early stopping also ends a run before max_steps; only the step share leaves it incomplete.
+    complete = watch.stopper is None or state.global_step >= state.max_steps
+    return TrainingRun(trainer.is_world_process_zero(), wandb_run, output, seconds,
+                       state.max_steps, complete,
+                       watch.meter.record if watch.meter is not None else None,
+                       setup.clock.elapsed(),
+                       watch.budget.record() if watch.budget is not None else None,
+                       hyperparameters, state.epoch)
 
 
 def publish(setup: RunSetup, run: TrainingRun, outcome: Outcome) -> None:
@@ -259,17 +278,31 @@ def resume_checkpoint(resume, args) -> str | None:
     return str(scan.complete)
 
 
-def train(cfg: DictConfig, run_dir: Path, trainer: Trainer, hyperparameters: dict,
-          checkpoint: str | None = None, *, clock: TrainingClock) -> TrainingRun:
-    """Trains from `checkpoint` (resume_checkpoint's choice, made before any data is read);
-    `clock` is the run's training clock, started by the trainer's ClockCallback."""
+@dataclass
+class Watch:
+    """The callbacks train_run reads back after training (None: that one is off)."""
+
+    preemption: PreemptionCallback
+    stopper: Any  # train_fraction's
+    budget: Any  # the time budget's
+    meter: Any  # the throughput meter
+
+
+def attach_callbacks(cfg: DictConfig, setup: RunSetup, trainer: Trainer,
+                     callbacks: Iterable) -> Watch:
+    """The training clock's callback first (it starts the clock), the job's `callbacks`, then
+    early stopping, train_fraction, the time budget (and its progress bar), the throughput
+    meter, preemption and durable checkpoints."""
+    trainer.add_callback(ClockCallback(setup.clock, setup.checkpoint))
+    for callback in callbacks:
+        trainer.add_callback(callback)
     agree_every_steps = OmegaConf.select(cfg, "agree_every_steps", default=1)
     add_early_stopping(OmegaConf.select(cfg, "early_stopping"),
                        OmegaConf.select(cfg, "trainer.metric_for_best_model"), trainer)
     train_fraction = OmegaConf.select(cfg, "train_fraction")
     stopper = add_train_fraction(train_fraction, trainer)
     budget = add_budget(budget_settings(OmegaConf.select(cfg, "budget"), train_fraction),
-                        trainer, clock, agree_every_steps)
+                        trainer, setup.clock, agree_every_steps)
     if budget is not None:  # the bar counts the budget's time, not max_steps
         show_budget_progress(trainer, budget)
     meter = add_throughput(OmegaConf.select(cfg, "throughput"), trainer)
@@ -277,36 +310,27 @@ def train(cfg: DictConfig, run_dir: Path, trainer: Trainer, hyperparameters: dic
     trainer.add_callback(preemption)
     if OmegaConf.select(cfg, "fsync_checkpoints", default=True):
         trainer.add_callback(DurableCheckpoints())
+    return Watch(preemption, stopper, budget, meter)
+
+
+def record_settings(cfg: DictConfig, setup: RunSetup, trainer: Trainer,
+                    hyperparameters: dict) -> tuple[dict, Any]:
+    """The run's hyperparameters with the time budget's, the W&B run started with them (main
+    process, W&B on; else None), and the resolved settings in run_dir/config.yaml with
+    secrets masked (main process)."""
+    hyperparameters = {**hyperparameters, **budget_hyperparameters(setup.budget)}
     main = trainer.is_world_process_zero()
-    uses_wandb = "wandb" in (trainer.args.report_to or [])
-    wandb_run = start_wandb_run(
-        cfg.logger, cfg.recipe.name, OmegaConf.to_container(cfg, resolve=True), run_dir,
-        hyperparameters) if main and uses_wandb else None
+    wandb_run = None
+    if main and "wandb" in (trainer.args.report_to or []):
+        wandb_run = start_wandb_run(cfg.logger, cfg.recipe.name,
+                                    OmegaConf.to_container(cfg, resolve=True), setup.run_dir,
+                                    hyperparameters)
     if main:
         remember_secrets(cfg)
         settings = mask_secrets(OmegaConf.to_container(cfg, resolve=True))
-        write_yaml_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(settings)))
-    started = time.perf_counter()
-    try:
-        output = _train_or_explain(trainer, checkpoint)
-    finally:
-        preemption.restore_handlers()
-    seconds = time.perf_counter() - started
-    try:
-        preemption.raise_if_stopped(trainer.args.output_dir)
-    except Preempted as err:
-        if wandb_run is not None:  # W&B shows the run as preempted, not failed
-            wandb_run.mark_preempting()
-            wandb_run.finish(exit_code=err.exit_status)
-        raise
-    training_seconds = clock.elapsed()
-    state = trainer.state
-    # Early stopping also ends a run before max_steps; only the step share leaves it incomplete.
-    complete = stopper is None or state.global_step >= state.max_steps
-    return TrainingRun(main, wandb_run, output, seconds, state.max_steps, complete,
-                       meter.record if meter is not None else None, training_seconds,
-                       budget.record() if budget is not None else None, hyperparameters,
-                       state.epoch)
+        write_yaml_atomic(setup.run_dir / "config.yaml",
+                          OmegaConf.to_yaml(OmegaConf.create(settings)))
+    return hyperparameters, wandb_run
 
 
 def _train_or_explain(trainer: Trainer, checkpoint: str | None):
