@@ -55,6 +55,7 @@ from bertkit.training.model_card import CardSettings, run_card, write_card
 from bertkit.training.models import check_model_settings, tokenizer_size
 from bertkit.training.run import (
     Outcome,
+    RunSetup,
     TrainingRun,
     publish,
     push_if_asked,
@@ -177,25 +178,38 @@ def pretrain(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     check_pretraining_config(cfg)
     job = data_settings(cfg)
     setup = start_run(cfg, run_dir)
-    if setup.args.torch_compile:  # its compile caches under cache_dir, shared with other runs
-        prepare_compile(setup.compile)
-    with setup.args.main_process_first(desc="preparing the pretraining data"):
-        data = prepare_pretraining_data(job, setup.args)
-        # What the run read, by content: bertkit-report tells its downstream finetunes apart
-        # by these, not by the paths they were given (bertkit.reporting.identity).
-        inputs = {**model_input_fingerprints(cfg.model, data.tokenizer, cfg.cache_dir),
-                  **corpus_input_fingerprints(cfg.corpus, cfg.cache_dir)}
+    data, inputs = prepare_data(job, setup)
     trainer, hyperparameters = build_pretraining_trainer(job, setup.args, data)
     run = train_run(cfg, setup, trainer, hyperparameters,
                     heldout_callbacks(job.heldout, trainer, data, setup.clock))
-    with saving_model(setup.run_dir / "model", run.main):
-        trainer.save_model(str(setup.run_dir / "model"))
+    save_model(trainer, setup.run_dir, run.main)
     outcome = _outcome(cfg.recipe.name, job, trainer, data, run, setup.run_dir, inputs)
     publish(setup, run, outcome)
     record = _downstream(downstream_settings(cfg), setup.card, outcome.record, setup.run_dir,
                          run.main)
     push_if_asked(setup, trainer, record)
     return record
+
+
+def prepare_data(job: DataSettings, setup: RunSetup) -> tuple[PretrainingData, dict]:
+    """The vocabulary, instances and held-out sets (the main process first, the others read
+    its cache), and what the run read by content: bertkit-report tells its downstream
+    finetunes apart by these, not by the paths they were given (bertkit.reporting.identity).
+    Compiled, the compile caches go under cache_dir first, shared with other runs."""
+    if setup.args.torch_compile:
+        prepare_compile(setup.compile)
+    with setup.args.main_process_first(desc="preparing the pretraining data"):
+        data = prepare_pretraining_data(job, setup.args)
+        inputs = {**model_input_fingerprints(job.model, data.tokenizer, job.cache_dir),
+                  **corpus_input_fingerprints(job.corpus, job.cache_dir)}
+    return data, inputs
+
+
+def save_model(trainer: PretrainingTrainer, run_dir: Path, main: bool) -> None:
+    """The trained model under run_dir/model (BertForPreTraining's files, without the
+    vocabulary's padding rows)."""
+    with saving_model(run_dir / "model", main):
+        trainer.save_model(str(run_dir / "model"))
 
 
 def build_pretraining_trainer(job: DataSettings, args: TrainingArguments,
