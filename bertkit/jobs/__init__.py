@@ -108,7 +108,7 @@ def check_task_family(recipe: DictConfig | None, task: DictConfig | None) -> Non
 
 def run_job(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     """The job's result record (a finetune's is its metrics.json)."""
-    job = check_job(cfg)
+    job = check_job(cfg.recipe, OmegaConf.select(cfg, "task"))
     # The schemas (bertkit.config_schema), once for the whole job: finetune and
     # check_pretraining_config do not check this config again.
     with checked_once(cfg):
@@ -120,14 +120,13 @@ def run_job(cfg: DictConfig, run_dir: Path | None = None) -> dict:
         return imported(JOBS[job].entry)(cfg, run_dir)
 
 
-def check_job(cfg: DictConfig) -> str:
+def check_job(recipe: DictConfig, task: DictConfig | None) -> str:
     """recipe.job, known; the task of the recipe's family (first: another family's task leaves
     the recipe's ${task.*} unset, and the schema's check would stumble on it)."""
-    job = cfg.recipe.job
-    if job not in JOBS:
-        raise BertkitError(f"recipe.job={job!r}: expected {', '.join(JOBS)}")
-    check_task_family(OmegaConf.select(cfg, "recipe"), OmegaConf.select(cfg, "task"))
-    return job
+    if recipe.job not in JOBS:
+        raise BertkitError(f"recipe.job={recipe.job!r}: expected {', '.join(JOBS)}")
+    check_task_family(recipe, task)
+    return recipe.job
 
 
 def prepare_job(cfg: DictConfig, run_dir: Path | None) -> None:

@@ -49,7 +49,8 @@ def finetune(cfg: DictConfig, family: TaskFamily, run_dir: Path | None = None,
              details: dict | None = None) -> dict:
     """Finetunes cfg.task with `family`; returns the metrics.json record (`details`: facts of
     the run's context added to its details, e.g. two-stage finetuning's first stage)."""
-    methods = check_settings(cfg, family)
+    check_ranges(cfg)  # the schema's, for callers other than run_job (whose check covers this)
+    methods = check_settings(cfg.task, cfg.model, cfg.finetuning, cfg.data_source, family)
     setup = start_run(cfg, run_dir)
     inputs = prepare_data(cfg.task, cfg.model, family, setup.args, cfg.data_source,
                           cfg.cache_dir, cfg.preprocessing_num_workers)
@@ -88,15 +89,13 @@ class Inputs:
     fingerprints: dict
 
 
-def check_settings(cfg: DictConfig, family: TaskFamily) -> ActiveMethods:
-    """Every settings check a finetune makes before it reads anything: the schema's (for
-    callers other than run_job; run_job's check covers this call), the finetuning methods'
-    rules between their keys, the family's, and the model's sizes against the task."""
-    check_ranges(cfg)
-    methods = ActiveMethods(cfg.finetuning)
-    family.check(cfg.task, cfg.model)
-    check_model_for_task(cfg.task, cfg.model, cfg.data_source, family,
-                         tokenizer_size(cfg.model))
+def check_settings(task: DictConfig, model: DictConfig, finetuning: DictConfig,
+                   data_source: str, family: TaskFamily) -> ActiveMethods:
+    """The rules between settings a finetune checks before it reads anything: the finetuning
+    methods' keys, the family's, and the model's sizes against the task."""
+    methods = ActiveMethods(finetuning)
+    family.check(task, model)
+    check_model_for_task(task, model, data_source, family, tokenizer_size(model))
     return methods
 
 

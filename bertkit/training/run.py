@@ -99,6 +99,19 @@ class RunSetup:
     compile: CompileSettings  # whether and how the run compiles (static_shapes.compile_settings)
     budget: Budget | None  # budget.* (budget.budget_settings; None: no time budget)
     card: CardSettings  # what the model's card reads (model_card.card_settings)
+    watch: WatchSettings  # what attach_callbacks reads
+
+
+@dataclass(frozen=True)
+class WatchSettings:
+    """The keys of the callbacks train_run attaches (attach_callbacks), read by start_run."""
+
+    early_stopping: DictConfig | None
+    metric_for_best_model: str | None
+    train_fraction: float | None
+    throughput: DictConfig | None
+    agree_every_steps: int
+    fsync_checkpoints: bool
 
 
 @dataclass
@@ -135,8 +148,14 @@ def start_run(cfg: DictConfig, run_dir: Path | None = None) -> RunSetup:
     set_seed(args.seed)
     shapes = compile_settings(cfg)
     pad_to = padding_multiple(shapes, args.bf16 or args.fp16)
+    watch = WatchSettings(
+        OmegaConf.select(cfg, "early_stopping"),
+        OmegaConf.select(cfg, "trainer.metric_for_best_model"),
+        OmegaConf.select(cfg, "train_fraction"), OmegaConf.select(cfg, "throughput"),
+        OmegaConf.select(cfg, "agree_every_steps", default=1),
+        OmegaConf.select(cfg, "fsync_checkpoints", default=True))
     return RunSetup(run_dir, args, checkpoint, training_clock(), pad_to,
-                    static_shapes_pay(shapes), shapes, budget, card)
+                    static_shapes_pay(shapes), shapes, budget, card, watch)
 
 
 def train_run(cfg: DictConfig, setup: RunSetup, trainer: Trainer, hyperparameters: dict,
@@ -144,7 +163,7 @@ def train_run(cfg: DictConfig, setup: RunSetup, trainer: Trainer, hyperparameter
     """Trains `trainer` from the checkpoint start_run chose, with bertkit's callbacks and the
     job's `callbacks`; `hyperparameters` (with the time budget's added) go to W&B and are kept
     in the returned run."""
-    watch = attach_callbacks(cfg, setup, trainer, callbacks)
+    watch = attach_callbacks(setup, trainer, callbacks)
     hyperparameters, wandb_run = record_settings(cfg, setup, trainer, hyperparameters)
     started = time.perf_counter()
     try:
@@ -288,27 +307,23 @@ class Watch:
     meter: Any  # the throughput meter
 
 
-def attach_callbacks(cfg: DictConfig, setup: RunSetup, trainer: Trainer,
-                     callbacks: Iterable) -> Watch:
+def attach_callbacks(setup: RunSetup, trainer: Trainer, callbacks: Iterable) -> Watch:
     """The training clock's callback first (it starts the clock), the job's `callbacks`, then
     early stopping, train_fraction, the time budget (and its progress bar), the throughput
     meter, preemption and durable checkpoints."""
     trainer.add_callback(ClockCallback(setup.clock, setup.checkpoint))
     for callback in callbacks:
         trainer.add_callback(callback)
-    agree_every_steps = OmegaConf.select(cfg, "agree_every_steps", default=1)
-    add_early_stopping(OmegaConf.select(cfg, "early_stopping"),
-                       OmegaConf.select(cfg, "trainer.metric_for_best_model"), trainer)
-    train_fraction = OmegaConf.select(cfg, "train_fraction")
-    stopper = add_train_fraction(train_fraction, trainer)
-    budget = add_budget(budget_settings(OmegaConf.select(cfg, "budget"), train_fraction),
-                        trainer, setup.clock, agree_every_steps)
+    settings = setup.watch
+    add_early_stopping(settings.early_stopping, settings.metric_for_best_model, trainer)
+    stopper = add_train_fraction(settings.train_fraction, trainer)
+    budget = add_budget(setup.budget, trainer, setup.clock, settings.agree_every_steps)
     if budget is not None:  # the bar counts the budget's time, not max_steps
         show_budget_progress(trainer, budget)
-    meter = add_throughput(OmegaConf.select(cfg, "throughput"), trainer)
-    preemption = PreemptionCallback(agree_every_steps=agree_every_steps)
+    meter = add_throughput(settings.throughput, trainer)
+    preemption = PreemptionCallback(agree_every_steps=settings.agree_every_steps)
     trainer.add_callback(preemption)
-    if OmegaConf.select(cfg, "fsync_checkpoints", default=True):
+    if settings.fsync_checkpoints:
         trainer.add_callback(DurableCheckpoints())
     return Watch(preemption, stopper, budget, meter)
 
