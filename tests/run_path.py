@@ -13,7 +13,8 @@ below the caller: the reader is sent back to a file they were still reading). Tw
 - the run path: the functions on the stack when Trainer.train is called (run_job, the job's
   main function, ...) and the functions they call themselves: what a reader of the job opens.
 
-    python -m tests.run_path recipe=demo ...   # the counts and the path, for any job
+    python -m tests.run_path recipe=demo ...         # from run_job, for any job
+    python -m tests.run_path --cli recipe=demo ...   # from the `bertkit` command (Hydra too)
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ ROOT = Path(__file__).resolve().parents[1]
 REPOSITORY = (str(ROOT / "bertkit") + os.sep, str(ROOT / "hydra_plugins") + os.sep)
 
 
-class _Reached(Exception):
-    """Raised at Trainer.train's call: nothing after it is counted."""
+class _Reached(BaseException):
+    """Raised at Trainer.train's call: nothing after it is counted (a BaseException, so that
+    no handler of Hydra's or bertkit's on the way up takes it for an error)."""
 
 
 @dataclass
@@ -119,9 +121,15 @@ def main() -> None:
     from bertkit.jobs import run_job
     from tests.conftest import compose_config
 
-    overrides = sys.argv[1:]
+    overrides = [argument for argument in sys.argv[1:] if argument != "--cli"]
     run_dir = Path(os.environ.get("RUN_PATH_DIR", "/tmp/bertkit-run-path"))
-    path = trace(lambda: run_job(compose_config([*overrides, "overwrite=true"]), run_dir))
+    if "--cli" in sys.argv:
+        from bertkit.cli import main as command
+
+        sys.argv = ["bertkit", *overrides, "overwrite=true", f"hydra.run.dir={run_dir}"]
+        path = trace(command)
+    else:
+        path = trace(lambda: run_job(compose_config([*overrides, "overwrite=true"]), run_dir))
     every = path.every_call()
     del every["in_order"]
     print(json.dumps({"every_call": every,
