@@ -334,17 +334,16 @@ def record_settings(cfg: DictConfig, setup: RunSetup, trainer: Trainer,
     process, W&B on; else None), and the resolved settings in run_dir/config.yaml with
     secrets masked (main process)."""
     hyperparameters = {**hyperparameters, **budget_hyperparameters(setup.budget)}
-    main = trainer.is_world_process_zero()
+    if not trainer.is_world_process_zero():
+        return hyperparameters, None
+    resolved = OmegaConf.to_container(cfg, resolve=True)  # once, for W&B and config.yaml
     wandb_run = None
-    if main and "wandb" in (trainer.args.report_to or []):
-        wandb_run = start_wandb_run(cfg.logger, cfg.recipe.name,
-                                    OmegaConf.to_container(cfg, resolve=True), setup.run_dir,
+    if "wandb" in (trainer.args.report_to or []):
+        wandb_run = start_wandb_run(cfg.logger, cfg.recipe.name, resolved, setup.run_dir,
                                     hyperparameters)
-    if main:
-        remember_secrets(cfg)
-        settings = mask_secrets(OmegaConf.to_container(cfg, resolve=True))
-        write_yaml_atomic(setup.run_dir / "config.yaml",
-                          OmegaConf.to_yaml(OmegaConf.create(settings)))
+    remember_secrets(cfg)
+    write_yaml_atomic(setup.run_dir / "config.yaml",
+                      OmegaConf.to_yaml(OmegaConf.create(mask_secrets(resolved))))
     return hyperparameters, wandb_run
 
 
