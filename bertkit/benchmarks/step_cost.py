@@ -244,7 +244,7 @@ def _arguments(job: _Job, workload: str, steps: int, run_dir: Path):
 
 def _trainer(job: _Job, way: str, workload: str, model, args, batches) -> Trainer:
     """The plain Trainer, or bertkit's with what a bertkit run adds around it
-    (bertkit.training.run.train_run and lifecycle.train: the clock's callback, the throughput
+    (bertkit.training.run.train_run and its attach_callbacks: the clock's callback, the throughput
     meter first, the preemption callback)."""
     dataset = StepIndices(args.max_steps * args.per_device_train_batch_size)
     trainer_class = Trainer if way == "plain" else BERTKIT_TRAINERS[workload]

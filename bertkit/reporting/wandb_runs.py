@@ -1,7 +1,7 @@
 """Finetuning results rebuilt from W&B run logs, for bertkit-report when run directories (their
 metrics.json) are gone but the W&B offline run directories are still there.
 
-What bertkit's runs put into W&B (wandb_logging.start_wandb_run, lifecycle.finish_wandb):
+What bertkit's runs put into W&B (wandb_logging.start_wandb_run, run.finish_wandb):
 config = the paper's hyperparameters under plain names (learning_rate, train_batch_size,
 num_train_epochs, seed, ...) plus "bertkit", the whole resolved config (recipe.name,
 recipe.job, task.name, task.family, model.name_or_path); summary = final/<split>/<metric> for
