@@ -36,9 +36,13 @@ from bertkit.training.models import (
 
 @dataclass
 class PreTrainingStepOutput(ModelOutput):
-    """The loss, and detached per-batch statistics the trainer logs."""
+    """The loss, its two terms (each a mean over its own items: the trainer weighs them by
+    their share of the whole batch's under torchrun or accumulation), and detached per-batch
+    statistics the trainer logs."""
 
     loss: torch.Tensor | None = None
+    mlm_loss: torch.Tensor | None = None
+    sentence_loss: torch.Tensor | None = None
     mlm_loss_sum: torch.Tensor | None = None
     mlm_correct: torch.Tensor | None = None
     mlm_count: torch.Tensor | None = None
@@ -106,6 +110,7 @@ class MaskedOnlyBertForPreTraining(BertForPreTraining):
         # A batch with nothing masked contributes a zero loss rather than NaN.
         loss = token_losses.sum() / mlm_count.clamp(min=1)
         output = PreTrainingStepOutput(
+            mlm_loss=loss,
             mlm_loss_sum=token_losses.detach().sum(),
             mlm_correct=((logits.detach().argmax(-1) == targets) & weights).sum(),
             mlm_count=mlm_count)
@@ -114,7 +119,8 @@ class MaskedOnlyBertForPreTraining(BertForPreTraining):
         if next_sentence_label is None:
             # MLM only: the sentence head gets no loss, but stays in the graph so that DDP
             # (find_unused_parameters=false) sees a gradient for every parameter.
-            loss = loss + 0.0 * sentence_logits.sum()
+            output.sentence_loss = 0.0 * sentence_logits.sum()
+            loss = loss + output.sentence_loss
         else:
             # A padding-free batch's unused sequence slots are labelled -100: not scored.
             sentence_losses = functional.cross_entropy(sentence_logits, next_sentence_label,
@@ -122,7 +128,8 @@ class MaskedOnlyBertForPreTraining(BertForPreTraining):
                                                        ignore_index=IGNORE_INDEX)
             scored = next_sentence_label != IGNORE_INDEX
             sentence_count = scored.sum()
-            loss = loss + sentence_losses.sum() / sentence_count.clamp(min=1)
+            output.sentence_loss = sentence_losses.sum() / sentence_count.clamp(min=1)
+            loss = loss + output.sentence_loss
             output.sentence_loss_sum = sentence_losses.detach().sum()
             output.sentence_correct = ((sentence_logits.detach().argmax(-1)
                                         == next_sentence_label) & scored).sum()

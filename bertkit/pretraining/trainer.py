@@ -19,6 +19,7 @@ import datasets
 import torch
 
 from bertkit.pretraining.batches import ArrowRows
+from bertkit.pretraining.masking import IGNORE_INDEX
 from bertkit.pretraining.padding_free import (
     MAX_LENGTH,
     SEQUENCE_LENGTHS,
@@ -62,7 +63,11 @@ class PretrainingTrainer(BertkitTrainer):
             return PackedBatches(self.phases, self.packing.shapes, self.packing.predictions,
                                  [phase.num_samples // rows for phase in self.phases], seed,
                                  rank=self.args.process_index, world_size=self.args.world_size)
-        return PhasedSampler(self.phases, self.args.per_device_train_batch_size, seed=seed,
+        # Grouped by the whole batch (every process's rows of every accumulation step), as
+        # BertkitTrainer's length grouping: a batch holds a one-process run's examples.
+        whole_batch = (self.args.per_device_train_batch_size
+                       * self.args.gradient_accumulation_steps * self.args.world_size)
+        return PhasedSampler(self.phases, whole_batch, seed=seed,
                              group_by_length=self.group_by_length)
 
     @property
@@ -74,8 +79,32 @@ class PretrainingTrainer(BertkitTrainer):
         real, fed = (self._run_tokens[name].item() for name in ("real_tokens", "batch_tokens"))
         return 1.0 - real / max(fed, 1.0)
 
+    def _get_num_items_in_batch(self, batch_samples: list, device: torch.device):
+        """The whole batch's masked tokens and scored sentences (its micro-batches on every
+        process), as [mlm, sentence], in training; None in evaluation. Each loss term is a
+        mean over its own items (BertkitTrainer's loss_items: one count would not do)."""
+        if not self.model.training or not batch_samples:
+            return None
+        counts = torch.zeros(2, dtype=torch.int64, device=device)
+        for batch in batch_samples:
+            masked = batch["mlm_labels"] if "mlm_labels" in batch else batch["labels"]
+            sentences = batch.get("next_sentence_label")
+            counts[0] += (masked != IGNORE_INDEX).sum().to(device)
+            if sentences is not None:
+                counts[1] += (sentences != IGNORE_INDEX).sum().to(device)
+        if self.accelerator.num_processes > 1:
+            counts = self.accelerator.reduce(counts, reduction="sum")
+        return counts
+
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         outputs = model(**inputs)
+        if num_items_in_batch is not None:  # each term weighed by its share of the batch's
+            processes = self.accelerator.num_processes
+            whole = num_items_in_batch.clamp(min=1)
+            outputs.loss = (outputs.mlm_loss * (outputs.mlm_count * processes / whole[0])
+                            + outputs.sentence_loss * (
+                                (outputs.sentence_count if outputs.sentence_count is not None
+                                 else 0) * processes / whole[1]))
         if model.training:
             mask = inputs.get("attention_mask")
             batch = {name: outputs[name] for name in STATISTICS[:6]

@@ -134,8 +134,9 @@ def build_trainer(task: DictConfig, family: TaskFamily, methods: ActiveMethods, 
     pay (one graph per bucket), with the finetuning methods' optimizer groups and callbacks."""
     trainer = family.build_trainer(task, setup.args, model, inputs.tokenizer, inputs.data,
                                    setup.pad_to_multiple_of)
+    trainer.loss_labels = family.padded_rows(task)  # what the loss averages over
     if setup.static_shapes:
-        use_padded_rows(trainer, family.padded_rows(task))
+        use_padded_rows(trainer, trainer.loss_labels)
     methods.attach(trainer)
     return trainer
 

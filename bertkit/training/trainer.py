@@ -24,7 +24,13 @@ from bertkit.data.atomic_files import follow_umask, write_text_atomic
 from bertkit.errors import BertkitError
 from bertkit.trainer_internals import put_last
 from bertkit.training.model_card import CARD_FILE
-from bertkit.training.static_shapes import REAL_ROWS, FixedRows, PaddedRows, first_rows
+from bertkit.training.static_shapes import (
+    PAST_WINDOW,
+    REAL_ROWS,
+    FixedRows,
+    PaddedRows,
+    first_rows,
+)
 
 # ================================================================================================
 # Attention masks that cost the host nothing.
@@ -245,7 +251,43 @@ class EpochSeededLengthGroupedSampler(LengthGroupedSampler):
 
 
 # ================================================================================================
-# The one Trainer. Besides the lean step (above) it changes three things of Trainer's:
+# The loss on N processes, as on one.
+#
+# Trainer scales the loss for a model whose forward takes **kwargs (every BertFor* head, peft's
+# wrappers) as if the model returned a sum divided by `num_items_in_batch` (the items of the
+# whole batch, over gradient-accumulation steps and processes): it multiplies the loss by the
+# number of processes (DDP averages the gradients) and does not divide it by the accumulation
+# steps. bertkit's heads return a mean over their own micro-batch's items, so under torchrun
+# every loss, gradient norm (and clipping) and evaluation loss came out N times the one-process
+# run's (the Hugging Face example scripts share the defect). Here the scaling follows what the
+# loss is: each micro-batch's mean is weighted by its share of the items of the whole batch,
+#     loss x items in this micro-batch x processes / items in the whole batch,
+# so that DDP's average over processes (and the sum over accumulation steps) gives the mean over
+# every item of the batch: a one-process run's loss and gradients at the same global batch. The
+# items are what the loss averages over: the labels it does not ignore (LossItems below, the
+# family's PaddedRows: a row of a classification, regression, multiple-choice or span batch, a
+# labelled token of a tagging batch). One process without accumulation weighs 1.0 exactly, so its
+# results are unchanged to the bit. Evaluation losses are the model's own means.
+
+
+def loss_items(batch: dict, labels: PaddedRows) -> torch.Tensor | None:
+    """How many items a micro-batch's loss averages over: the entries of its first label key
+    (PaddedRows.labels) that the loss does not ignore; None for a batch without labels."""
+    for key, ignored in labels.labels.items():
+        values = batch.get(key)
+        if not isinstance(values, torch.Tensor):
+            continue
+        if ignored == PAST_WINDOW:  # span heads clamp positions to the window, ignore its end
+            return (values.clamp(min=0) < batch["input_ids"].shape[-1]).sum()
+        if isinstance(ignored, float) and ignored != ignored:  # NaN: regression's padded rows
+            return (~torch.isnan(values)).sum()
+        return (values != ignored).sum()
+    return None
+
+
+# ================================================================================================
+# The one Trainer. Besides the lean step and the loss's scaling (above) it changes three things
+# of Trainer's:
 #
 # - batches: at full rows where static shapes pay (bertkit.training.static_shapes: the
 #   dataloaders built with FixedRows, REAL_ROWS taken out before the model, the padded rows'
@@ -277,6 +319,9 @@ class BertkitTrainer(Trainer):
     by the family's scorer, and a Hub push that carries bertkit's card (the comments above)."""
 
     padded_rows: PaddedRows | None = None
+    # What the model's loss averages over (the family's labels and what they ignore; the
+    # finetune job sets the family's): classification's `labels`, -100 ignored, by default.
+    loss_labels: PaddedRows = PaddedRows()
     _eager_predictions = False  # inside predicting_eagerly
     _compiled_for_evaluation = None  # the model compiled for evaluation (_wrap_model)
 
@@ -296,6 +341,10 @@ class BertkitTrainer(Trainer):
             self.args.logging_nan_inf_filter = False
             self.args.include_num_input_tokens_seen = "no"
         self.filter_nonfinite, self.count_tokens = settings
+        # The loss is a mean over the micro-batch's items: no num_items_in_batch for forward,
+        # no scaling by Trainer; compute_loss weighs it (the comment above loss_items).
+        self.model_accepts_loss_kwargs = False
+        self.loss_is_scaled_for_ga = True
         self._lean_window = _DeviceWindow()
         self._flops_per_token: int | None = None
         # Compiled, a batch with and one without a mask would be two graphs: keep the mask.
@@ -410,9 +459,28 @@ class BertkitTrainer(Trainer):
         with self._fixed_rows(self.args.eval_batch_size):
             return super().get_test_dataloader(test_dataset)
 
-    def compute_loss(self, model, inputs, *args, **kwargs):
+    def _get_num_items_in_batch(self, batch_samples: list, device: torch.device):
+        """The items of the whole batch in training (its micro-batches on every process),
+        counted as the loss counts them; None in evaluation, whose losses are not weighed."""
+        if not self.model.training or not batch_samples:
+            return None
+        counts = [loss_items(batch, self.loss_labels) for batch in batch_samples]
+        if any(count is None for count in counts):
+            counts = [batch["input_ids"].shape[0] for batch in batch_samples]
+        total = torch.as_tensor(sum(counts), device=device)
+        if self.accelerator.num_processes > 1:
+            total = self.accelerator.reduce(total, reduction="sum")
+        return total
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         inputs.pop(REAL_ROWS, None)
-        return super().compute_loss(model, inputs, *args, **kwargs)
+        items = None if num_items_in_batch is None else loss_items(inputs, self.loss_labels)
+        if num_items_in_batch is not None and items is None:
+            items = inputs["input_ids"].shape[0]
+        loss, outputs = super().compute_loss(model, inputs, return_outputs=True)
+        if items is not None:  # training: the micro-batch's share of the whole batch
+            loss = loss * (items * self.accelerator.num_processes / num_items_in_batch)
+        return (loss, outputs) if return_outputs else loss
 
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
         rows = inputs.pop(REAL_ROWS, None)
@@ -450,8 +518,12 @@ class BertkitTrainer(Trainer):
         column = self.args.length_column_name
         if (self.args.train_sampling_strategy == "group_by_length"
                 and column in getattr(self.train_dataset, "column_names", [])):
+            # Grouped by the whole batch (every process's rows of every accumulation step):
+            # accelerate hands each process consecutive slices of one order, so a batch holds
+            # the examples of a one-process run's at the same global batch.
             return EpochSeededLengthGroupedSampler(
-                self.args.train_batch_size * self.args.gradient_accumulation_steps,
+                self.args.train_batch_size * self.args.gradient_accumulation_steps
+                * self.args.world_size,
                 # [:] makes a list: datasets >= 4 returns a lazy Column whose item-by-item
                 # reads cost about 11 s an epoch on SST-2.
                 lengths=self.train_dataset[column][:],

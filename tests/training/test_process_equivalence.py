@@ -1,0 +1,148 @@
+"""A run on 2 processes (torchrun, gloo on CPUs) equals the same run on one at the same global
+batch: every family's and pretraining's per-step training losses and gradient norms, the
+evaluation loss and the dev metrics (docs/scale.md, "What a torchrun run is checked against").
+
+The cases come from the family registry (bertkit.tasks.FAMILIES, with each family's tiny data
+from tests/family_fixtures.py), plus GLUE regression (a loss of its own, MSE) and pretraining.
+Dropout is off, so the two runs compute the same function; what is left is the order of
+floating-point sums (gloo's all-reduce of the gradients, a mean over 4 + 4 rows instead of 8).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bertkit.tasks import FAMILIES
+from tests.family_fixtures import TINY_DATA, tiny_family_run
+from tests.glue_fixtures import WORDS, write_glue_task
+
+STEPS = 4
+GLOBAL_BATCH = 8
+PROCESSES = 2
+RELATIVE = 1e-3  # measured: at most about 1e-6 (pytest -s prints each case's)
+# The training set is one epoch of the steps, the dev set whole evaluation batches on each
+# process (accelerate would repeat examples to even out a short last batch).
+SIZES = (STEPS * GLOBAL_BATCH, 16, 8)
+
+
+def _glue_regression(tmp_path: Path) -> list[str]:
+    data = write_glue_task("stsb", tmp_path / "stsb", *SIZES, random.Random(0))
+    vocab = tmp_path / "vocab"
+    vocab.mkdir()
+    (vocab / "vocab.txt").write_text("\n".join(
+        ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", '"', ".", "?", *sorted(WORDS)]) + "\n")
+    return ["recipe=glue", "task=stsb", f"task.data_dir={data}", "model=scratch_tiny",
+            f"model.tokenizer={vocab}", "model.config.hidden_size=32",
+            "model.config.intermediate_size=64", f"cache_dir={tmp_path / 'cache'}"]
+
+
+def _pretraining(tmp_path: Path) -> list[str]:
+    """Static masking: a dynamic mask is drawn per process (bertkit.pretraining.dynamic_masking),
+    so two processes mask other positions than one by design."""
+    return ["recipe=pretrain", "corpus=demo", "model=scratch_tiny", "masking=static",
+            "tokenizer_training.enabled=true", "tokenizer_training.vocab_size=400",
+            "pretraining.max_seq_length=64", "pretraining.long_phase.fraction=0.0",
+            "model.config.max_position_embeddings=128", "model.config.hidden_size=32",
+            "model.config.intermediate_size=64", f"cache_dir={tmp_path / 'cache'}",
+            "trainer.warmup_steps=0", "trainer.disable_tqdm=true"]
+
+
+def _family(family: str):
+    return lambda tmp_path: tiny_family_run(family, tmp_path, SIZES)[0]
+
+
+CASES = {**{family: _family(family) for family in FAMILIES},
+         "glue_regression": _glue_regression, "pretraining": _pretraining}
+
+
+def test_every_family_has_a_case():
+    assert set(FAMILIES) <= set(TINY_DATA) and set(FAMILIES) <= set(CASES)
+
+
+def _run(overrides: list[str], run_dir: Path, processes: int) -> None:
+    env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
+    launcher = [sys.executable, "-m", "bertkit"] if processes == 1 else [
+        sys.executable, "-m", "torch.distributed.run", "--standalone",
+        f"--nproc_per_node={processes}", "-m", "bertkit"]
+    batch = GLOBAL_BATCH // processes
+    command = [*launcher, *overrides, "logger=none", "model.hidden_dropout_prob=0",
+               "model.attention_probs_dropout_prob=0", f"trainer.max_steps={STEPS}",
+               "trainer.logging_steps=1", "trainer.learning_rate=1e-3",
+               "trainer.save_strategy=steps", f"trainer.save_steps={STEPS}",
+               f"trainer.per_device_train_batch_size={batch}",
+               "trainer.per_device_eval_batch_size=4", f"hydra.run.dir={run_dir}"]
+    if "recipe=pretrain" not in overrides:  # an evaluation loss in the log (pretraining has
+        command += ["trainer.eval_strategy=steps", f"trainer.eval_steps={STEPS}"]  # its own)
+    result = subprocess.run(command, cwd=run_dir.parent, env=env, capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+
+def _record(run_dir: Path) -> dict:
+    """Per step: the training loss and gradient norm; the evaluation losses; the dev scores."""
+    state = json.loads((run_dir / "checkpoints" / f"checkpoint-{STEPS}"
+                        / "trainer_state.json").read_text())
+    steps = {entry["step"]: (entry["loss"], entry["grad_norm"])
+             for entry in state["log_history"] if "loss" in entry}
+    evaluation = {key: value for entry in state["log_history"] for key, value in entry.items()
+                  if key.startswith("eval_") and key.endswith("_loss")}
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    if "heldout" in metrics:  # pretraining: the held-out scores of the final model
+        final = metrics["heldout"]["final"]
+        validation = {"heldout": {key: value for key, value in final.items()
+                                  if key != "elapsed_seconds"}}
+    else:
+        validation = metrics["validation"]
+    return {"steps": steps, "evaluation": evaluation, "train_loss": metrics["train"]["loss"],
+            "validation": validation}
+
+
+_differences: list[float] = []  # this test's relative differences, for its printout
+
+
+def _close(one: float, two: float) -> bool:
+    difference = abs(one - two) / max(abs(one), 1e-8)
+    _differences.append(difference)
+    return difference <= RELATIVE
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_two_processes_equal_one(case, tmp_path):
+    overrides = CASES[case](tmp_path)
+    records = {}
+    for processes in (1, PROCESSES):
+        run_dir = tmp_path / f"processes-{processes}"
+        _run(overrides, run_dir, processes)
+        records[processes] = _record(run_dir)
+    one, two = records[1], records[PROCESSES]
+    _differences.clear()
+    shown = json.dumps({"one": one, "two": two}, indent=1, default=str)
+
+    assert sorted(one["steps"]) == sorted(two["steps"]) == list(range(1, STEPS + 1)), shown
+    for step, (loss, norm) in one["steps"].items():
+        other_loss, other_norm = two["steps"][step]
+        assert _close(loss, other_loss) and _close(norm, other_norm), f"step {step}: {shown}"
+    assert _close(one["train_loss"], two["train_loss"]), shown
+    assert one["evaluation"].keys() == two["evaluation"].keys(), shown
+    if case not in ("pretraining", "squad"):  # SQuAD's dev features carry no answer
+        assert one["evaluation"], shown
+    for key, value in one["evaluation"].items():
+        assert _close(value, two["evaluation"][key]), f"{key}: {shown}"
+    assert one["validation"].keys() == two["validation"].keys(), shown
+    for split, scores in one["validation"].items():
+        for metric, value in scores.items():
+            if isinstance(value, (int, float)):
+                assert _close(value, two["validation"][split][metric]), \
+                    f"{split} {metric}: {shown}"
+    # The figures of docs/scale.md (pytest -s shows them).
+    print(f"{case}: {len(_differences)} values, largest relative difference "
+          f"{max(_differences):.1e}")
