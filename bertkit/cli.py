@@ -16,6 +16,8 @@ A run directory that holds a finished run is refused (bertkit.jobs.check_finishe
 single run by FinishedRunCheck, a Hydra callback, before Hydra creates the directory or
 writes .hydra/ and the log into it; for a sweep job by run_job, as the job starts (Hydra 1.3
 calls nothing between writing a job's .hydra/ and running it), a failed job like any other.
+The same two places leave a finished run as it is under resume=true|auto, and set an earlier
+run aside under overwrite=true.
 """
 
 from __future__ import annotations
@@ -42,11 +44,20 @@ from bertkit.config_tree import config_dir
 from bertkit.data.atomic_files import write_json_atomic, write_text_atomic
 from bertkit.data.metrics_file import FAILED_FILE
 from bertkit.errors import BertkitError
-from bertkit.jobs import JOBS, check_finished_run, run_job
+from bertkit.jobs import (
+    FINISHED,
+    JOBS,
+    SET_ASIDE,
+    check_finished_run,
+    finished_message,
+    finished_run,
+    run_job,
+    set_aside_message,
+)
 from bertkit.secret_masking import mask_logs, mask_secrets, mask_text, remember_secrets
 from bertkit.training import wandb_logging
-from bertkit.training.checkpoints import Preempted
-from bertkit.training.run import join_submitit_tasks, run_stamp
+from bertkit.training.checkpoints import Preempted, set_aside
+from bertkit.training.run import is_main_process, join_submitit_tasks, run_stamp
 
 logger = logging.getLogger("bertkit")
 
@@ -197,17 +208,29 @@ def _hydra_task(cfg: DictConfig) -> float | None:
 
 class FinishedRunCheck(Callback):
     """hydra.callbacks.finished_run (conf/config.yaml): a single run's directory is checked
-    before Hydra writes anything into it, so that a refused run leaves a finished one as it
-    was, .hydra/ and its log included. It exits itself: Hydra turns an exception raised in a
-    callback into a warning and goes on."""
+    before Hydra writes anything into it, so that a refused run, or resume=true|auto on a
+    finished one (exit status 0, one line), leaves the finished run as it was, .hydra/ and its
+    log included; with overwrite=true the whole earlier run, its .hydra/ and log too, is set
+    aside before Hydra writes the new one's (main process). It exits itself: Hydra turns an
+    exception raised in a callback into a warning and goes on."""
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
         if OmegaConf.select(config, "recipe.job") not in JOBS:
             return  # run_job names the bad job
+        run_dir = Path(config.hydra.run.dir)
         try:
-            check_finished_run(config, Path(config.hydra.run.dir))
+            action = check_finished_run(config, run_dir)
         except BertkitError as err:
             exit_with_error(str(err))
+        if action == FINISHED:
+            message = finished_message(run_dir, finished_run(run_dir), config.resume)
+            print(mask_text(f"bertkit: {message}"), file=sys.stderr)
+            sys.exit(0)
+        if action == SET_ASIDE and is_main_process():
+            folder = set_aside(run_dir)
+            if folder is not None:
+                print(mask_text(f"bertkit: {set_aside_message(run_dir, folder)}"),
+                      file=sys.stderr)
 
 
 def failed_files(sweep_dir: Path) -> dict[Path, tuple[int, int, int]]:

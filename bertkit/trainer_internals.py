@@ -43,3 +43,31 @@ def put_last(trainer, callback) -> None:
     if callback in callbacks:
         callbacks.remove(callback)
     callbacks.append(callback)
+
+
+# Trainer's training-loss sums, for one train() call: the sum drained from the device at each
+# logging step (_total_loss_scalar), the sum of the steps since (_tr_loss, on the device), and
+# the step the current logging window began after (_globalstep_last_logged). Trainer sets the
+# three before it calls on_train_begin, and adds the last window to the drained sum before
+# its closing log line; read and set here so that a resumed run carries them on
+# (bertkit.training.trainer.CarriedTotals).
+
+def loss_sums(trainer) -> dict:
+    """The training-loss sums at this step (a read of the device: at saves only)."""
+    window = getattr(trainer, "_tr_loss", None)
+    return {"drained": float(getattr(trainer, "_total_loss_scalar", 0.0)),
+            "window": 0.0 if window is None else float(window.item()),
+            "window_after_step": int(getattr(trainer, "_globalstep_last_logged", 0))}
+
+
+def restore_loss_sums(trainer, sums: dict) -> None:
+    """Puts sums taken by loss_sums back into a trainer whose train() has just begun: its
+    logging windows and its training loss go on as if never interrupted."""
+    trainer._total_loss_scalar = float(sums["drained"])
+    trainer._tr_loss += float(sums["window"])
+    trainer._globalstep_last_logged = int(sums["window_after_step"])
+
+
+def drained_loss_sum(trainer) -> float:
+    """The training-loss sum drained so far (after training: over every step it ran)."""
+    return float(trainer._total_loss_scalar)

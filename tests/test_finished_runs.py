@@ -20,9 +20,18 @@ import pytest
 from omegaconf import DictConfig, OmegaConf
 
 from bertkit.errors import BertkitError
-from bertkit.jobs import JOBS, check_finished_run, run_job
+from bertkit.jobs import (
+    FINISHED,
+    JOBS,
+    SET_ASIDE,
+    check_finished_run,
+    finished_message,
+    prepare_job,
+    run_job,
+)
 from bertkit.sweeps.halving import read_outcome
 from bertkit.tasks import FAMILIES
+from bertkit.training.checkpoints import remove_set_aside, scan_checkpoints
 from tests.conftest import compose_config, tiny_run_overrides
 from tests.finetuning.test_every_family import family_run  # noqa: F401
 from tests.pretraining.test_pretrain_recipe import tiny_pretraining_overrides
@@ -91,6 +100,55 @@ def test_a_run_that_did_not_finish_is_not_refused(tmp_path):
         check_finished_run(job_config(job), run_dir)
 
 
+def set_aside_folders(run_dir: Path) -> list[Path]:
+    return sorted(run_dir.parent.glob(f".{run_dir.name}.overwritten-*"))
+
+
+@pytest.mark.parametrize("job", JOBS)
+def test_overwrite_sets_aside_whatever_an_earlier_run_left_for_every_job(job, tmp_path):
+    """A finished run of every job, and runs that did not finish (preempted: checkpoints;
+    failed): overwrite=true moves all of it aside, and it is gone once the new run started."""
+    earlier = {**{f"finished_{name}": {finished.result_file: "{}"}
+                  for name, finished in JOBS.items()},
+               "preempted": {}, "failed": {"failed.json": "{}"}}
+    for name, extra in earlier.items():
+        run_dir = write_files(tmp_path / name / "run", {**RUN_FILES, **extra})
+        before = snapshot(run_dir)
+        assert prepare_job(job_config(job, "overwrite=true"), run_dir) is None
+        assert list(run_dir.iterdir()) == []
+        [folder] = set_aside_folders(run_dir)
+        assert snapshot(folder) == before
+        remove_set_aside()  # what the new run does once its training begins
+        assert set_aside_folders(run_dir) == []
+
+
+def test_overwrite_leaves_a_directory_that_holds_no_run_as_it_is(tmp_path):
+    run_dir = write_files(tmp_path / "run", {"notes.txt": "mine"})
+    assert check_finished_run(job_config("finetune", "overwrite=true"), run_dir) is None
+
+
+@pytest.mark.parametrize("job", [name for name, job in JOBS.items() if job.resumes])
+def test_resume_on_a_finished_run_leaves_it_as_it_is_and_returns_its_result(job, tmp_path):
+    """resume=true|auto on a finished run: its record, every file unchanged; on an unfinished
+    one with overwrite=true too, the run is continued (successive halving's later rungs)."""
+    result = {"main_value": 0.5, "train": {"loss": 0.712}}
+    run_dir = write_files(tmp_path / "run", {**RUN_FILES, "metrics.json": json.dumps(result)})
+    before = snapshot(run_dir)
+    for resume in ("true", "auto"):
+        assert check_finished_run(job_config(job, f"resume={resume}"), run_dir) == FINISHED
+        assert prepare_job(job_config(job, f"resume={resume}"), run_dir) == result
+        assert snapshot(run_dir) == before
+    assert check_finished_run(job_config(job, "resume=auto", "overwrite=true"),
+                              run_dir) == SET_ASIDE
+    with pytest.raises(BertkitError, match=r"resume=true leaves it as it is and overwrite=true "
+                                           r"writes over it: give one of them$"):
+        check_finished_run(job_config(job, "resume=true", "overwrite=true"), run_dir)
+    unfinished = write_files(tmp_path / "unfinished", RUN_FILES)
+    for resume in ("true", "auto"):
+        cfg = job_config(job, f"resume={resume}", "overwrite=true")
+        assert check_finished_run(cfg, unfinished) is None
+
+
 def test_the_registry_names_the_file_each_benchmark_writes():
     for name, job in JOBS.items():
         if name.startswith("bench_"):
@@ -143,6 +201,38 @@ def test_a_finished_run_of_each_training_job_is_left_as_it_was(kind, family_run,
     assert snapshot(run_dir) == before
 
 
+def listing(root: Path) -> set[str]:
+    return {str(path.relative_to(root)) for path in root.rglob("*")}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["finetune", "pretrain"])
+def test_overwrite_leaves_nothing_of_the_earlier_run(kind, glue_dir, vocab_dir, tmp_path):
+    """A 2-step run with overwrite=true over a finished 4-step run (checkpoints 2 and 4)
+    leaves the directory a fresh 2-step run leaves, and resume=auto after it finds
+    checkpoint-2, not the old run's checkpoint-4."""
+    def overrides(steps: int, *extra: str) -> list[str]:
+        saving = {"trainer.max_steps": steps, "trainer.save_strategy": "steps",
+                  "trainer.save_steps": 2, "trainer.save_total_limit": 3,
+                  "cache_dir": tmp_path / "cache"}
+        if kind == "pretrain":
+            return [*tiny_pretraining_overrides(**{
+                **saving, "model.config.hidden_size": 32, "model.config.intermediate_size": 64,
+                "trainer.per_device_train_batch_size": 8}), *extra]
+        return [*tiny_run_overrides("rte", glue_dir("rte"), vocab_dir, **saving), *extra]
+
+    run_dir, fresh_dir = tmp_path / "run", tmp_path / "fresh"
+    run_job(compose_config(overrides(4)), run_dir)
+    earlier = listing(run_dir)  # what the earlier run left
+    assert {"checkpoints/checkpoint-4", "metrics.json", "model"} <= earlier
+    run_job(compose_config(overrides(2, "overwrite=true")), run_dir)
+    run_job(compose_config(overrides(2)), fresh_dir)
+    assert earlier - listing(fresh_dir)  # the old run left what a 2-step run does not write
+    assert listing(run_dir) == listing(fresh_dir)
+    assert set_aside_folders(run_dir) == []
+    assert scan_checkpoints(run_dir / "checkpoints").complete.name == "checkpoint-2"
+
+
 def bertkit(*overrides, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "WANDB_MODE": "disabled"}
     env.pop("HYDRA_FULL_ERROR", None)
@@ -172,10 +262,20 @@ def test_a_second_command_leaves_the_finished_run_whole_even_hydras_files(glue_d
             "checkpoints/checkpoint-2/model.safetensors"} <= before.keys()
     assert_refused(bertkit(*command, cwd=tmp_path), run_dir)
     assert snapshot(run_dir) == before
-    metrics = (run_dir / "metrics.json").stat().st_ino
-    assert bertkit(*command, "resume=true", cwd=tmp_path).returncode == 0
-    assert bertkit(*command, "overwrite=true", cwd=tmp_path).returncode == 0
-    assert (run_dir / "metrics.json").stat().st_ino != metrics  # written anew
+    for resume in ("true", "auto"):  # nothing left to do: said in one line, nothing touched
+        result = bertkit(*command, f"resume={resume}", cwd=tmp_path)
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert result.stderr.strip().splitlines() == [
+            f"bertkit: {finished_message(run_dir, 'metrics.json', resume)}"]
+        assert snapshot(run_dir) == before
+    result = bertkit(*command, "overwrite=true", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    [folder] = [line.split(" is set aside in ")[1].split(",")[0]
+                for line in result.stderr.splitlines() if " is set aside in " in line]
+    assert not Path(folder).exists() and set_aside_folders(run_dir) == []
+    after = snapshot(run_dir)
+    assert b"overwrite=true" in after[".hydra/overrides.yaml"]
+    assert not after["cli.log"].startswith(before["cli.log"])  # the earlier run's log is gone
 
 
 @pytest.mark.slow
@@ -201,3 +301,21 @@ def test_a_sweep_job_in_a_finished_run_fails_and_the_others_run(glue_dir, vocab_
     single = [arg for arg in command[1:] if not arg.startswith("hydra.sweep")]
     assert_refused(bertkit(*single, f"hydra.run.dir={sweep / '1'}", cwd=tmp_path), sweep / "1")
     assert snapshot(sweep / "1") == before
+    # resume=true on the finished jobs: each returns its result, every file of the run kept.
+    runs = {job: {name: data for name, data in snapshot(sweep / job).items()
+                  if not name.startswith(".hydra/") and name != "cli.log"} for job in "01"}
+    result = bertkit(*command, "seed=1,2", "resume=true", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    for job in "01":
+        assert {name: data for name, data in snapshot(sweep / job).items()
+                if name in runs[job]} == runs[job]
+        assert finished_message(sweep / job, "metrics.json", True) in \
+            (sweep / job / "cli.log").read_text()
+    # overwrite=true: what the earlier job left is gone; this launch's .hydra/ and log stay.
+    (sweep / "0" / "left_by_the_earlier_run.tsv").write_text("stale")
+    result = bertkit(*command, "seed=1", "overwrite=true", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert not (sweep / "0" / "left_by_the_earlier_run.tsv").exists()
+    assert "overwrite=true" in (sweep / "0" / ".hydra" / "overrides.yaml").read_text().lower()
+    assert "is set aside in" in (sweep / "0" / "cli.log").read_text()
+    assert (sweep / "0" / "metrics.json").is_file() and set_aside_folders(sweep / "0") == []

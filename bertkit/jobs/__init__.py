@@ -9,11 +9,15 @@ benchmark. Sits above the families: nothing below imports it.
 A directory that holds a finished run (the result file some job writes when it is done) is
 never written into by a new job unless asked (check_finished_run): run_job makes the check
 after the settings-only checks, before anything is read or written; bertkit.cli makes it
-before Hydra writes too.
+before Hydra writes too. overwrite=true sets the earlier run aside first (nothing of it is
+left for a later step to read) and removes it once the new run has started
+(bertkit.training.checkpoints.set_aside); resume=true|auto on a finished run leaves it as it
+is and returns its result.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,15 +26,19 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from bertkit.config_schema import checked_once
-from bertkit.data.metrics_file import METRICS_FILE
+from bertkit.data.metrics_file import FAILED_FILE, METRICS_FILE
+from bertkit.data.readback import read_json
 from bertkit.errors import BertkitError
 from bertkit.jobs.two_stage import finetune_two_stage, is_two_stage
 from bertkit.registry import imported
 from bertkit.tasks import task_family
+from bertkit.training.checkpoints import forget_set_aside, remove_set_aside, set_aside
 from bertkit.training.finetune import finetune
 from bertkit.training.models import check_local_files
 from bertkit.training.progress import apply_progress_bars
-from bertkit.training.run import hydra_run_dir
+from bertkit.training.run import CHECKPOINTS_DIR, hydra_run_dir, is_main_process
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -74,24 +82,90 @@ def finished_run(run_dir: Path) -> str | None:
     return next((name for name in RESULT_FILES if (Path(run_dir) / name).is_file()), None)
 
 
-def check_finished_run(cfg: DictConfig, run_dir: Path) -> None:
-    """Refuses to start a job in a directory that holds a finished run, unless overwrite=true,
-    resume=true (a job that resumes) or the job is one that reuses its own runs; one line
-    naming the run and the ways on. A run that stopped before its result file (preempted,
-    failed, cut by train_fraction and set aside by successive halving) is not finished."""
+# What a new job does with what its run directory holds (check_finished_run's answer).
+START = None  # start there (nothing there, or resume continues an unfinished run)
+SET_ASIDE = "set_aside"  # overwrite=true: the earlier run is set aside first
+FINISHED = "finished"  # resume=true|auto on a finished run: nothing is left to do
+# What makes a directory an earlier run's, for overwrite=true (a directory of a user's that
+# holds none of these is written into as it is): a result file, a failure, checkpoints, or
+# the .hydra/ folder of a launch.
+HYDRA_DIR = ".hydra"
+RUN_MARKERS = frozenset({*RESULT_FILES, FAILED_FILE, CHECKPOINTS_DIR, HYDRA_DIR})
+
+
+def check_finished_run(cfg: DictConfig, run_dir: Path, keep: frozenset[str] = frozenset()
+                       ) -> str | None:
+    """What a job started in run_dir does with what is there (`keep`: the entries a sweep
+    job's Hydra has just written, not an earlier run's):
+
+    - START (None): nothing is there, or resume=true|auto continues an unfinished run (a run
+      preempted, failed, or cut by train_fraction and set aside by successive halving), or
+      the job reuses its own finished runs;
+    - SET_ASIDE: overwrite=true and an earlier run is there, finished or not (with resume
+      true|auto, only a finished one: an unfinished run is continued);
+    - FINISHED: resume=true|auto for a job that resumes, and its run is finished: nothing is
+      left to do.
+
+    Refuses a finished run otherwise, in one line naming the run and the ways on, and
+    overwrite=true with resume=true on a finished run (the two ask opposite things)."""
     job = JOBS[cfg.recipe.job]
     found = finished_run(run_dir)
-    if found is None or OmegaConf.select(cfg, "overwrite", default=False) is True:
-        return
-    if (job.resumes and OmegaConf.select(cfg, "resume") is True) or (
-            job.reuses_its_runs and found == job.result_file):
-        return
+    overwrite = OmegaConf.select(cfg, "overwrite", default=False) is True
+    resume = OmegaConf.select(cfg, "resume", default=False)
+    resuming = job.resumes and resume in (True, "auto")
+    if found is None:
+        return SET_ASIDE if overwrite and not resuming and holds_earlier_run(run_dir, keep) \
+            else START
+    if overwrite and resuming and resume is True:
+        raise BertkitError(f"{run_dir} holds a finished run ({found}): resume=true leaves it as "
+                           f"it is and overwrite=true writes over it: give one of them")
+    if overwrite:
+        return SET_ASIDE
+    if resuming:
+        return FINISHED
+    if job.reuses_its_runs and found == job.result_file:
+        return START
     sweep = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
     ways = [f"{'hydra.sweep.dir' if sweep else 'hydra.run.dir'}=<another directory>",
             *(["resume=true to continue it from its newest checkpoint"] if job.resumes else []),
             "overwrite=true to write over it"]
     raise BertkitError(f"{run_dir} holds a finished run ({found}): give "
                        f"{', '.join(ways[:-1])}, or {ways[-1]}")
+
+
+def holds_earlier_run(run_dir: Path, keep: frozenset[str] = frozenset()) -> bool:
+    """Whether run_dir, but `keep`, holds anything that only a run leaves (RUN_MARKERS)."""
+    run_dir = Path(run_dir)
+    names = {path.name for path in run_dir.iterdir()} if run_dir.is_dir() else set()
+    return bool((names - keep) & RUN_MARKERS)
+
+
+def finished_message(run_dir: Path, found: str, resume) -> str:
+    """The one line resume=true|auto says on a finished run."""
+    return (f"{run_dir} holds a finished run ({found}): resume={str(resume).lower()} has "
+            f"nothing left to do, the run is left as it is")
+
+
+def set_aside_message(run_dir: Path, folder: Path) -> str:
+    return (f"overwrite=true: the earlier run in {run_dir} is set aside in {folder}, and removed "
+            f"once this run's training begins")
+
+
+def launch_files(run_dir: Path) -> frozenset[str]:
+    """What Hydra wrote into run_dir for this job before any bertkit code ran (its .hydra/
+    folder and the log file it opened), when run_dir is the job's Hydra output directory;
+    else nothing."""
+    if not HydraConfig.initialized():
+        return frozenset()
+    hydra_cfg = HydraConfig.get()
+    if Path(hydra_cfg.runtime.output_dir).resolve() != Path(run_dir).resolve():
+        return frozenset()
+    names = {str(hydra_cfg.output_subdir)} if hydra_cfg.output_subdir is not None else set()
+    for handler in logging.getLogger().handlers:
+        path = Path(getattr(handler, "baseFilename", "") or "")
+        if path.parent.resolve() == Path(run_dir).resolve():
+            names.add(path.name)
+    return frozenset(names)
 
 
 def check_task_family(recipe: DictConfig | None, task: DictConfig | None) -> None:
@@ -112,12 +186,24 @@ def run_job(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     # The schemas (bertkit.config_schema), once for the whole job: finetune and
     # check_pretraining_config do not check this config again.
     with checked_once(cfg):
-        prepare_job(cfg, run_dir)
-        if job == "finetune" and is_two_stage(cfg.finetuning):
-            return finetune_two_stage(cfg, run_dir or hydra_run_dir())
-        if job == "finetune":
-            return finetune(cfg, task_family(cfg.task.family), run_dir)
-        return imported(JOBS[job].entry)(cfg, run_dir)
+        finished = prepare_job(cfg, run_dir)
+        if finished is not None:
+            return finished
+        try:
+            result = _run(job, cfg, run_dir)
+        except BaseException:
+            forget_set_aside()  # kept where the line said: the new run did not start
+            raise
+        remove_set_aside()  # a job that trained nothing in this process: it has finished
+        return result
+
+
+def _run(job: str, cfg: DictConfig, run_dir: Path | None) -> dict:
+    if job == "finetune" and is_two_stage(cfg.finetuning):
+        return finetune_two_stage(cfg, run_dir or hydra_run_dir())
+    if job == "finetune":
+        return finetune(cfg, task_family(cfg.task.family), run_dir)
+    return imported(JOBS[job].entry)(cfg, run_dir)
 
 
 def check_job(recipe: DictConfig, task: DictConfig | None) -> str:
@@ -129,10 +215,22 @@ def check_job(recipe: DictConfig, task: DictConfig | None) -> str:
     return recipe.job
 
 
-def prepare_job(cfg: DictConfig, run_dir: Path | None) -> None:
+def prepare_job(cfg: DictConfig, run_dir: Path | None) -> dict | None:
     """Before anything is read or written (the checks before only read the settings): a
-    finished run in run_dir refused, a fetched-only model present, the progress bars decided
-    once for the job."""
-    check_finished_run(cfg, Path(run_dir or hydra_run_dir()))
+    finished run in run_dir refused, or, with resume=true|auto, its result returned (not
+    None: nothing is left to do), or with overwrite=true the earlier run set aside; a
+    fetched-only model present, the progress bars decided once for the job."""
+    run_dir = Path(run_dir or hydra_run_dir())
+    keep = launch_files(run_dir)
+    action = check_finished_run(cfg, run_dir, keep)
+    if action == FINISHED:
+        found = finished_run(run_dir)
+        logger.warning(finished_message(run_dir, found, cfg.resume))
+        return read_json(run_dir / found, expect=dict)
+    if action == SET_ASIDE and is_main_process():
+        folder = set_aside(run_dir, keep)
+        if folder is not None:
+            logger.warning(set_aside_message(run_dir, folder))
     check_local_files(cfg.model, fetched_only=True)  # model=minilm_l6: make minilm
     apply_progress_bars(cfg)  # bars on a terminal only (auto)
+    return None

@@ -1,5 +1,6 @@
 """The held-out score during pretraining: at step 0, every heldout.every_seconds of training
-time (or every_steps), and at the end, each evaluation a `heldout/*` line of the log history.
+time (or every_steps), and at the end, each evaluation a `heldout/*` line of the log history
+(a resumed run does not score where it resumes: its curve is the uninterrupted run's).
 
 Evaluations run with the training clock paused and outside the throughput meter's windows, so
 measuring a run does not change how much it trains. The lines go through trainer.log: W&B
@@ -70,7 +71,9 @@ class HeldoutEvaluation(TrainerCallback):
         if scored:  # a resumed run: its earlier evaluations are in the log history
             self._last_step = scored[-1][STEP]
             self._last_elapsed = scored[-1][PREFIX + ELAPSED]
-        if self._last_step != state.global_step:
+        # At step 0 only: a resumed run's curve is the uninterrupted run's, the next
+        # evaluation due on the clock or step count carried over.
+        if state.global_step == 0 and self._last_step != 0:
             self._evaluate(state)
         return control
 

@@ -251,7 +251,7 @@ def _outcome(recipe: str, job: DataSettings, trainer, data: PretrainingData, run
         "objective": job.objective.name,
         "masking": job.masking.kind,
         "seed": trainer.args.seed,
-        # The share of the positions fed in training that were padding (this run's part).
+        # The share of the positions fed in training that were padding (across resumes).
         "padding_fraction": trainer.padding_fraction,
         "padding_free": data.packing is not None,
         "first_log": lines[0] if lines else {},

@@ -52,7 +52,24 @@ class PretrainingTrainer(BertkitTrainer):
         self.packing = packing
         self._window: dict[str, torch.Tensor] = {}
         self._longest_in_window = 0
-        self._run_tokens: dict[str, torch.Tensor] = {}  # real and fed positions, this train()
+        self._run_tokens: dict[str, torch.Tensor] = {}  # real and fed positions, the whole run
+
+    def running_totals(self) -> dict:
+        """Trainer's loss sums, and this trainer's log window and padding counts under way
+        (each process's own; under DDP a checkpoint carries the main process's)."""
+        return {**super().running_totals(),
+                "statistics": {name: value.item() for name, value in self._window.items()},
+                "longest_in_window": int(self._longest_in_window),
+                "run_tokens": {name: value.item() for name, value in self._run_tokens.items()}}
+
+    def restore_running_totals(self, totals: dict) -> None:
+        super().restore_running_totals(totals)
+        device = self.args.device
+        self._window = {name: torch.tensor(value, dtype=torch.float64, device=device)
+                        for name, value in totals.get("statistics", {}).items()}
+        self._longest_in_window = int(totals.get("longest_in_window", 0))
+        self._run_tokens = {name: torch.tensor(value, dtype=torch.float64, device=device)
+                            for name, value in totals.get("run_tokens", {}).items()}
 
     def _get_train_sampler(self, train_dataset=None):
         if self.phases is None:
@@ -72,8 +89,8 @@ class PretrainingTrainer(BertkitTrainer):
 
     @property
     def padding_fraction(self) -> float | None:
-        """The share of the positions fed in training that were padding (this train() call);
-        None before any step."""
+        """The share of the positions fed in training that were padding (the whole run:
+        carried across resumes, running_totals); None before any step."""
         if not self._run_tokens:
             return None
         real, fed = (self._run_tokens[name].item() for name in ("real_tokens", "batch_tokens"))

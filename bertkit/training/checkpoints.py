@@ -1,7 +1,8 @@
 """Checkpoints a run can trust: each one fsynced once saved, judged whole by its files'
-content before a resume reads it, and written (then the job stopped) on a preemption signal.
-One module because every part answers the same question: is the run's newest checkpoint one
-it can resume from?
+content before a resume reads it, written (then the job stopped) on a preemption signal, and
+an overwritten run's set aside (then removed) before the new run saves its own. One module
+because every part answers the same question: is the run's newest checkpoint one it can
+resume from, and is it this run's?
 """
 
 from __future__ import annotations
@@ -10,10 +11,14 @@ import json
 import logging
 import os
 import re
+import shutil
 import signal
 import struct
+import tempfile
 import threading
 import zipfile
+from collections.abc import Iterable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -398,3 +403,66 @@ def preempting(trainer) -> bool:
     (scoring) is not what a resume needs, and the grace period is short."""
     return any(isinstance(callback, PreemptionCallback) and callback.received is not None
                for callback in callbacks_of(trainer))
+
+
+# ================================================================================================
+# overwrite=true: the earlier run is set aside, then removed once the new run has started.
+#
+# An overwritten run must leave nothing that a later step reads: its checkpoints above all
+# (resume=auto after a preemption, or resume=true, would continue the old run's newest one),
+# but also its predictions, model, metrics, card and W&B run files. Deleting it before the new
+# run starts would lose it to a new run that fails at once (a mistyped data path), so every
+# entry of the run directory is moved into a hidden folder beside it, named on stderr or in
+# the log, and that folder is removed once the new run has started: when its training begins
+# (its data read and its model built: RemoveSetAsideRun, on the main process), or, for a job
+# that trains nothing in this process (a benchmark), when it has finished. A run that fails
+# before that leaves the folder where the line said.
+
+SET_ASIDE_NAME = ".{name}.overwritten-"  # the folder's prefix, beside the run directory
+_set_aside: ContextVar[Path | None] = ContextVar("bertkit_set_aside", default=None)
+
+
+def set_aside(run_dir: Path, keep: Iterable[str] = ()) -> Path | None:
+    """Moves every entry of run_dir but `keep` (the names a sweep job's Hydra has just written)
+    into a new hidden folder beside it, remembered for remove_set_aside; returns the folder
+    (None: nothing to move). Checkpoints go first and result files last, so that another
+    process of the launch that looks meanwhile never sees the old checkpoints without the
+    result file that makes them a finished run's."""
+    run_dir = Path(run_dir)
+    entries = [path for path in run_dir.iterdir() if path.name not in set(keep)] \
+        if run_dir.is_dir() else []
+    if not entries:
+        return None
+    folder = Path(tempfile.mkdtemp(prefix=SET_ASIDE_NAME.format(name=run_dir.name),
+                                   dir=run_dir.parent))
+    for path in sorted(entries, key=lambda path: (not path.is_dir(), path.name)):
+        os.replace(path, folder / path.name)
+    _set_aside.set(folder)
+    return folder
+
+
+def remove_set_aside() -> None:
+    """The new run has started: the run set aside for it is removed."""
+    folder = _set_aside.get()
+    if folder is None:
+        return
+    _set_aside.set(None)
+    shutil.rmtree(folder, ignore_errors=True)
+    logger.info("overwrite=true: removed the earlier run set aside in %s", folder)
+
+
+def forget_set_aside() -> Path | None:
+    """The new run failed before it started: the folder stays (the line that set it aside
+    named it) and is no longer this process's to remove; returns it."""
+    folder = _set_aside.get()
+    _set_aside.set(None)
+    return folder
+
+
+class RemoveSetAsideRun(TrainerCallback):
+    """Removes the overwritten run set aside for this one once its training begins."""
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            remove_set_aside()
+        return control

@@ -51,6 +51,7 @@ from bertkit.training.checkpoints import (
     DurableCheckpoints,
     Preempted,
     PreemptionCallback,
+    RemoveSetAsideRun,
     checkpoint_fault,
     scan_checkpoints,
 )
@@ -308,10 +309,12 @@ class Watch:
 
 
 def attach_callbacks(setup: RunSetup, trainer: Trainer, callbacks: Iterable) -> Watch:
-    """The training clock's callback first (it starts the clock), the job's `callbacks`, then
-    early stopping, train_fraction, the time budget (and its progress bar), the throughput
-    meter, preemption and durable checkpoints."""
+    """The training clock's callback first (it starts the clock), the removal of an overwritten
+    run set aside for this one (its training begins), the job's `callbacks`, then early
+    stopping, train_fraction, the time budget (and its progress bar), the throughput meter,
+    preemption and durable checkpoints."""
     trainer.add_callback(ClockCallback(setup.clock, setup.checkpoint))
+    trainer.add_callback(RemoveSetAsideRun())
     for callback in callbacks:
         trainer.add_callback(callback)
     settings = setup.watch
@@ -410,6 +413,7 @@ def finish_wandb(run: TrainingRun, final: dict[str, float], num_parameters: int,
 # in the training_args.bin Trainer saves.
 
 PRECISIONS = ("auto", "bf16", "fp16", "no")
+CHECKPOINTS_DIR = "checkpoints"  # Trainer's output_dir, in the run directory
 
 
 def resolve_mixed_precision(setting: str) -> str:
@@ -547,7 +551,7 @@ def build_training_arguments(
             options.setdefault("use_cpu", True)
     try:
         return TrainingArgumentsWithoutSecrets(
-            output_dir=str(run_dir / "checkpoints"),
+            output_dir=str(run_dir / CHECKPOINTS_DIR),
             bf16=precision == "bf16",
             fp16=precision == "fp16",
             report_to=report_to,

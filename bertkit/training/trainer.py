@@ -17,12 +17,18 @@ import torch
 from huggingface_hub import ModelCard
 from torch.utils.data import Sampler, SequentialSampler
 from transformers import BertModel, Trainer, TrainerCallback
+from transformers.trainer_callback import ExportableState
 from transformers.trainer_pt_utils import LengthGroupedSampler
-from transformers.trainer_utils import EvalLoopOutput, IntervalStrategy, speed_metrics
+from transformers.trainer_utils import (
+    EvalLoopOutput,
+    IntervalStrategy,
+    TrainOutput,
+    speed_metrics,
+)
 
 from bertkit.data.atomic_files import follow_umask, write_text_atomic
 from bertkit.errors import BertkitError
-from bertkit.trainer_internals import put_last
+from bertkit.trainer_internals import drained_loss_sum, loss_sums, put_last, restore_loss_sums
 from bertkit.training.model_card import CARD_FILE
 from bertkit.training.static_shapes import (
     PAST_WINDOW,
@@ -224,6 +230,36 @@ class FlushAtLoggingSteps(TrainerCallback):
         return control
 
 
+class CarriedTotals(TrainerCallback, ExportableState):
+    """The sums a train() call keeps for itself (Trainer's training-loss sums; pretraining's
+    log window and padding counts: BertkitTrainer.running_totals), saved with each checkpoint
+    in its trainer_state.json (stateful_callbacks) and put back when a run resumes from it, so
+    that a resumed run logs and records what the uninterrupted run does: its training loss is
+    the mean over all its steps, not over the last session's, and the log line whose window
+    a resume split is the same line. (Trainer restores an ExportableState only under
+    restore_callback_states_from_checkpoint, and builds a new one then: this one reads its
+    entry itself.)"""
+
+    def __init__(self, trainer: BertkitTrainer | None = None):
+        self.trainer = trainer
+        self.whole_run = True  # False: resumed from a checkpoint that carried no sums
+
+    def state(self) -> dict:
+        totals = {} if self.trainer is None else self.trainer.running_totals()
+        return {"args": {}, "attributes": {"totals": totals}}
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        name = type(self).__name__
+        saved = state.stateful_callbacks.get(name)
+        totals = saved.get("attributes", {}).get("totals") if isinstance(saved, dict) else None
+        # Trainer updates this entry at each save, and fails on a resumed state without it.
+        state.stateful_callbacks.setdefault(name, self.state())
+        self.whole_run = state.global_step == 0 or bool(totals)
+        if state.global_step > 0 and totals and self.trainer is not None:
+            self.trainer.restore_running_totals(totals)
+        return control
+
+
 def push_model(trainer: Trainer, card: ModelCard | None, model_dir: Path):
     """The end of a run with trainer.push_to_hub=true: the model and its card to the Hub."""
     if not isinstance(trainer, BertkitTrainer):
@@ -360,6 +396,8 @@ class BertkitTrainer(Trainer):
         self.add_callback(self._flush_callback)
         self._last_step_callback = LogLastStep()
         self.add_callback(self._last_step_callback)
+        self._carried = CarriedTotals(self)
+        self.add_callback(self._carried)
 
     @property
     def last_logging_window(self) -> tuple[int, int] | None:
@@ -408,6 +446,8 @@ class BertkitTrainer(Trainer):
         Trainer adds when it counts them itself."""
         nonfinite = self.flush_step_counters()
         logs = dict(logs)
+        if "train_loss" in logs and (loss := self.whole_run_loss()) is not None:
+            logs["train_loss"] = loss  # the closing line: over every step (CarriedTotals)
         if nonfinite:
             logs["nonfinite_losses"] = nonfinite
         if self.count_tokens != "no":
@@ -419,12 +459,36 @@ class BertkitTrainer(Trainer):
         super().log(logs, start_time)
 
     def train(self, *args, **kwargs):
+        """Trainer's train, its training loss over every step of the run (CarriedTotals)."""
         # Last among the callbacks, so that a stop or save that another callback decides at a
         # step's end still finds the counters flushed into the state it saves; the last-step
         # log just before, so that it sees every stop decided at the step's end.
         put_last(self, self._last_step_callback)
         put_last(self, self._flush_callback)
-        return super().train(*args, **kwargs)
+        output = super().train(*args, **kwargs)
+        loss = self.whole_run_loss()
+        if loss is None:
+            return output
+        return TrainOutput(output.global_step, loss, {**output.metrics, "train_loss": loss})
+
+    # -- what a resumed run carries on (CarriedTotals) ---------------------------------------
+    def running_totals(self) -> dict:
+        """The sums this train() call keeps that the uninterrupted run would still hold at
+        this step (a subclass adds its own); saved in each checkpoint. A read of the device,
+        at saves only."""
+        return {"loss": loss_sums(self)}
+
+    def restore_running_totals(self, totals: dict) -> None:
+        """Puts back what running_totals saved, as train() begins from that checkpoint."""
+        restore_loss_sums(self, totals["loss"])
+
+    def whole_run_loss(self) -> float | None:
+        """The mean training loss over every step of the run, resumes included (Trainer's own
+        is the last session's sum over its steps); None when the run resumed from a
+        checkpoint that carried no sums."""
+        if not self._carried.whole_run:
+            return None
+        return drained_loss_sum(self) / max(self.state.global_step, 1)
 
     def evaluation_loop(self, *args, **kwargs):
         """Evaluation keeps Trainer's own NaN/Inf filter (on host arrays: no sync)."""

@@ -16,12 +16,17 @@ from transformers.trainer import (
     SCHEDULER_NAME,
     TRAINER_STATE_NAME,
 )
+from transformers.trainer_utils import speed_metrics
 from transformers.utils import SAFE_WEIGHTS_NAME
 
 from bertkit.jobs import run_job
+from bertkit.pretraining.heldout_evaluation import ELAPSED
+from bertkit.pretraining.heldout_evaluation import PREFIX as HELDOUT_PREFIX
 from bertkit.training.checkpoints import RNG_PATTERN, file_fault, scan_checkpoints
+from bertkit.training.throughput import PREFIX as THROUGHPUT_PREFIX
 from bertkit.training.trainer import BertkitTrainer
 from tests.conftest import compose_config, tiny_run_overrides
+from tests.pretraining.test_pretrain_recipe import tiny_pretraining_overrides
 
 
 class Interrupted(Exception):
@@ -162,3 +167,99 @@ def test_resume_auto_skips_a_checkpoint_with_any_file_the_resume_reads_cut(
         # The resumed run wrote step 6 again, whole.
         assert scan_checkpoints(run_dir / "checkpoints").complete.name == "checkpoint-8"
         assert file_fault(run_dir / "checkpoints" / "checkpoint-6" / name) is None
+
+
+# A run killed between two checkpoints and resumed records what the uninterrupted run records.
+
+# The record's fields that measure time or throughput, as their writers name them: the train
+# record's seconds, training_seconds and throughput (bertkit.training.run.TrainingRun
+# .train_record), the pretraining record's data.preprocessing_seconds
+# (bertkit.pretraining.run); in a log line Trainer's speed metrics (speed_metrics), the
+# throughput meter's window (bertkit.training.throughput.PREFIX) and the training time of a
+# held-out evaluation (bertkit.pretraining.heldout_evaluation.ELAPSED).
+TIME_FIELDS = ("train.seconds", "train.training_seconds", "train.throughput",
+               "data.preprocessing_seconds")
+SPEED_KEYS = tuple(speed_metrics("train", 0.0, num_samples=1, num_steps=1, num_tokens=1))
+
+
+def measures_time(key: str) -> bool:
+    return (key in SPEED_KEYS or key.startswith(THROUGHPUT_PREFIX)
+            or key.removeprefix(HELDOUT_PREFIX) == ELAPSED)
+
+
+def untimed(record, path: str = ""):
+    """`record` without the fields that measure time (TIME_FIELDS, SPEED_KEYS)."""
+    if isinstance(record, dict):
+        return {key: untimed(value, f"{path}.{key}" if path else key)
+                for key, value in record.items()
+                if (f"{path}.{key}" if path else key) not in TIME_FIELDS
+                and not measures_time(key)}
+    if isinstance(record, list):
+        return [untimed(value, path) for value in record]
+    return record
+
+
+def holds(record: dict, field: str) -> bool:
+    for key in field.split("."):
+        if not isinstance(record, dict) or key not in record:
+            return False
+        record = record[key]
+    return True
+
+
+def leaves(record, path: str = "") -> dict:
+    """Every recorded value by its dotted path, to name the field that differs."""
+    if isinstance(record, dict):
+        return {key: value for name, child in record.items()
+                for key, value in leaves(child, f"{path}.{name}" if path else name).items()}
+    if isinstance(record, list):
+        return {key: value for i, child in enumerate(record)
+                for key, value in leaves(child, f"{path}[{i}]").items()}
+    return {path: record}
+
+
+def killed_run_overrides(kind: str, glue_dir, vocab_dir, cache_dir: Path) -> list[str]:
+    """6 steps, a checkpoint every 2 and a log line every 3: each checkpoint but the last
+    lies inside a logging window, which a resume from it splits."""
+    steps = {"trainer.max_steps": 6, "trainer.save_strategy": "steps", "trainer.save_steps": 2,
+             "trainer.save_total_limit": 3, "trainer.logging_steps": 3,
+             "cache_dir": cache_dir}
+    if kind == "pretrain":
+        # Held-out scores every 2 steps: by the clock (every_seconds) the steps scored would
+        # depend on the machine's speed.
+        return tiny_pretraining_overrides(**{
+            **steps, "model.config.hidden_size": 32, "model.config.intermediate_size": 64,
+            "trainer.per_device_train_batch_size": 8, "heldout.every_seconds": "null",
+            "heldout.every_steps": 2})
+    return tiny_run_overrides("mrpc", glue_dir("mrpc", n_train=48), vocab_dir, **steps)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["finetune", "pretrain"])
+def test_a_run_killed_between_checkpoints_then_resumed_records_the_uninterrupted_record(
+        kind, glue_dir, vocab_dir, tmp_path, monkeypatch):
+    """Killed by an exception as step 4 begins (checkpoint-2 saved, checkpoint-4 not yet),
+    then resume=auto: metrics.json equals the uninterrupted run's in every field that does not
+    measure time, the training loss over all 6 steps and every log line included."""
+    overrides = killed_run_overrides(kind, glue_dir, vocab_dir, tmp_path / "cache")
+    reference_dir, run_dir = tmp_path / "reference", tmp_path / "run"
+    run_job(compose_config(overrides), run_dir=reference_dir)
+    calls = interrupted_run(overrides, run_dir, monkeypatch, at_step=4)
+    assert scan_checkpoints(run_dir / "checkpoints").complete.name == "checkpoint-2"
+    calls["n"] = -100
+    run_job(compose_config(overrides + ["resume=auto"]), run_dir=run_dir)
+    assert calls["n"] == -100 + 4  # steps 3..6
+    reference = json.loads((reference_dir / "metrics.json").read_text())
+    resumed = json.loads((run_dir / "metrics.json").read_text())
+    # The fields left out are the writers' (a renamed one would fail here, not pass unseen).
+    assert {"train.seconds", "train.training_seconds"} <= {
+        field for field in TIME_FIELDS if holds(reference, field)}
+    # Paths are compared inside their run directory.
+    expected = {key: value.replace(str(reference_dir), "<run>") if isinstance(value, str)
+                else value for key, value in leaves(untimed(reference)).items()}
+    found = {key: value.replace(str(run_dir), "<run>") if isinstance(value, str) else value
+             for key, value in leaves(untimed(resumed)).items()}
+    differing = {key: (expected.get(key), found.get(key)) for key in expected.keys() | found
+                 if expected.get(key) != found.get(key)}
+    assert differing == {}
+    assert resumed["train"]["steps"] == 6
