@@ -31,6 +31,7 @@ from typing import NoReturn
 import hydra
 import hydra._internal.utils as hydra_utils
 from hydra.core.hydra_config import HydraConfig
+from hydra.core.utils import JobReturn
 from hydra.errors import ConfigCompositionException
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
@@ -43,7 +44,14 @@ from bertkit.data.atomic_files import write_json_atomic, write_text_atomic
 from bertkit.data.metrics_file import FAILED_FILE
 from bertkit.errors import BertkitError
 from bertkit.jobs import JOBS, check_finished_run, run_job
-from bertkit.secret_masking import mask_logs, mask_secrets, mask_text, remember_secrets
+from bertkit.secret_masking import (
+    mask_logs,
+    mask_secrets,
+    mask_text,
+    masked_output,
+    remember_command_line,
+    remember_secrets,
+)
 from bertkit.training import wandb_logging
 from bertkit.training.checkpoints import Preempted
 from bertkit.training.run import join_submitit_tasks, run_stamp
@@ -151,7 +159,9 @@ class MaskSecrets(Callback):
     (its config, overrides and hydra.yaml, which holds the overrides again) and the sweep's
     multirun.yaml are written, secrets and all, an instant before the job starts: they are
     rewritten masked here, before the job runs. The log is masked in the job's process too (a
-    launcher may start it elsewhere: submitit)."""
+    launcher may start it elsewhere: submitit). A single run's overrides are masked in what
+    Hydra reports of the job, which it prints when the job failed ("Error executing job with
+    overrides: [...]"); a sweep's are left to its sweeper, which may read them."""
 
     def on_job_start(self, config: DictConfig, **kwargs) -> None:
         mask_logs()
@@ -162,6 +172,10 @@ class MaskSecrets(Callback):
                 mask_yaml_file(hydra_dir / name)
         if config.hydra.mode == RunMode.MULTIRUN:
             mask_yaml_file(Path(runtime.cwd) / str(config.hydra.sweep.dir) / "multirun.yaml")
+
+    def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs) -> None:
+        if config.hydra.mode == RunMode.RUN and job_return.overrides is not None:
+            job_return.overrides = mask_secrets(list(job_return.overrides))
 
 
 def exit_with_error(message: str) -> NoReturn:
@@ -337,7 +351,12 @@ def _one_line_errors(run_and_report):
 
 def main() -> None:
     register_resolvers()
-    mask_logs()  # before Hydra logs a sweep's jobs, overrides and all
+    # The command line's secrets are known before Hydra parses it, and what this process
+    # prints is masked (secret_masking.masked_output): Hydra prints an override's syntax error
+    # and a failed run's traceback itself, with sys.stderr.write and print(), before control
+    # comes back here. Logs are masked at their making, before Hydra logs a sweep's jobs.
+    remember_command_line(sys.argv[1:])
+    mask_logs()
     # The one patch of a Hydra internal (1.3's hydra._internal.utils.run_and_report), kept
     # because no public hook sees these errors: Hydra calls run_and_report around composing
     # the config and around the whole run or sweep, and it prints any exception raised there
@@ -353,7 +372,9 @@ def main() -> None:
     if reporter is not None and not getattr(reporter, "bertkit", False):
         hydra_utils.run_and_report = _one_line_errors(hydra_utils.run_and_report)
         hydra_utils.run_and_report.bertkit = True
-    hydra.main(config_path=config_dir(), config_name="config", version_base="1.3")(_hydra_task)()
+    with masked_output():
+        hydra.main(config_path=config_dir(), config_name="config",
+                   version_base="1.3")(_hydra_task)()
 
 
 if __name__ == "__main__":
