@@ -6,7 +6,8 @@ multirun (sweep) a failed job, whatever the error (bad input, out of memory, a d
 setting), is recorded in its run directory as failed.json and the sweep goes on.
 
 Secrets (bertkit.secret_masking) are masked in everything this edge writes or prints: the
-one-line errors, failed.json, and what Hydra writes and logs itself (MaskSecrets).
+one-line errors, failed.json, what Hydra writes and logs itself (MaskSecrets), and whatever
+the process prints (masked_output: Hydra's syntax errors and failed runs).
 
 A multirun in which any job failed exits 1 once every job ran, with a summary naming each
 failed job, its overrides and its one-line error (FailedJobsCheck, read from the failed.json

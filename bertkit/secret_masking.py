@@ -6,8 +6,12 @@ A secret is the value of a config key whose last part matches SECRET_KEYS, from 
 the real value; what it writes gets MASK in its place:
 - in a mapping (a config, a record): the value of a secret key;
 - in a text (a command line, an override, a message, a traceback): `<secret key>=<value>` and
-  `<secret key>: <value>`, and every secret value this process has seen (remember_secrets), so a
-  secret interpolated into another key or quoted by an error message is masked too.
+  `<secret key>: <value>`, each value of a sweep (`a,b`, `choice('a','b')`: still a sweep once
+  masked), and every secret value this process has seen (remember_secrets, and the command
+  line's before Hydra parses it: remember_command_line), so a secret interpolated into another
+  key or quoted by an error message is masked too;
+- in a name (a sweep job's directory, its W&B run): a stand-in, masked-<digest>;
+- in what the `bertkit` command prints (masked_output), Hydra's own errors included.
 A leaf: it imports nothing of bertkit, so that every package (data, reporting, the sweepers)
 can call it.
 """
