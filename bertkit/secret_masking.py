@@ -231,7 +231,8 @@ def masked_output() -> Iterator[None]:
     errors with print() and sys.stderr.write (an override's syntax error quoting the
     override, a failed job's traceback), and so may any library."""
     real = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = MaskedText(sys.stdout), MaskedText(sys.stderr)
+    # None where the process has no such stream (print() then writes nothing).
+    sys.stdout, sys.stderr = (None if stream is None else MaskedText(stream) for stream in real)
     ended = True
     try:
         yield
