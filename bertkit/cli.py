@@ -6,7 +6,8 @@ multirun (sweep) a failed job, whatever the error (bad input, out of memory, a d
 setting), is recorded in its run directory as failed.json and the sweep goes on.
 
 Secrets (bertkit.secret_masking) are masked in everything this edge writes or prints: the
-one-line errors, failed.json, and what Hydra writes and logs itself (MaskSecrets).
+one-line errors, failed.json, what Hydra writes and logs itself (MaskSecrets), and whatever
+the process prints (masked_output: Hydra's syntax errors and failed runs).
 
 A multirun in which any job failed exits 1 once every job ran, with a summary naming each
 failed job, its overrides and its one-line error (FailedJobsCheck, read from the failed.json
@@ -33,6 +34,7 @@ from typing import NoReturn
 import hydra
 import hydra._internal.utils as hydra_utils
 from hydra.core.hydra_config import HydraConfig
+from hydra.core.utils import JobReturn
 from hydra.errors import ConfigCompositionException
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
@@ -54,7 +56,14 @@ from bertkit.jobs import (
     run_job,
     set_aside_message,
 )
-from bertkit.secret_masking import mask_logs, mask_secrets, mask_text, remember_secrets
+from bertkit.secret_masking import (
+    mask_logs,
+    mask_secrets,
+    mask_text,
+    masked_output,
+    remember_command_line,
+    remember_secrets,
+)
 from bertkit.training import wandb_logging
 from bertkit.training.checkpoints import Preempted, set_aside
 from bertkit.training.run import is_main_process, join_submitit_tasks, run_stamp
@@ -162,7 +171,9 @@ class MaskSecrets(Callback):
     (its config, overrides and hydra.yaml, which holds the overrides again) and the sweep's
     multirun.yaml are written, secrets and all, an instant before the job starts: they are
     rewritten masked here, before the job runs. The log is masked in the job's process too (a
-    launcher may start it elsewhere: submitit)."""
+    launcher may start it elsewhere: submitit). A single run's overrides are masked in what
+    Hydra reports of the job, which it prints when the job failed ("Error executing job with
+    overrides: [...]"); a sweep's are left to its sweeper, which may read them."""
 
     def on_job_start(self, config: DictConfig, **kwargs) -> None:
         mask_logs()
@@ -173,6 +184,10 @@ class MaskSecrets(Callback):
                 mask_yaml_file(hydra_dir / name)
         if config.hydra.mode == RunMode.MULTIRUN:
             mask_yaml_file(Path(runtime.cwd) / str(config.hydra.sweep.dir) / "multirun.yaml")
+
+    def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs) -> None:
+        if config.hydra.mode == RunMode.RUN and job_return.overrides is not None:
+            job_return.overrides = mask_secrets(list(job_return.overrides))
 
 
 def exit_with_error(message: str) -> NoReturn:
@@ -360,7 +375,12 @@ def _one_line_errors(run_and_report):
 
 def main() -> None:
     register_resolvers()
-    mask_logs()  # before Hydra logs a sweep's jobs, overrides and all
+    # The command line's secrets are known before Hydra parses it, and what this process
+    # prints is masked (secret_masking.masked_output): Hydra prints an override's syntax error
+    # and a failed run's traceback itself, with sys.stderr.write and print(), before control
+    # comes back here. Logs are masked at their making, before Hydra logs a sweep's jobs.
+    remember_command_line(sys.argv[1:])
+    mask_logs()
     # The one patch of a Hydra internal (1.3's hydra._internal.utils.run_and_report), kept
     # because no public hook sees these errors: Hydra calls run_and_report around composing
     # the config and around the whole run or sweep, and it prints any exception raised there
@@ -376,7 +396,9 @@ def main() -> None:
     if reporter is not None and not getattr(reporter, "bertkit", False):
         hydra_utils.run_and_report = _one_line_errors(hydra_utils.run_and_report)
         hydra_utils.run_and_report.bertkit = True
-    hydra.main(config_path=config_dir(), config_name="config", version_base="1.3")(_hydra_task)()
+    with masked_output():
+        hydra.main(config_path=config_dir(), config_name="config",
+                   version_base="1.3")(_hydra_task)()
 
 
 if __name__ == "__main__":

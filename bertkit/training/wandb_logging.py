@@ -22,7 +22,7 @@ from transformers import PreTrainedModel, TrainingArguments
 from bertkit.data.job_overrides import configuration_of, override_key, short_key
 from bertkit.data.readback import read_yaml
 from bertkit.errors import BertkitError
-from bertkit.secret_masking import mask_secrets, masked_argv
+from bertkit.secret_masking import is_secret_key, mask_secrets, masked_argv, stand_in
 from bertkit.training.models import count_parameters
 from bertkit.wandb_credentials import has_wandb_credentials
 
@@ -211,8 +211,15 @@ def job_settings(replicate_keys: Sequence[str] = ()) -> list[str]:
     if swept is not None:
         overrides = [o for o in overrides if override_key(o) in swept]
     keys = [override_key(o) for o in overrides]
-    return [f"{short_key(override_key(o), keys)}:{o.partition('=')[2]}"
+    return [f"{short_key(override_key(o), keys)}:{shown_value(o)}"
             for o in configuration_of(overrides, replicate_keys)]
+
+
+def shown_value(override: str) -> str:
+    """An override's value as a name shows it: a secret's by its stand-in (masked-<digest>,
+    bertkit.secret_masking.stand_in), which tells two swept tokens apart without showing either."""
+    value = override.partition("=")[2]
+    return stand_in(value) if is_secret_key(override_key(override)) else value
 
 
 def group(sweep: str | None, replicate_keys: Sequence[str], single_run: str) -> str:
@@ -244,7 +251,9 @@ def name(sweep: str | None, dataset: str, single_run: str) -> str:
 # resolver; which keys are swept is read as the W&B names read it (wandb_sweep.swept_keys).
 #
 # A value that would not make a safe directory name (a path: '/' would nest directories) is
-# shown by its last part and a digest of the whole, so two values stay two directories; a name
+# shown by its last part and a digest of the whole, so two values stay two directories; a
+# secret's value (a swept token) by its stand-in, masked-<digest> (bertkit.secret_masking), so
+# that no token becomes part of a path that is printed, logged and listed; a name
 # longer than a file name may be is cut with a digest of the whole. A job with no swept setting
 # (a multirun of one job), or one whose sweeper records no keys, is named by its job number,
 # as before.
@@ -263,8 +272,7 @@ def job_dirname(overrides: Sequence[str], swept: Iterable[str] | None, job_num: 
     if swept is None:
         return str(job_num)
     swept = {key for key in swept if re.split(r"[./]", key)[0] != "hydra"}
-    items = sorted(f"{SAFE.sub('_', override_key(o))}{KEY_VALUE_SEPARATOR}"
-                   f"{_safe(o.partition('=')[2])}"
+    items = sorted(f"{SAFE.sub('_', override_key(o))}{KEY_VALUE_SEPARATOR}{_safe(shown_value(o))}"
                    for o in overrides if override_key(o) in swept)
     if not items:
         return str(job_num)
