@@ -900,10 +900,14 @@ def composed_field(cause) -> dataclasses.Field | None:
     """The schema field of a value OmegaConf refused while Hydra composed: bertkit's schema's,
     or the field of the plugin dataclass that holds it (hydra.launcher.jobs_per_gpu)."""
     spec = schema_field(cause.full_key)
-    if spec is None and dataclasses.is_dataclass(getattr(cause, "object_type", None)):
-        spec = next((s for s in dataclasses.fields(cause.object_type) if s.name == cause.key),
-                    None)
-    return spec
+    if spec is not None:
+        return spec
+    parent = getattr(cause, "parent_node", None)
+    schema = (_plugin_schema(parent, _plugin_schemas()) if isinstance(parent, DictConfig)
+              else getattr(cause, "object_type", None))
+    if not dataclasses.is_dataclass(schema):
+        return None
+    return next((s for s in dataclasses.fields(schema) if s.name == cause.key), None)
 
 
 register_schemas()
