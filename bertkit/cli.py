@@ -41,7 +41,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException, ValidationError
 
-from bertkit.config_schema import expected_type, schema_field
+from bertkit.config_schema import check_launch, composed_field, expected_type
 from bertkit.config_tree import config_dir
 from bertkit.data.atomic_files import write_json_atomic, write_text_atomic
 from bertkit.data.metrics_file import FAILED_FILE
@@ -248,6 +248,21 @@ class FinishedRunCheck(Callback):
                       file=sys.stderr)
 
 
+class LaunchCheck(Callback):
+    """hydra.callbacks.launch_settings (conf/config.yaml): a multirun's launcher and sweeper
+    parameters (hydra.launcher.*, hydra.sweeper.*) held to their plugins' ranges and choices
+    (bertkit.config_schema.check_launch) before Hydra instantiates either, which it does right
+    after telling the callbacks the multirun starts: a refusal is bertkit's one line naming
+    the key, exit status 2, where the plugin's own check (or its library's) ended in Hydra's
+    "Error in call to target" lines, exit 1. It exits itself, as FinishedRunCheck."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        try:
+            check_launch(config)
+        except BertkitError as err:
+            exit_with_error(str(err))
+
+
 def failed_files(sweep_dir: Path) -> dict[Path, tuple[int, int, int]]:
     """Every failed.json under a sweep directory, with what tells a rewritten file from the
     one that was there (each is written anew, atomically: a new inode and time)."""
@@ -338,7 +353,7 @@ def composition_message(err: ConfigCompositionException) -> str | None:
     if not isinstance(cause, OmegaConfBaseException) or not getattr(cause, "full_key", None):
         return None
     key = cause.full_key
-    spec = schema_field(key)
+    spec = composed_field(cause)
     if isinstance(cause, ValidationError) and spec is not None:
         return f"{key}={cause.value!r}: {expected_type(spec)}"
     told = " ".join(line.strip() for line in str(err).splitlines() if line.strip())

@@ -21,9 +21,12 @@ one that has none (tests/test_config_bounds.py walks every composed config for s
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 import importlib
 import operator
+import types
+import typing
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -46,17 +49,22 @@ COUNT = "[1, inf)"  # a positive integer, as large as memory allows
 LEARNING_RATE = "(0, 1]"
 
 
-def _setting(interval: str | None = None, expect: str | None = None, **metadata) -> Any:
+def _bounds(interval: str | None = None, expect: str | None = None, **metadata) -> dict:
     """A field's metadata: its range ("[0, 1)": min 0, below 1; a bracket holds its end, a
     parenthesis leaves it out, inf is a side without a limit), what the message says is
-    expected, and any other (choices, each, integer, reads). No default: the values are the
-    YAML's (a trainer field's, TrainingArguments' own)."""
+    expected, and any other (choices, each, integer, reads)."""
     if interval:
         low, high = (end.strip() for end in interval[1:-1].split(","))
         metadata = {("min" if interval[0] == "[" or low == "-inf" else "above"): _end(low),
                     ("max" if interval[-1] == "]" or high == "inf" else "below"): _end(high),
                     **metadata}
-    return field(metadata={**metadata, **({"expect": expect} if expect else {})})
+    return {**metadata, **({"expect": expect} if expect else {})}
+
+
+def _setting(interval: str | None = None, expect: str | None = None, **metadata) -> Any:
+    """A schema field with _bounds' metadata. No default: the values are the YAML's (a
+    trainer field's, TrainingArguments' own)."""
+    return field(metadata=_bounds(interval, expect, **metadata))
 
 
 def _end(end: str) -> int | float | None:
@@ -529,13 +537,35 @@ def choices_of(bounds) -> tuple | None:
     if isinstance(choices, str):
         module, name = choices.split(":")
         found = getattr(importlib.import_module(module), name)
-        choices = tuple(getattr(item, "value", item) for item in found)
+        choices = tuple(_choice(item) for item in found)
     return choices
+
+
+def _choice(item):
+    """An enum's member as a config holds it: its value when that is a word (transformers'
+    SchedulerType), else its name (OmegaConf reads an Enum field by name)."""
+    if not isinstance(item, enum.Enum):
+        return item
+    return item.value if isinstance(item.value, str) else item.name
 
 
 def numeric_bounds(bounds) -> dict:
     """The numeric bounds a field declares (min, above, max, below), None (unbounded) kept."""
     return {key: bounds[key] for key in ("min", "above", "max", "below") if key in bounds}
+
+
+def _is_choice(value, choices: tuple) -> bool:
+    """The value is one of the choices as typed: 1 is not true, nor 0 false (Python's
+    1 == True would take either for the other)."""
+    return any(value == choice and isinstance(value, bool) == isinstance(choice, bool)
+               for choice in choices)
+
+
+def spelled(choice) -> str:
+    """A choice as a user types it, on the command line or in YAML: true, false, null."""
+    if isinstance(choice, bool):
+        return str(choice).lower()
+    return "null" if choice is None else str(choice)
 
 
 _SIGNS = {"min": ">=", "above": ">", "max": "<=", "below": "<"}
@@ -546,13 +576,14 @@ def _out_of_range(value, bounds) -> str | None:
     """What the value breaks, as "expected ..."; None when it is within bounds."""
     if value is None or not bounds:
         return None
+    value = _choice(value)  # an enum default (Optuna's Direction.minimize) as its word
     choices = choices_of(bounds)
     numeric = {key: bound for key, bound in numeric_bounds(bounds).items() if bound is not None}
     is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if choices is not None and _is_choice(value, choices):
+        return None
     if choices is not None and not (numeric and is_number):
-        if value in choices:
-            return None
-        words = ", ".join(str(choice) for choice in choices)
+        words = ", ".join(spelled(choice) for choice in choices)
         return f"expected one of {words}" + (" or a number" if numeric else "")
     if not numeric:
         return None
@@ -573,11 +604,19 @@ def _out_of_range(value, bounds) -> str | None:
 # A field's type name -> the words a message says and the Python types that hold it as is.
 _TYPES = {"int": ("an integer", (int,)), "float": ("a number", (int, float)),
           "str": ("a string", (str,)), "bool": ("true or false", (bool,)),
-          "None": ("null", (type(None),))}
+          "None": ("null", (type(None),)), "list": ("a list", (list, ListConfig)),
+          "dict": ("a mapping", (dict, DictConfig))}
+_TYPE_NAMES = {type(None): "None", list: "list", dict: "dict", typing.Any: "Any"}
 
 
 def _type_names(spec: dataclasses.Field) -> list[str]:
-    return [name.strip() for name in str(spec.type).split("|")]
+    """"int | None" -> [int, None]: from the annotation's text (bertkit's schemas), or from
+    the type itself (a Hydra plugin's dataclass, Optional[List[int]] -> [list, None])."""
+    if isinstance(spec.type, str):
+        return [name.strip() for name in spec.type.split("|")]
+    union = typing.get_origin(spec.type) in (typing.Union, types.UnionType)
+    return [_TYPE_NAMES.get(typing.get_origin(kind) or kind, getattr(kind, "__name__", str(kind)))
+            for kind in (typing.get_args(spec.type) if union else (spec.type,))]
 
 
 def expected_type(spec: dataclasses.Field) -> str:
@@ -610,10 +649,11 @@ def _wrong_type(schema: type, spec: dataclasses.Field, value) -> bool:
     return False
 
 
-def _refuse(setting: str, spec: dataclasses.Field, problem: str) -> None:
+def _refuse(setting: str, spec: dataclasses.Field | dict, problem: str) -> None:
     """The one line for a refused value: `setting` (key=value) and the field's own wording of
-    what is expected, or `problem`."""
-    expect = spec.metadata.get("expect")
+    what is expected (its metadata's), or `problem`."""
+    metadata = spec if isinstance(spec, dict) else spec.metadata
+    expect = metadata.get("expect")
     raise BertkitError(f"{setting}: " + (f"expected {expect}" if expect else problem))
 
 
@@ -727,6 +767,147 @@ def schema_field(key: str) -> dataclasses.Field | None:
             if spec is not None:
                 return spec
     return None
+
+
+# ================================================================================================
+# A multirun's launcher and sweeper (hydra.launcher, hydra.sweeper and the nodes inside them:
+# Optuna's sampler, gpu_pack's memory). Each Hydra plugin describes its parameters in the
+# dataclass it registers in ConfigStore, whose types OmegaConf checks as Hydra composes. Their
+# ranges and choices, held here before Hydra instantiates the plugin (bertkit.cli.LaunchCheck;
+# the plugin's own check ends in Hydra's "Error in call to target" lines): bertkit's plugins
+# (hydra_plugins/) declare them in their fields' metadata, as _bounds' (an "interval" text:
+# their modules stay light, Hydra imports them at every start of any app); the plugins that
+# bertkit's presets pick (conf/hydra/launcher/, conf/sweep/) and Hydra's basic sweeper, here,
+# by their dataclass ("module:Class", for it and its subclasses) and field.
+LAUNCH_NODES = ("hydra.launcher", "hydra.sweeper")
+_SUBMITIT = "hydra_plugins.hydra_submitit_launcher.config"
+_OPTUNA = "hydra_plugins.hydra_optuna_sweeper.config"
+PLUGIN_SETTINGS: dict[str, dict[str, dict]] = {
+    "hydra._internal.core_plugins.basic_sweeper:BasicSweeperConf": {
+        "max_batch_size": _bounds(COUNT, "null (every job in one batch) or a positive "
+                                         "number of jobs")},
+    "hydra_plugins.hydra_joblib_launcher.config:JobLibLauncherConf": {
+        # joblib: -1 every core, -2 all but one, ...; 0 means nothing.
+        "n_jobs": _bounds("[1, inf)", "a positive number of jobs at once, or -1 (one per core)",
+                          choices=(-1,)),
+        "prefer": _bounds(choices=("processes", "threads")),
+        "require": _bounds(choices=(None, "sharedmem")),
+        "verbose": _bounds("[0, inf)"),
+        "timeout": _bounds("(0, inf)"),
+        "mmap_mode": _bounds(choices=("r+", "r", "w+", "c"))},
+    f"{_SUBMITIT}:BaseQueueConf": {
+        "timeout_min": _bounds(COUNT), "cpus_per_task": _bounds(COUNT),
+        "gpus_per_node": _bounds("[0, inf)"), "tasks_per_node": _bounds(COUNT),
+        "mem_gb": _bounds("[0, inf)"),  # SLURM's --mem=0: all of a node's memory
+        "nodes": _bounds(COUNT)},
+    f"{_SUBMITIT}:SlurmQueueConf": {
+        "cpus_per_gpu": _bounds(COUNT), "gpus_per_task": _bounds(COUNT),
+        "signal_delay_s": _bounds("[0, inf)"), "max_num_timeout": _bounds("[0, inf)"),
+        "array_parallelism": _bounds(COUNT)},
+    f"{_OPTUNA}:OptunaSweeperConf": {
+        "direction": _bounds(choices=f"{_OPTUNA}:Direction"),
+        "n_trials": _bounds(COUNT), "n_jobs": _bounds(COUNT),
+        "max_failure_rate": _bounds(SHARE)},
+    f"{_OPTUNA}:TPESamplerConfig": {
+        "seed": _bounds(SEED), "prior_weight": _bounds("(0, inf)"),
+        "n_startup_trials": _bounds("[0, inf)"), "n_ei_candidates": _bounds(COUNT)},
+}
+
+
+def _plugin_schemas() -> dict[str, type]:
+    """_target_ -> the dataclass a Hydra plugin registered for it in ConfigStore's hydra/
+    groups: what a node names the plugin by (Optuna's sampler node is typed as the samplers'
+    base class; its _target_ says which sampler, and so which dataclass)."""
+    found: dict[str, type] = {}
+
+    def walk(entries: dict) -> None:
+        for entry in entries.values():
+            if isinstance(entry, dict):
+                walk(entry)
+                continue
+            node = getattr(entry, "node", None)
+            schema = OmegaConf.get_type(node) if isinstance(node, DictConfig) else None
+            target = OmegaConf.select(node, "_target_", throw_on_missing=False, default=None) \
+                if schema is not None else None
+            if dataclasses.is_dataclass(schema) and isinstance(target, str):
+                found.setdefault(target, schema)
+
+    walk(ConfigStore.instance().repo.get("hydra", {}))
+    return found
+
+
+def _plugin_schema(node: DictConfig, schemas: dict[str, type]) -> type | None:
+    target = OmegaConf.select(node, "_target_", throw_on_missing=False, default=None)
+    if isinstance(target, str) and target in schemas:
+        return schemas[target]
+    schema = OmegaConf.get_type(node)
+    return schema if dataclasses.is_dataclass(schema) else None
+
+
+def plugin_bounds(schema: type, spec: dataclasses.Field) -> dict:
+    """A plugin field's ranges and choices: its own metadata, and PLUGIN_SETTINGS' for its
+    dataclass or a base class of it."""
+    metadata = dict(spec.metadata)
+    for kind in reversed(schema.__mro__):
+        metadata.update(PLUGIN_SETTINGS.get(f"{kind.__module__}:{kind.__qualname__}", {})
+                        .get(spec.name, {}))
+    interval = metadata.pop("interval", None)
+    return {**_bounds(interval), **metadata} if interval else metadata
+
+
+def plugin_fields(node: DictConfig, path: str, schemas: dict[str, type] | None = None):
+    """(key, field, its bounds, its node) of each parameter of the plugin at `path`, its
+    nested dataclasses' (gpu_pack's memory, Optuna's sampler) expanded."""
+    schemas = _plugin_schemas() if schemas is None else schemas
+    schema = _plugin_schema(node, schemas)
+    for spec in dataclasses.fields(schema) if schema is not None else ():
+        key = f"{path}.{spec.name}"
+        if spec.name not in node:
+            continue
+        if dataclasses.is_dataclass(spec.type) and isinstance(node.get(spec.name), DictConfig):
+            yield from plugin_fields(node.get(spec.name), key, schemas)
+            continue
+        yield key, spec, plugin_bounds(schema, spec), node
+
+
+def check_launch(cfg: DictConfig) -> None:
+    """A multirun's launcher and sweeper parameters held to their ranges and choices (their
+    types OmegaConf held as Hydra composed), each refusal one line naming the key."""
+    schemas = _plugin_schemas()
+    for path in LAUNCH_NODES:
+        node = OmegaConf.select(cfg, path)
+        if not isinstance(node, DictConfig):
+            continue
+        for key, spec, bounds, parent in plugin_fields(node, path, schemas):
+            if not bounds:
+                continue
+            value = parent.get(spec.name)
+            if bounds.get("each") and isinstance(value, (ListConfig, DictConfig)):
+                items = value.items() if isinstance(value, DictConfig) else enumerate(value)
+                for name, item in items:
+                    problem = _out_of_range(item, bounds)
+                    if problem:
+                        where = f"{key}.{name}" if isinstance(value, DictConfig) \
+                            else f"{key}[{name}]"
+                        _refuse(f"{where}={item!r}", bounds, problem)
+                continue
+            problem = _out_of_range(value, bounds)
+            if problem:
+                _refuse(f"{key}={value!r}{_set_by(parent, spec.name)}", bounds, problem)
+
+
+def composed_field(cause) -> dataclasses.Field | None:
+    """The schema field of a value OmegaConf refused while Hydra composed: bertkit's schema's,
+    or the field of the plugin dataclass that holds it (hydra.launcher.jobs_per_gpu)."""
+    spec = schema_field(cause.full_key)
+    if spec is not None:
+        return spec
+    parent = getattr(cause, "parent_node", None)
+    schema = (_plugin_schema(parent, _plugin_schemas()) if isinstance(parent, DictConfig)
+              else getattr(cause, "object_type", None))
+    if not dataclasses.is_dataclass(schema):
+        return None
+    return next((s for s in dataclasses.fields(schema) if s.name == cause.key), None)
 
 
 register_schemas()

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from hydra.errors import ConfigCompositionException
+from omegaconf import DictConfig, OmegaConf
 from transformers import TrainingArguments
 
 from bertkit import config_schema
@@ -164,3 +165,45 @@ def test_the_schema_is_checked_once_per_job(monkeypatch):
     cfg.seed = -1
     with pytest.raises(BertkitError, match=r"^seed=-1: "):
         check_ranges(cfg)
+
+
+def boolean_choice_fields() -> dict[str, dataclasses.Field]:
+    """key -> field, for every schema field whose choices hold true or false beside words
+    (auto | true | false: pretraining.padding_free, trainer.torch_compile, ...), found by the
+    schema, not by name."""
+    found = {}
+    for path, schema in {**config_schema.SETTINGS, **config_schema.SCHEMAS}.items():
+        for spec in dataclasses.fields(schema):
+            choices = config_schema.choices_of(dict(spec.metadata))
+            if choices and any(isinstance(choice, bool) for choice in choices):
+                found[".".join([*path.replace("*", "x").split("."), spec.name]).lstrip(".")] = spec
+    return found
+
+
+def _config_with(key: str, value) -> DictConfig:
+    """A config holding `key` alone (what check_ranges reads of it)."""
+    node = value
+    for part in reversed(key.split(".")):
+        node = {part: node}
+    return OmegaConf.create(node)
+
+
+def test_boolean_choices_are_found_by_the_schema():
+    assert {"pretraining.padding_free", "trainer.torch_compile", "progress_bars"} <= set(
+        boolean_choice_fields())
+
+
+@pytest.mark.parametrize("key", sorted(boolean_choice_fields()))
+def test_a_boolean_choice_accepts_only_its_own_spelling(key):
+    """0 and 1 were taken for false and true (Python's 1 == True) and a bad word was told
+    "expected one of auto, True, False": now each is refused naming the key, and the choices
+    are spelled as a user types them."""
+    choices = config_schema.choices_of(dict(boolean_choice_fields()[key].metadata))
+    typed = ", ".join({True: "true", False: "false"}.get(choice, choice)
+                      if isinstance(choice, bool) else str(choice) for choice in choices)
+    for value in (0, 1, "yes"):
+        with pytest.raises(BertkitError) as error:
+            check_ranges(_config_with(key, value))
+        assert str(error.value) == f"{key}={value!r}: expected one of {typed}"
+    for value in choices:
+        check_ranges(_config_with(key, value))

@@ -78,7 +78,8 @@ def hub_error(what: str, name: str, key: str, err: Exception) -> BertkitError:
     first_line = str(err).splitlines()[0] if str(err) else type(err).__name__
     return BertkitError(
         f"{key}={name}: could not load the {what} ({first_line}). Without network, give a "
-        f"local directory (a saved checkpoint, or one holding a WordPiece vocab.txt)"
+        f"local directory (a saved checkpoint, or one holding a WordPiece vocab.txt or "
+        f"tokenizer.json)"
     )
 
 
@@ -225,22 +226,53 @@ def check_special_tokens(tokenizer: PreTrainedTokenizerBase, name: str, job: str
             f"the model; add {'them' if len(missing) > 1 else 'it'} to the vocabulary")
 
 
+# tokenizer_config.json's tokenizer_class values that name no tokenizer of a model: the generic
+# backend (transformers 5) and its older name. AutoTokenizer gives such a folder, or one naming
+# no class, no special-token roles and no token_type_ids (a pair's segment B read as A).
+GENERIC_TOKENIZER_CLASSES = ("TokenizersBackend", "PreTrainedTokenizerFast")
+
+
+def _wordpiece_file(folder: Path) -> bool:
+    """The folder's vocabulary is WordPiece (BERT's): tokenizer.json's model, else vocab.txt."""
+    if (folder / "tokenizer.json").is_file():
+        spec = read_json(folder / "tokenizer.json")
+        return isinstance(spec.get("model"), dict) and spec["model"].get("type") == "WordPiece"
+    return (folder / "vocab.txt").is_file()
+
+
+def tokenizer_loader(folder: Path):
+    """BertTokenizerFast for a folder holding a WordPiece vocabulary that names no tokenizer
+    class of its own (vocab.txt or tokenizer.json alone, or beside a tokenizer_config.json or
+    config.json that names none): BERT's special tokens and token types, as for Google's
+    vocab.txt. AutoTokenizer for a folder that names its class (a saved tokenizer or model),
+    which it reads as that class."""
+    settings_file = folder / TOKENIZER_CONFIG_FILE
+    settings = read_json(settings_file) if settings_file.is_file() else {}
+    named = settings.get("tokenizer_class")
+    if settings.get("auto_map") or (named and named not in GENERIC_TOKENIZER_CLASSES):
+        return AutoTokenizer
+    if not named and (folder / CONFIG_NAME).is_file():  # the model type names the class
+        return AutoTokenizer
+    return BertTokenizerFast if _wordpiece_file(folder) else AutoTokenizer
+
+
 def load_tokenizer(model: DictConfig, job: str = "finetuning") -> PreTrainedTokenizerBase:
-    """A directory holding only vocab.txt (Google's layout) is read as a BERT WordPiece vocab;
-    the special tokens `job` uses (JOB_TOKENS) must be in the vocabulary."""
+    """The tokenizer of model.tokenizer, read as tokenizer_loader says; the special tokens
+    `job` uses (JOB_TOKENS) must be in the vocabulary."""
     check_local_files(model)
     if OmegaConf.is_missing(model, "tokenizer") or model.tokenizer is None:
         raise BertkitError("model.tokenizer is not set: give a Hub id or a directory holding "
-                           "a WordPiece vocab.txt")
+                           "a WordPiece vocab.txt or tokenizer.json")
     name = str(model.tokenizer)
-    path = Path(name)
-    if path.is_dir() and not (path / "tokenizer.json").is_file() \
-            and not (path / "tokenizer_config.json").is_file():
-        if not (path / "vocab.txt").is_file():
-            raise BertkitError(f"model.tokenizer={name}: the directory has no vocab.txt")
-        loader = BertTokenizerFast
-    elif path.is_file():
+    path = Path(name).expanduser()
+    if path.is_file():
         raise BertkitError(f"model.tokenizer={name}: expected a directory or a Hub id, got a file")
+    if path.is_dir():
+        if not any((path / file_name).is_file() for file_name in
+                   ("vocab.txt", "tokenizer.json", TOKENIZER_CONFIG_FILE)):
+            raise BertkitError(f"model.tokenizer={name}: the directory has no vocab.txt or "
+                               f"tokenizer.json")
+        loader = tokenizer_loader(path)
     else:
         loader = AutoTokenizer
     tokenizer = from_pretrained(loader, name, "model.tokenizer", "tokenizer",

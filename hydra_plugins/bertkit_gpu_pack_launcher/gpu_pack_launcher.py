@@ -49,26 +49,30 @@ log = logging.getLogger("bertkit")
 GIB = 1024**3
 
 
+# Each parameter's range ("interval", as bertkit.config_schema writes them) and the message's
+# wording ("expect"): bertkit checks them before Hydra instantiates the launcher
+# (bertkit.config_schema.check_launch), as one line naming the key.
 @dataclass
 class MemoryEstimateConf:
     # Bytes each parameter holds in training: fp32 weights (4), gradients (4), AdamW's two
     # moments (8). Other optimizers hold less (SGD with momentum: 12).
-    bytes_per_parameter: float = 16.0
+    bytes_per_parameter: float = field(default=16.0, metadata={"interval": "(0, inf)"})
     # Activation values kept for the backward pass, per token, per layer, per hidden unit:
     # Korthikanti et al. 2022 (arXiv 2205.05198, eq. 1) count 34 bytes at 16 bits, i.e. 17
     # values, for a transformer layer with a 4x hidden MLP when the attention scores are not
     # stored (fused attention); each value 2 bytes under mixed precision, 4 in fp32.
-    activation_values_per_hidden_unit: float = 17.0
+    activation_values_per_hidden_unit: float = field(default=17.0,
+                                                     metadata={"interval": "(0, inf)"})
     # Held by each job's process whatever it trains: the CUDA context (about 0.5 GiB),
     # cuBLAS/cuDNN workspaces and the caching allocator's reserve.
-    process_overhead_gib: float = 1.0
+    process_overhead_gib: float = field(default=1.0, metadata={"interval": "[0, inf)"})
     # A job's sequence length: the longest of these keys it has.
     sequence_length_keys: List[str] = field(default_factory=lambda: [  # noqa: UP006
         "task.max_seq_length", "pretraining.max_seq_length",
         "pretraining.long_phase.max_seq_length"])
     # Sequences per example by task.family (SWAG feeds each example's four endings).
     sequences_per_example: Dict[str, int] = field(  # noqa: UP006
-        default_factory=lambda: {"swag": 4})
+        default_factory=lambda: {"swag": 4}, metadata={"interval": "[1, inf)", "each": True})
 
 
 @dataclass
@@ -76,13 +80,16 @@ class GpuPackLauncherConf:
     _target_: str = (
         "hydra_plugins.bertkit_gpu_pack_launcher.gpu_pack_launcher.GpuPackLauncher")
     # Jobs sharing one GPU at once; on a CPU-only machine, jobs at once.
-    jobs_per_gpu: int = 2
+    jobs_per_gpu: int = field(default=2, metadata={
+        "interval": "[1, inf)", "expect": "a number of jobs sharing one GPU, 1 or more"})
     # Which of the visible GPUs (indices into CUDA_VISIBLE_DEVICES, or all the machine's):
     # null: every one.
-    gpus: Optional[List[int]] = None  # noqa: UP006, UP045
+    gpus: Optional[List[int]] = field(default=None, metadata={  # noqa: UP006, UP045
+        "interval": "[0, inf)", "each": True, "expect": "GPU indices, 0 or more"})
     # The memory a packing may fill on each GPU, in GiB: null asks each GPU for its free
     # memory (on a CPU: no check); a number checks against it, on a CPU too.
-    device_memory_gib: Optional[float] = None  # noqa: UP045
+    device_memory_gib: Optional[float] = field(default=None, metadata={  # noqa: UP045
+        "interval": "(0, inf)", "expect": "GiB above 0, or null to ask each GPU"})
     memory: MemoryEstimateConf = field(default_factory=MemoryEstimateConf)
 
 
@@ -201,15 +208,6 @@ def run_packed_job(idx: int, overrides: Sequence[str], hydra_context, config: Di
 class GpuPackLauncher(Launcher):
     def __init__(self, jobs_per_gpu: int, gpus: Optional[List[int]],  # noqa: UP006, UP045
                  device_memory_gib: Optional[float], memory: DictConfig) -> None:  # noqa: UP045
-        from bertkit.errors import BertkitError
-
-        if isinstance(jobs_per_gpu, bool) or not isinstance(jobs_per_gpu, int) \
-                or jobs_per_gpu < 1:
-            raise BertkitError(f"hydra.launcher.jobs_per_gpu={jobs_per_gpu!r}: expected a "
-                               f"number of jobs sharing one GPU, 1 or more")
-        if device_memory_gib is not None and not device_memory_gib > 0:
-            raise BertkitError(f"hydra.launcher.device_memory_gib={device_memory_gib!r}: "
-                               f"expected GiB above 0, or null to ask each GPU")
         self.jobs_per_gpu = jobs_per_gpu
         self.gpus = None if gpus is None else list(gpus)
         self.device_memory_gib = device_memory_gib

@@ -40,6 +40,8 @@ from bertkit.sweeps.halving import (
 log = logging.getLogger("bertkit")
 
 
+# A parameter's range ("interval", as bertkit.config_schema writes them) and the message's
+# wording ("expect"): checked before Hydra instantiates the sweeper (check_launch).
 @dataclass
 class SuccessiveHalvingSweeperConf:
     _target_: str = (
@@ -48,9 +50,13 @@ class SuccessiveHalvingSweeperConf:
     # line (task=rte,mrpc) form separate brackets, replicate keys are averaged over.
     params: Optional[Dict[str, str]] = None  # noqa: UP006, UP045
     # After each rung the best 1/eta configurations of a bracket go on.
-    eta: float = 2.0
+    eta: float = field(default=2.0, metadata={
+        "interval": "(1, inf)",
+        "expect": "a number above 1 (the best 1/eta of the configurations go on after each "
+                  "rung)"})
     # Share of each job's schedule trained in the first rung; it grows eta-fold per rung.
-    min_fraction: float = 0.25
+    min_fraction: float = field(default=0.25, metadata={
+        "interval": "(0, 1]", "expect": "a share of the schedule in (0, 1]"})
     replicate_keys: List[str] = field(default_factory=lambda: ["seed"])  # noqa: UP006
     greater_is_better: bool = True
     # Deleted from a job's directory once it is stopped (its scores stay): [] keeps them.
