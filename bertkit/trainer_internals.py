@@ -71,3 +71,11 @@ def restore_loss_sums(trainer, sums: dict) -> None:
 def drained_loss_sum(trainer) -> float:
     """The training-loss sum drained so far (after training: over every step it ran)."""
     return float(trainer._total_loss_scalar)
+
+
+def average_loss_window(trainer) -> None:
+    """Each process's training-loss sum since the last logging step, replaced by its mean over
+    the processes: the logged loss (Trainer's mean over processes of each one's window) stays
+    the same, and any one process's window is now what a resumed run must carry."""
+    trainer._tr_loss = trainer.accelerator.reduce(trainer._tr_loss.detach().clone(),
+                                                  reduction="mean")

@@ -62,11 +62,29 @@ class PretrainingTrainer(BertkitTrainer):
                 "longest_in_window": int(self._longest_in_window),
                 "run_tokens": {name: value.item() for name, value in self._run_tokens.items()}}
 
+    def gather_running_totals(self) -> None:
+        """The log window's statistics are summed over processes when logged: before a save,
+        the main process takes the sums of all (the others none), so that the checkpoint it
+        saves carries the whole window and the next log line is unchanged."""
+        super().gather_running_totals()
+        if not self._window:
+            return
+        names = sorted(self._window)
+        sums = self.accelerator.reduce(torch.stack([self._window[name] for name in names]),
+                                       reduction="sum")
+        if not self.accelerator.is_main_process:
+            sums = torch.zeros_like(sums)
+        self._window = dict(zip(names, sums, strict=True))
+        longest = torch.tensor(float(self._longest_in_window), device=sums.device)
+        self._longest_in_window = int(self.accelerator.reduce(longest, reduction="max").item())
+
     def restore_running_totals(self, totals: dict) -> None:
         super().restore_running_totals(totals)
         device = self.args.device
+        # The window's statistics on the main process only: they are summed over processes.
+        statistics = totals.get("statistics", {}) if self.accelerator.is_main_process else {}
         self._window = {name: torch.tensor(value, dtype=torch.float64, device=device)
-                        for name, value in totals.get("statistics", {}).items()}
+                        for name, value in statistics.items()}
         self._longest_in_window = int(totals.get("longest_in_window", 0))
         self._run_tokens = {name: torch.tensor(value, dtype=torch.float64, device=device)
                             for name, value in totals.get("run_tokens", {}).items()}

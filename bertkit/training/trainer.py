@@ -28,7 +28,13 @@ from transformers.trainer_utils import (
 
 from bertkit.data.atomic_files import follow_umask, write_text_atomic
 from bertkit.errors import BertkitError
-from bertkit.trainer_internals import drained_loss_sum, loss_sums, put_last, restore_loss_sums
+from bertkit.trainer_internals import (
+    average_loss_window,
+    drained_loss_sum,
+    loss_sums,
+    put_last,
+    restore_loss_sums,
+)
 from bertkit.training.model_card import CARD_FILE
 from bertkit.training.static_shapes import (
     PAST_WINDOW,
@@ -223,6 +229,8 @@ class FlushAtLoggingSteps(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         if control.should_save and not control.should_log:
             self.trainer.flush_step_counters()
+        if control.should_save and self.trainer.accelerator.num_processes > 1:
+            self.trainer.gather_running_totals()
         return control
 
     def on_train_end(self, args, state, control, **kwargs):
@@ -481,6 +489,14 @@ class BertkitTrainer(Trainer):
     def restore_running_totals(self, totals: dict) -> None:
         """Puts back what running_totals saved, as train() begins from that checkpoint."""
         restore_loss_sums(self, totals["loss"])
+
+    def gather_running_totals(self) -> None:
+        """Under DDP, before a save (every process): the main process saves the checkpoint's
+        totals alone, so it is made to hold what the log line would read from all of them.
+        The training loss's window is logged as its mean over processes: each process holds
+        that mean from here on (the line it logs is unchanged), and a resume puts it back on
+        every process."""
+        average_loss_window(self)
 
     def whole_run_loss(self) -> float | None:
         """The mean training loss over every step of the run, resumes included (Trainer's own

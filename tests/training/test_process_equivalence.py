@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -66,20 +67,23 @@ def test_every_family_has_a_case():
     assert set(FAMILIES) <= set(TINY_DATA) and set(FAMILIES) <= set(CASES)
 
 
-def _run(overrides: list[str], run_dir: Path, processes: int) -> None:
+def _run(overrides: list[str], run_dir: Path, processes: int, **settings) -> None:
+    """The tiny run of `overrides` on `processes` at the global batch (`settings`: the
+    trainer.* and other keys that differ from this module's)."""
     env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
     launcher = [sys.executable, "-m", "bertkit"] if processes == 1 else [
         sys.executable, "-m", "torch.distributed.run", "--standalone",
         f"--nproc_per_node={processes}", "-m", "bertkit"]
-    batch = GLOBAL_BATCH // processes
-    command = [*launcher, *overrides, "logger=none", "model.hidden_dropout_prob=0",
-               "model.attention_probs_dropout_prob=0", f"trainer.max_steps={STEPS}",
-               "trainer.logging_steps=1", "trainer.learning_rate=1e-3",
-               "trainer.save_strategy=steps", f"trainer.save_steps={STEPS}",
-               f"trainer.per_device_train_batch_size={batch}",
-               "trainer.per_device_eval_batch_size=4", f"hydra.run.dir={run_dir}"]
+    common = {"logger": "none", "model.hidden_dropout_prob": 0,
+              "model.attention_probs_dropout_prob": 0, "trainer.max_steps": STEPS,
+              "trainer.logging_steps": 1, "trainer.learning_rate": 1e-3,
+              "trainer.save_strategy": "steps", "trainer.save_steps": STEPS,
+              "trainer.per_device_train_batch_size": GLOBAL_BATCH // processes,
+              "trainer.per_device_eval_batch_size": 4, "hydra.run.dir": run_dir}
     if "recipe=pretrain" not in overrides:  # an evaluation loss in the log (pretraining has
-        command += ["trainer.eval_strategy=steps", f"trainer.eval_steps={STEPS}"]  # its own)
+        common.update({"trainer.eval_strategy": "steps", "trainer.eval_steps": STEPS})  # its own)
+    common.update(settings)
+    command = [*launcher, *overrides, *(f"{key}={value}" for key, value in common.items())]
     result = subprocess.run(command, cwd=run_dir.parent, env=env, capture_output=True,
                             text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -146,3 +150,39 @@ def test_two_processes_equal_one(case, tmp_path):
     # The figures of docs/scale.md (pytest -s shows them).
     print(f"{case}: {len(_differences)} values, largest relative difference "
           f"{max(_differences):.1e}")
+
+
+# A run on 2 processes resumed from a checkpoint inside a logging window records what the
+# uninterrupted 2-process run records (docs/reliability.md, "Resumed runs record what the
+# uninterrupted run records"): the main process saves the checkpoint alone, so it must carry
+# what the log line reads from every process. Killing the run right after checkpoint-2 leaves
+# the same checkpoint as the finished run's checkpoint-2, so the resume starts from a copy.
+RESUME_STEPS = {"trainer.max_steps": 6, "trainer.eval_steps": 6, "trainer.save_strategy": "steps",
+                "trainer.save_steps": 2, "trainer.save_total_limit": 3,
+                "trainer.logging_steps": 3}
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+@pytest.mark.parametrize("case", ["glue", "pretraining"])
+def test_two_processes_resumed_inside_a_logging_window_record_the_uninterrupted_run(
+        case, tmp_path):
+    from tests.training.test_resume import leaves, untimed
+
+    overrides = CASES[case](tmp_path)
+    reference, resumed = tmp_path / "reference", tmp_path / "resumed"
+    _run(overrides, reference, PROCESSES, **RESUME_STEPS)
+    (resumed / "checkpoints").mkdir(parents=True)
+    shutil.copytree(reference / "checkpoints" / "checkpoint-2",
+                    resumed / "checkpoints" / "checkpoint-2")
+    _run(overrides, resumed, PROCESSES, resume="true", **RESUME_STEPS)
+
+    def record(run_dir: Path) -> dict:
+        metrics = json.loads((run_dir / "metrics.json").read_text())
+        return {key: value.replace(str(run_dir), "<run>") if isinstance(value, str) else value
+                for key, value in leaves(untimed(metrics)).items()}
+
+    expected, found = record(reference), record(resumed)
+    differing = {key: (expected.get(key), found.get(key)) for key in expected.keys() | found
+                 if expected.get(key) != found.get(key)}
+    assert differing == {}
