@@ -19,15 +19,17 @@ import sys
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 from bertkit.tasks import FAMILIES
 from tests.family_fixtures import TINY_DATA, tiny_family_run
 from tests.glue_fixtures import WORDS, write_glue_task
+from tests.training.run_jobs import ERROR_FILE
 
 STEPS = 4
 GLOBAL_BATCH = 8
 PROCESSES = 2
-RELATIVE = 1e-3  # measured: at most about 1e-6 (pytest -s prints each case's)
+RELATIVE = 1e-3  # measured: at most 1.6e-5 (pytest -s prints each case's)
 # The training set is one epoch of the steps, the dev set whole evaluation batches on each
 # process (accelerate would repeat examples to even out a short last batch).
 SIZES = (STEPS * GLOBAL_BATCH, 16, 8)
@@ -67,26 +69,98 @@ def test_every_family_has_a_case():
     assert set(FAMILIES) <= set(TINY_DATA) and set(FAMILIES) <= set(CASES)
 
 
-def _run(overrides: list[str], run_dir: Path, processes: int, **settings) -> None:
-    """The tiny run of `overrides` on `processes` at the global batch (`settings`: the
-    trainer.* and other keys that differ from this module's)."""
-    env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
-    launcher = [sys.executable, "-m", "bertkit"] if processes == 1 else [
-        sys.executable, "-m", "torch.distributed.run", "--standalone",
-        f"--nproc_per_node={processes}", "-m", "bertkit"]
+REPOSITORY = Path(__file__).resolve().parents[2]
+# A run on 2 processes resumed from a checkpoint inside a logging window records what the
+# uninterrupted 2-process run records (docs/reliability.md, "Resumed runs record what the
+# uninterrupted run records"): the main process saves the checkpoint alone, so it must carry
+# what the log line reads from every process. Killing the run right after checkpoint-2 leaves
+# the same checkpoint as the finished run's checkpoint-2, so the resume starts from a copy.
+RESUME_CASES = ("glue", "pretraining")
+RESUME_STEPS = {"trainer.max_steps": 6, "trainer.eval_steps": 6,
+                "trainer.save_strategy": "steps", "trainer.save_steps": 2,
+                "trainer.save_total_limit": 3, "trainer.logging_steps": 3}
+
+
+def _job(overrides: list[str], run_dir: Path, processes: int, **settings) -> dict:
+    """The tiny run of `overrides` on `processes` at the global batch (`settings`: the keys
+    that differ from this module's)."""
     common = {"logger": "none", "model.hidden_dropout_prob": 0,
               "model.attention_probs_dropout_prob": 0, "trainer.max_steps": STEPS,
               "trainer.logging_steps": 1, "trainer.learning_rate": 1e-3,
               "trainer.save_strategy": "steps", "trainer.save_steps": STEPS,
               "trainer.per_device_train_batch_size": GLOBAL_BATCH // processes,
-              "trainer.per_device_eval_batch_size": 4, "hydra.run.dir": run_dir}
+              "trainer.per_device_eval_batch_size": 4}
     if "recipe=pretrain" not in overrides:  # an evaluation loss in the log (pretraining has
         common.update({"trainer.eval_strategy": "steps", "trainer.eval_steps": STEPS})  # its own)
     common.update(settings)
-    command = [*launcher, *overrides, *(f"{key}={value}" for key, value in common.items())]
-    result = subprocess.run(command, cwd=run_dir.parent, env=env, capture_output=True,
-                            text=True, timeout=600)
+    return {"overrides": [*overrides, *(f"{key}={value}" for key, value in common.items())],
+            "run_dir": str(run_dir)}
+
+
+def _launch(jobs: list[dict], processes: int, root: Path) -> None:
+    """Every job in one launch (tests/training/run_jobs.py): a process, or torchrun's."""
+    jobs_file = root / f"jobs-{processes}-{len(list(root.glob('jobs-*')))}.json"
+    jobs_file.write_text(json.dumps(jobs))
+    launcher = [sys.executable] if processes == 1 else [
+        sys.executable, "-m", "torch.distributed.run", "--standalone",
+        f"--nproc_per_node={processes}"]
+    env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1",
+           "BERTKIT_CACHE": str(root / "bertkit-cache")}
+    result = subprocess.run([*launcher, "-m", "tests.training.run_jobs", str(jobs_file)],
+                            cwd=REPOSITORY, env=env, capture_output=True, text=True,
+                            timeout=1200)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> Path:
+    """Every case on one process and on two, and the 2-process resumes: three launches in all,
+    read by every test of this module, once per pytest session: under pytest-xdist the
+    workers share them through the session's common temporary directory, the first one to
+    take the lock running them. root/<case>/processes-<n>/, root/resume-<case>/."""
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent
+    root = shared / "process-equivalence"
+    with FileLock(str(root) + ".lock"):
+        if not (root / "done").is_file():
+            shutil.rmtree(root, ignore_errors=True)
+            root.mkdir()
+            _run_every_case(root)
+            (root / "done").touch()
+    return root
+
+
+def _run_every_case(root: Path) -> None:
+    launches: dict[int, list[dict]] = {1: [], PROCESSES: []}
+    overrides = {}
+    for case, make in CASES.items():
+        (root / case).mkdir()
+        overrides[case] = make(root / case)
+        for processes in launches:
+            launches[processes].append(_job(overrides[case], root / case /
+                                            f"processes-{processes}", processes))
+    for case in RESUME_CASES:
+        launches[PROCESSES].append(_job(overrides[case], root / f"resume-{case}" / "reference",
+                                        PROCESSES, **RESUME_STEPS))
+    for processes, jobs in launches.items():
+        _launch(jobs, processes, root)
+    resumes = []
+    for case in RESUME_CASES:
+        reference, resumed = (root / f"resume-{case}" / name for name in ("reference",
+                                                                         "resumed"))
+        if (reference / "checkpoints" / "checkpoint-2").is_dir():
+            shutil.copytree(reference / "checkpoints" / "checkpoint-2",
+                            resumed / "checkpoints" / "checkpoint-2")
+        resumes.append(_job(overrides[case], resumed, PROCESSES, resume="true",
+                            **RESUME_STEPS))
+    _launch(resumes, PROCESSES, root)
+
+
+def _finished(run_dir: Path) -> Path:
+    error = run_dir / ERROR_FILE
+    assert not error.exists(), error.read_text()[-3000:]
+    return run_dir
 
 
 def _record(run_dir: Path) -> dict:
@@ -120,14 +194,9 @@ def _close(one: float, two: float) -> bool:
 @pytest.mark.slow
 @pytest.mark.distributed
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_two_processes_equal_one(case, tmp_path):
-    overrides = CASES[case](tmp_path)
-    records = {}
-    for processes in (1, PROCESSES):
-        run_dir = tmp_path / f"processes-{processes}"
-        _run(overrides, run_dir, processes)
-        records[processes] = _record(run_dir)
-    one, two = records[1], records[PROCESSES]
+def test_two_processes_equal_one(case, runs):
+    one, two = (_record(_finished(runs / case / f"processes-{processes}"))
+                for processes in (1, PROCESSES))
     _differences.clear()
     shown = json.dumps({"one": one, "two": two}, indent=1, default=str)
 
@@ -152,30 +221,16 @@ def test_two_processes_equal_one(case, tmp_path):
           f"{max(_differences):.1e}")
 
 
-# A run on 2 processes resumed from a checkpoint inside a logging window records what the
-# uninterrupted 2-process run records (docs/reliability.md, "Resumed runs record what the
-# uninterrupted run records"): the main process saves the checkpoint alone, so it must carry
-# what the log line reads from every process. Killing the run right after checkpoint-2 leaves
-# the same checkpoint as the finished run's checkpoint-2, so the resume starts from a copy.
-RESUME_STEPS = {"trainer.max_steps": 6, "trainer.eval_steps": 6, "trainer.save_strategy": "steps",
-                "trainer.save_steps": 2, "trainer.save_total_limit": 3,
-                "trainer.logging_steps": 3}
-
-
 @pytest.mark.slow
 @pytest.mark.distributed
-@pytest.mark.parametrize("case", ["glue", "pretraining"])
+@pytest.mark.parametrize("case", RESUME_CASES)
 def test_two_processes_resumed_inside_a_logging_window_record_the_uninterrupted_run(
-        case, tmp_path):
+        case, runs):
     from tests.training.test_resume import leaves, untimed
 
-    overrides = CASES[case](tmp_path)
-    reference, resumed = tmp_path / "reference", tmp_path / "resumed"
-    _run(overrides, reference, PROCESSES, **RESUME_STEPS)
-    (resumed / "checkpoints").mkdir(parents=True)
-    shutil.copytree(reference / "checkpoints" / "checkpoint-2",
-                    resumed / "checkpoints" / "checkpoint-2")
-    _run(overrides, resumed, PROCESSES, resume="true", **RESUME_STEPS)
+    reference, resumed = (_finished(runs / f"resume-{case}" / name)
+                          for name in ("reference", "resumed"))
+    assert (resumed / "checkpoints" / "checkpoint-6").is_dir()
 
     def record(run_dir: Path) -> dict:
         metrics = json.loads((run_dir / "metrics.json").read_text())
