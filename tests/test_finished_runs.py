@@ -23,6 +23,8 @@ from bertkit.errors import BertkitError
 from bertkit.jobs import (
     FINISHED,
     JOBS,
+    RUN_CONFIG_FILE,
+    SCHEDULE_KEYS,
     SET_ASIDE,
     check_finished_run,
     finished_message,
@@ -149,6 +151,32 @@ def test_resume_on_a_finished_run_leaves_it_as_it_is_and_returns_its_result(job,
         assert check_finished_run(cfg, unfinished) is None
 
 
+@pytest.mark.parametrize("job", [name for name, job in JOBS.items() if job.resumes])
+def test_resume_with_a_longer_schedule_continues_a_finished_run(job, tmp_path):
+    """A finished run's config.yaml holds its schedule (SCHEDULE_KEYS): resumed with the same
+    or a shorter one, nothing is left to do; with a longer one, it is continued to the new
+    end (training a finished run on, as the time-budget tests do)."""
+    finished = job_config(job)
+    run_dir = write_files(tmp_path / "run", {
+        **RUN_FILES, "metrics.json": "{}", RUN_CONFIG_FILE: OmegaConf.to_yaml(finished)})
+    steps = max(int(finished.trainer.max_steps), 4)
+    OmegaConf.update(finished, "trainer.max_steps", steps)
+    (run_dir / RUN_CONFIG_FILE).write_text(OmegaConf.to_yaml(finished))
+    for key in SCHEDULE_KEYS:  # the schedule is read from the run's config, every key
+        assert OmegaConf.select(finished, key, default="absent") != "absent", key
+    def check(resume: str, steps: int):
+        return check_finished_run(job_config(job, f"resume={resume}",
+                                             f"trainer.max_steps={steps}"), run_dir)
+
+    for resume in ("true", "auto"):
+        assert check(resume, steps) == FINISHED
+        assert check(resume, steps - 1) == FINISHED  # shorter: nothing to do
+        assert check(resume, steps + 2) is None  # longer: continued
+    (run_dir / RUN_CONFIG_FILE).unlink()  # no record of its schedule: finished for any
+    assert check_finished_run(job_config(job, "resume=true", f"trainer.max_steps={steps + 2}"),
+                              run_dir) == FINISHED
+
+
 def test_the_registry_names_the_file_each_benchmark_writes():
     for name, job in JOBS.items():
         if name.startswith("bench_"):
@@ -245,8 +273,9 @@ def assert_refused(result: subprocess.CompletedProcess, run_dir: Path) -> None:
     assert "Traceback" not in result.stdout + result.stderr
     assert result.stderr.strip().splitlines()[-1] == (
         f"bertkit: error: {run_dir} holds a finished run (metrics.json): give "
-        f"hydra.run.dir=<another directory>, resume=true to continue it from its newest "
-        f"checkpoint, or overwrite=true to write over it")
+        f"hydra.run.dir=<another directory>, resume=true with a longer schedule "
+        f"(trainer.max_steps, trainer.num_train_epochs or budget.minutes) to train it on, or "
+        f"overwrite=true to write over it")
 
 
 @pytest.mark.slow

@@ -103,8 +103,9 @@ def check_finished_run(cfg: DictConfig, run_dir: Path, keep: frozenset[str] = fr
       the job reuses its own finished runs;
     - SET_ASIDE: overwrite=true and an earlier run is there, finished or not (with resume
       true|auto, only a finished one: an unfinished run is continued);
-    - FINISHED: resume=true|auto for a job that resumes, and its run is finished: nothing is
-      left to do.
+    - FINISHED: resume=true|auto for a job that resumes, and its run is finished for the
+      schedule asked (extends_schedule): nothing is left to do. A longer schedule than the
+      finished run's (a larger trainer.max_steps, say) continues it: START.
 
     Refuses a finished run otherwise, in one line naming the run and the ways on, and
     overwrite=true with resume=true on a finished run (the two ask opposite things)."""
@@ -122,15 +123,44 @@ def check_finished_run(cfg: DictConfig, run_dir: Path, keep: frozenset[str] = fr
     if overwrite:
         return SET_ASIDE
     if resuming:
-        return FINISHED
+        return START if extends_schedule(cfg, run_dir) else FINISHED
     if job.reuses_its_runs and found == job.result_file:
         return START
     sweep = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
     ways = [f"{'hydra.sweep.dir' if sweep else 'hydra.run.dir'}=<another directory>",
-            *(["resume=true to continue it from its newest checkpoint"] if job.resumes else []),
+            *(["resume=true with a longer schedule (trainer.max_steps, "
+               "trainer.num_train_epochs or budget.minutes) to train it on"]
+              if job.resumes else []),
             "overwrite=true to write over it"]
     raise BertkitError(f"{run_dir} holds a finished run ({found}): give "
                        f"{', '.join(ways[:-1])}, or {ways[-1]}")
+
+
+# The settings that say how long a run trains: a finished run resumed with a longer schedule
+# (each of these as long or longer, one longer) is continued to the new end.
+SCHEDULE_KEYS = ("trainer.max_steps", "trainer.num_train_epochs", "budget.minutes")
+RUN_CONFIG_FILE = "config.yaml"  # the run's resolved settings (bertkit.training.run)
+
+
+def extends_schedule(cfg: DictConfig, run_dir: Path) -> bool:
+    """Whether cfg asks a finished run in run_dir to train longer than it did: its schedule
+    (SCHEDULE_KEYS) differs from the run's config.yaml and is nowhere shorter. A run whose
+    config.yaml is missing or unreadable is taken as finished for any schedule."""
+    try:
+        finished = OmegaConf.load(Path(run_dir) / RUN_CONFIG_FILE)
+    except Exception:  # noqa: BLE001 - missing, cut or not YAML: nothing to compare with
+        return False
+    longer = False
+    for key in SCHEDULE_KEYS:
+        old, new = (OmegaConf.select(node, key, default=None) for node in (finished, cfg))
+        if old == new:
+            continue
+        numbers = all(isinstance(value, (int, float)) and not isinstance(value, bool)
+                      and value > 0 for value in (old, new))
+        if not numbers or new < old:  # another kind of schedule, or a shorter one
+            return False
+        longer = True
+    return longer
 
 
 def holds_earlier_run(run_dir: Path, keep: frozenset[str] = frozenset()) -> bool:
@@ -158,7 +188,8 @@ def launch_files(run_dir: Path) -> frozenset[str]:
     if not HydraConfig.initialized():
         return frozenset()
     hydra_cfg = HydraConfig.get()
-    if Path(hydra_cfg.runtime.output_dir).resolve() != Path(run_dir).resolve():
+    output_dir = OmegaConf.select(hydra_cfg, "runtime.output_dir", default=None)
+    if output_dir is None or Path(output_dir).resolve() != Path(run_dir).resolve():
         return frozenset()
     names = {str(hydra_cfg.output_subdir)} if hydra_cfg.output_subdir is not None else set()
     for handler in logging.getLogger().handlers:
