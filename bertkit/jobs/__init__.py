@@ -123,7 +123,8 @@ def check_finished_run(cfg: DictConfig, run_dir: Path, keep: frozenset[str] = fr
     if overwrite:
         return SET_ASIDE
     if resuming:
-        return START if extends_schedule(cfg, run_dir) else FINISHED
+        cut_short = found == METRICS_FILE and stopped_by_train_fraction(run_dir / found)
+        return START if cut_short or extends_schedule(cfg, run_dir) else FINISHED
     if job.reuses_its_runs and found == job.result_file:
         return START
     sweep = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
@@ -140,6 +141,17 @@ def check_finished_run(cfg: DictConfig, run_dir: Path, keep: frozenset[str] = fr
 # (each of these as long or longer, one longer) is continued to the new end.
 SCHEDULE_KEYS = ("trainer.max_steps", "trainer.num_train_epochs", "budget.minutes")
 RUN_CONFIG_FILE = "config.yaml"  # the run's resolved settings (bertkit.training.run)
+
+
+def stopped_by_train_fraction(metrics_file: Path) -> bool:
+    """Whether a metrics.json records a run that train_fraction stopped before the end of its
+    schedule (train.complete false): resume=true continues it (successive halving's rungs)."""
+    try:
+        record = read_json(metrics_file, expect=dict)
+    except BertkitError:
+        return False
+    train = record.get("train")
+    return isinstance(train, dict) and train.get("complete") is False
 
 
 def extends_schedule(cfg: DictConfig, run_dir: Path) -> bool:

@@ -240,15 +240,23 @@ def scan_checkpoints(output_dir: str | Path, *, weights_only: bool = False) -> C
 # time the disk takes to hold what Trainer wrote. fsync_checkpoints=false turns it off
 # (conf/config.yaml).
 
-def fsync_path(path: Path) -> None:
-    """fsync one file or folder (a folder's entries: the names of the files in it)."""
-    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if path.is_dir() else 0))
+def fsync_path(path: Path) -> bool:
+    """fsync one file or folder (a folder's entries: the names of the files in it); False for
+    one gone since the folder was listed. Under DDP every process fsyncs the checkpoint while
+    the main process may still be writing a file of its own into it atomically (its training
+    clock: a temporary file renamed into place), so a name listed a moment ago may be gone:
+    the process that wrote it fsyncs it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if path.is_dir() else 0))
+    except FileNotFoundError:
+        return False
     try:
         os.fsync(fd)
     except OSError as err:  # some filesystems refuse fsync on a folder (EINVAL)
         logger.debug("fsync %s: %s", path, err)
     finally:
         os.close(fd)
+    return True
 
 
 def fsync_tree(folder: Path) -> int:
@@ -257,8 +265,7 @@ def fsync_tree(folder: Path) -> int:
     files = 0
     for root, _, names in os.walk(folder, topdown=False):
         for name in names:
-            fsync_path(Path(root) / name)
-            files += 1
+            files += fsync_path(Path(root) / name)
         fsync_path(Path(root))
     fsync_path(folder.parent)
     return files

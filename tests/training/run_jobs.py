@@ -1,13 +1,16 @@
 """Runs several bertkit jobs one after another in one launch: `python -m tests.training.run_jobs
 JOBS.json`, alone or under torchrun (every process runs every job, as a sweep's jobs run in
-one process). JOBS.json: a list of {"overrides": [...], "run_dir": "..."}. A job that fails is
-recorded in its run directory (run_jobs_error.txt) and the next one runs, so that one launch
-serves every test that reads the runs: each process costs seconds to start, torchrun more.
+one process). JOBS.json: a list of {"overrides": [...], "run_dir": "..."}. One launch serves
+every test that reads the runs: each process costs seconds to start, torchrun more. A job that
+fails is recorded in its run directory (run_jobs_error.txt); alone, the next job runs; under
+torchrun the launch ends there (exit 1, torchrun stops the other processes), since a process
+that went on to the next job would leave the others waiting in a collective.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -24,8 +27,11 @@ def main(jobs_file: str) -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
         try:
             run_job(compose_config(job["overrides"]), run_dir=run_dir)
-        except Exception:  # noqa: BLE001 - the next job still runs; the test reads the error
+        except Exception:  # noqa: BLE001 - the test reads the error
             (run_dir / ERROR_FILE).write_text(traceback.format_exc())
+            if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+                sys.stderr.write(traceback.format_exc())
+                os._exit(1)  # no interpreter teardown: gloo's threads may be mid-collective
     if "torch" in sys.modules:
         import torch
 

@@ -42,3 +42,26 @@ def test_every_file_of_each_checkpoint_and_its_folders_are_fsynced(
             assert set(expected) <= set(synced), set(expected) - set(synced)
         else:
             assert not set(files) & set(synced)
+
+
+def test_a_file_renamed_away_while_the_checkpoint_is_walked_is_skipped(tmp_path, monkeypatch):
+    """Under DDP every process fsyncs the checkpoint while the main process still renames its
+    own files into it (a temporary file, then os.replace): a listed name that is gone is
+    skipped, not an error that stops one process and leaves the others in a collective."""
+    from bertkit.training import checkpoints
+
+    folder = tmp_path / "checkpoint-2"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(b"weights")
+    (folder / ".clock.json.tmp").write_text("{}")
+    real_walk = os.walk
+
+    def walk_then_rename(top, topdown=True):
+        for root, dirs, names in real_walk(top, topdown=topdown):
+            if (folder / ".clock.json.tmp").exists():  # renamed after the listing
+                os.replace(folder / ".clock.json.tmp", folder / "clock.json")
+            yield root, dirs, names
+
+    monkeypatch.setattr(checkpoints.os, "walk", walk_then_rename)
+    assert checkpoints.fsync_tree(folder) == 1  # model.safetensors; the temporary file is gone
+    assert checkpoints.fsync_path(folder / "gone") is False

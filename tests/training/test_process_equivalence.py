@@ -14,6 +14,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -70,6 +71,7 @@ def test_every_family_has_a_case():
 
 
 REPOSITORY = Path(__file__).resolve().parents[2]
+LAUNCH_SECONDS = 900  # a launch of every case takes about 60 s on 2 CPU cores
 # A run on 2 processes resumed from a checkpoint inside a logging window records what the
 # uninterrupted 2-process run records (docs/reliability.md, "Resumed runs record what the
 # uninterrupted run records"): the main process saves the checkpoint alone, so it must carry
@@ -106,10 +108,17 @@ def _launch(jobs: list[dict], processes: int, root: Path) -> None:
         f"--nproc_per_node={processes}"]
     env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1",
            "BERTKIT_CACHE": str(root / "bertkit-cache")}
-    result = subprocess.run([*launcher, "-m", "tests.training.run_jobs", str(jobs_file)],
-                            cwd=REPOSITORY, env=env, capture_output=True, text=True,
-                            timeout=1200)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    # A session of its own: on a timeout the whole launch is stopped, torchrun's workers too.
+    launch = subprocess.Popen([*launcher, "-m", "tests.training.run_jobs", str(jobs_file)],
+                              cwd=REPOSITORY, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        output, _ = launch.communicate(timeout=LAUNCH_SECONDS)
+    except subprocess.TimeoutExpired:
+        os.killpg(launch.pid, signal.SIGKILL)
+        output, _ = launch.communicate()
+        raise AssertionError(f"the launch ran past {LAUNCH_SECONDS} s: {output[-3000:]}") from None
+    assert launch.returncode == 0, output[-6000:]
 
 
 @pytest.fixture(scope="module")
@@ -123,10 +132,16 @@ def runs(tmp_path_factory) -> Path:
         shared = shared.parent
     root = shared / "process-equivalence"
     with FileLock(str(root) + ".lock"):
+        if (root / "failed").is_file():  # the other worker's launches failed: not again
+            raise AssertionError((root / "failed").read_text())
         if not (root / "done").is_file():
             shutil.rmtree(root, ignore_errors=True)
             root.mkdir()
-            _run_every_case(root)
+            try:
+                _run_every_case(root)
+            except BaseException as err:
+                (root / "failed").write_text(str(err))
+                raise
             (root / "done").touch()
     return root
 
