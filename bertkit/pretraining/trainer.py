@@ -136,10 +136,9 @@ class PretrainingTrainer(BertkitTrainer):
         if num_items_in_batch is not None:  # each term weighed by its share of the batch's
             processes = self.accelerator.num_processes
             whole = num_items_in_batch.clamp(min=1)
+            sentences = 0 if outputs.sentence_count is None else outputs.sentence_count
             outputs.loss = (outputs.mlm_loss * (outputs.mlm_count * processes / whole[0])
-                            + outputs.sentence_loss * (
-                                (outputs.sentence_count if outputs.sentence_count is not None
-                                 else 0) * processes / whole[1]))
+                            + outputs.sentence_loss * (sentences * processes / whole[1]))
         if model.training:
             mask = inputs.get("attention_mask")
             batch = {name: outputs[name] for name in STATISTICS[:6]

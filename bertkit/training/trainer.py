@@ -308,7 +308,7 @@ class EpochSeededLengthGroupedSampler(LengthGroupedSampler):
 #     loss x items in this micro-batch x processes / items in the whole batch,
 # so that DDP's average over processes (and the sum over accumulation steps) gives the mean over
 # every item of the batch: a one-process run's loss and gradients at the same global batch. The
-# items are what the loss averages over: the labels it does not ignore (LossItems below, the
+# items are what the loss averages over: the labels it does not ignore (loss_items below, the
 # family's PaddedRows: a row of a classification, regression, multiple-choice or span batch, a
 # labelled token of a tagging batch). One process without accumulation weighs 1.0 exactly, so its
 # results are unchanged to the bit. Evaluation losses are the model's own means.
@@ -539,24 +539,26 @@ class BertkitTrainer(Trainer):
         with self._fixed_rows(self.args.eval_batch_size):
             return super().get_test_dataloader(test_dataset)
 
+    def _items_of(self, batch: dict) -> torch.Tensor | int:
+        """What a micro-batch's loss averages over (loss_items), its rows for a batch whose
+        labels the family does not name."""
+        items = loss_items(batch, self.loss_labels)
+        return batch["input_ids"].shape[0] if items is None else items
+
     def _get_num_items_in_batch(self, batch_samples: list, device: torch.device):
         """The items of the whole batch in training (its micro-batches on every process),
         counted as the loss counts them; None in evaluation, whose losses are not weighed."""
         if not self.model.training or not batch_samples:
             return None
-        counts = [loss_items(batch, self.loss_labels) for batch in batch_samples]
-        if any(count is None for count in counts):
-            counts = [batch["input_ids"].shape[0] for batch in batch_samples]
-        total = torch.as_tensor(sum(counts), device=device)
+        total = torch.as_tensor(sum(self._items_of(batch) for batch in batch_samples),
+                                device=device)
         if self.accelerator.num_processes > 1:
             total = self.accelerator.reduce(total, reduction="sum")
         return total
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         inputs.pop(REAL_ROWS, None)
-        items = None if num_items_in_batch is None else loss_items(inputs, self.loss_labels)
-        if num_items_in_batch is not None and items is None:
-            items = inputs["input_ids"].shape[0]
+        items = None if num_items_in_batch is None else self._items_of(inputs)
         loss, outputs = super().compute_loss(model, inputs, return_outputs=True)
         if items is not None:  # training: the micro-batch's share of the whole batch
             loss = loss * (items * self.accelerator.num_processes / num_items_in_batch)
