@@ -25,12 +25,13 @@ from transformers import AutoModel
 
 from bertkit.config_tree import compose_config, debug_overrides
 from bertkit.data.atomic_files import follow_umask
+from bertkit.data.limited_samples import INTERMEDIATE_PREFIX, LIMITED_SAMPLES, limited_samples
 from bertkit.errors import BertkitError
 from bertkit.tasks import task_family
 from bertkit.training.finetune import finetune
 from bertkit.training.models import from_pretrained
 
-INTERMEDIATE = "intermediate"
+INTERMEDIATE = INTERMEDIATE_PREFIX.rstrip("/")
 
 
 def is_two_stage(finetuning: DictConfig) -> bool:
@@ -100,5 +101,9 @@ def finetune_two_stage(cfg: DictConfig, run_dir: Path) -> dict:
     summary = {"task": record["task"], "main_metric": record["main_metric"],
                "main_value": record["main_value"], "run_dir": str(stage_dir),
                "train": record["train"]}
+    # The first stage's cut splits (debug=smoke) are the target's too: its score stands on them.
+    first_cuts = {f"{INTERMEDIATE_PREFIX}{split}": entry
+                  for split, entry in limited_samples(record).items()}
     return finetune(second, task_family(second.task.family), run_dir,
-                    details={"intermediate": summary})
+                    details={"intermediate": summary,
+                             **({LIMITED_SAMPLES: first_cuts} if first_cuts else {})})

@@ -14,6 +14,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from bertkit.config_tree import compose_config, debug_overrides
+from bertkit.data.limited_samples import LIMITED_SAMPLES, limited_samples
 from bertkit.errors import BertkitError
 from bertkit.tasks import task_family
 from bertkit.training.finetune import finetune
@@ -77,7 +78,8 @@ def check_downstream(settings: DownstreamSettings) -> None:
 
 def finetune_downstream(settings: DownstreamSettings, model_dir: Path,
                         run_dir: Path) -> dict[str, dict]:
-    """{task: {main_metric, main_value, validation}} for every downstream task, each run
+    """{task: {main_metric, main_value, validation, limited_samples when its data was cut}}
+    for every downstream task, each run
     through the finetune job like any `bertkit recipe=glue` run."""
     results = {}
     for task, task_cfg in downstream_configs(settings, model_dir).items():
@@ -85,4 +87,6 @@ def finetune_downstream(settings: DownstreamSettings, model_dir: Path,
                            run_dir / "downstream" / task)
         results[task] = {key: summary[key] for key in ("main_metric", "main_value",
                                                        "validation")}
+        if limited_samples(summary):  # a finetune on part of the data is no result on it
+            results[task][LIMITED_SAMPLES] = limited_samples(summary)
     return results

@@ -23,6 +23,7 @@ from transformers import TrainingArguments
 from bertkit.config_schema import check_ranges
 from bertkit.data.atomic_files import write_json_atomic
 from bertkit.data.fingerprints import model_input_fingerprints
+from bertkit.data.limited_samples import LIMITED_SAMPLES, cut, describe_cut
 from bertkit.data.metrics_file import INPUT_FINGERPRINTS, METRICS_FILE
 from bertkit.errors import BertkitError
 from bertkit.pretraining.corpora import corpus_input_fingerprints
@@ -180,10 +181,12 @@ def pretrain(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     setup = start_run(cfg, run_dir)
     data, inputs = prepare_data(job, setup)
     trainer, hyperparameters = build_pretraining_trainer(job, setup.args, data)
+    limited = pretraining_cuts(job.corpus, data)
     run = train_run(cfg, setup, trainer, hyperparameters,
-                    heldout_callbacks(job.heldout, trainer, data, setup.clock))
+                    heldout_callbacks(job.heldout, trainer, data, setup.clock), limited)
     save_model(trainer, setup.run_dir, run.main)
-    outcome = _outcome(cfg.recipe.name, job, trainer, data, run, setup.run_dir, inputs)
+    outcome = _outcome(cfg.recipe.name, job, trainer, data, run, setup.run_dir, inputs,
+                       limited)
     publish(setup, run, outcome)
     record = _downstream(downstream_settings(cfg), setup.card, outcome.record, setup.run_dir,
                          run.main)
@@ -240,8 +243,32 @@ def heldout_callbacks(settings: DictConfig, trainer, data: PretrainingData,
                               every_steps=settings.every_steps)]
 
 
+def pretraining_cuts(corpus: DictConfig, data: PretrainingData) -> dict[str, dict]:
+    """The parts of the data a pretraining run cut (bertkit.data.limited_samples): the corpus
+    read up to corpus.max_documents (the documents read; the whole is not counted), the
+    held-out sets cut to heldout.max_sequences."""
+    cuts = {}
+    if corpus.get("max_documents") is not None:
+        read = (data.train_documents or 0) + (data.heldout.documents if data.heldout else 0)
+        cuts["corpus"] = cut(read, None)
+    heldout = data.heldout
+    if heldout is not None and heldout.mlm_available is not None:
+        cuts["heldout"] = cut(len(heldout.mlm), heldout.mlm_available)
+    if heldout is not None and heldout.pairs is not None and heldout.pairs_available is not None:
+        cuts["heldout_pairs"] = cut(len(heldout.pairs), heldout.pairs_available)
+    return {part: entry for part, entry in cuts.items() if entry is not None}
+
+
+def _cut_line(limited: dict[str, dict], corpus: str) -> str:
+    """The printout's line for a run on part of its data, or nothing."""
+    if not limited:
+        return ""
+    return (f"  part of the data only, no result on {corpus}: "
+            + "; ".join(describe_cut(part, entry) for part, entry in limited.items()) + "\n")
+
+
 def _outcome(recipe: str, job: DataSettings, trainer, data: PretrainingData, run: TrainingRun,
-             run_dir: Path, inputs: dict[str, str]) -> Outcome:
+             run_dir: Path, inputs: dict[str, str], limited: dict[str, dict]) -> Outcome:
     lines = _training_lines(trainer.state.log_history)
     phases = data.phases
     record = {
@@ -271,7 +298,8 @@ def _outcome(recipe: str, job: DataSettings, trainer, data: PretrainingData, run
             data.heldout, data.train_documents, trainer.state.log_history,
             job.heldout),
         "log": lines,  # every training log line, for curves without W&B
-        "details": {INPUT_FINGERPRINTS: inputs},
+        "details": {INPUT_FINGERPRINTS: inputs,
+                    **({LIMITED_SAMPLES: limited} if limited else {})},
     }
     last = record["last_log"]
     heldout_final = (record["heldout"] or {}).get("final") or {}
@@ -289,6 +317,7 @@ def _outcome(recipe: str, job: DataSettings, trainer, data: PretrainingData, run
         return (f"\npretraining on {job.corpus.name}: {scores} "
                 f"{_window_words(window)}, after {run.output.global_step} steps\n"
                 f"{_heldout_line(record['heldout'], sentence)}"
+                f"{_cut_line(limited, job.corpus.name)}"
                 f"  metrics:  {run_dir / METRICS_FILE}\n"
                 f"  model:    {model_dir}\n"
                 f"  finetune: bertkit recipe=glue task=mrpc model.name_or_path={model_dir}")
@@ -312,5 +341,9 @@ def _downstream(settings: DownstreamSettings, card: CardSettings, record: dict, 
     write_json_atomic(run_dir / METRICS_FILE, mask_secrets(record))
     write_card(run_card(card, record), run_dir / "model")
     for task, result in downstream.items():
-        print(f"  {task}: {result['main_metric']} = {result['main_value']:.4f}")
+        cuts = result.get(LIMITED_SAMPLES) or {}
+        print(f"  {task}: {result['main_metric']} = {result['main_value']:.4f}"
+              + (f" (part of the data only: "
+                 f"{'; '.join(describe_cut(part, entry) for part, entry in cuts.items())})"
+                 if cuts else ""))
     return record

@@ -17,6 +17,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase, Trainer
 
 from bertkit.config_schema import check_ranges
 from bertkit.data.fingerprints import model_input_fingerprints
+from bertkit.data.limited_samples import LIMITED_SAMPLES, limited_samples
 from bertkit.data.metrics_file import INPUT_FINGERPRINTS, METRICS_FILE, metrics_record
 from bertkit.data.task_data import SAMPLE_LIMIT_KEYS, TaskData, TaskSplits, first_examples
 from bertkit.errors import BertkitError
@@ -59,7 +60,8 @@ def finetune(cfg: DictConfig, family: TaskFamily, run_dir: Path | None = None,
     compiling = compile_if_it_pays(setup.compile, setup.args, len(inputs.data.features["train"]),
                                    cfg.task.max_seq_length)
     trainer = build_trainer(cfg.task, family, methods, setup, model, inputs)
-    run = train_run(cfg, setup, trainer, hyperparameters)
+    limited = limited_parts(inputs.splits, details)
+    run = train_run(cfg, setup, trainer, hyperparameters, limited_samples=limited)
     evaluation = evaluate_and_save(cfg.task, family, methods, trainer, inputs.data,
                                    setup.run_dir, run.main)
     record = metrics_record(
@@ -69,7 +71,7 @@ def finetune(cfg: DictConfig, family: TaskFamily, run_dir: Path | None = None,
         validation=evaluation.validation, test=evaluation.test,
         train=run.train_record(**family.train_sizes(inputs.data)),
         hyperparameters=run.hyperparameters, files=evaluation.files,
-        details=run_details(inputs, evaluation, methods, compiling, details))
+        details=run_details(inputs, evaluation, methods, compiling, details, limited))
     publish(setup, run, Outcome(
         record, final_scores(evaluation, methods), (record["main_metric"], record["main_value"]),
         lambda where: _printout(cfg.task, family, record, evaluation, trainer, setup.run_dir,
@@ -152,17 +154,24 @@ def evaluate_and_save(task: DictConfig, family: TaskFamily, methods: ActiveMetho
     return evaluation
 
 
+def limited_parts(splits: TaskSplits, context: dict | None) -> dict[str, dict]:
+    """The splits cut to their first examples (task.max_*_samples), with those of the run's
+    context (two-stage finetuning's first stage: its cuts are this run's too)."""
+    return {**(context or {}).get(LIMITED_SAMPLES, {}), **splits.limited}
+
+
 def run_details(inputs: Inputs, evaluation: Evaluation, methods: ActiveMethods,
-                compiling: CompileRecord | None, context: dict | None) -> dict:
+                compiling: CompileRecord | None, context: dict | None,
+                limited: dict[str, dict]) -> dict:
     """metrics.json's details. data_fingerprint and input_fingerprints: the content of the data,
     checkpoint and tokenizer, so that the report tells runs on the same files apart from runs
     on other files whatever path each was given (reporting.identity)."""
     splits = inputs.splits
     return {"data_fingerprint": splits.fingerprint(), INPUT_FINGERPRINTS: inputs.fingerprints,
-            **inputs.data.facts,
+            **inputs.data.facts, **evaluation.details, **(context or {}),
             # a run on the first N examples of a split is no result on the task
-            **({"limited_samples": splits.limited} if splits.limited else {}),
-            **evaluation.details, **(context or {}),
+            # (bertkit.data.limited_samples)
+            **({LIMITED_SAMPLES: limited} if limited else {}),
             **({"compile": compiling.facts()} if compiling else {}),
             **({"finetuning": facts} if (facts := methods.record()) else {})}
 
@@ -216,7 +225,7 @@ def _printout(task: DictConfig, family: TaskFamily, record: dict, evaluation: Ev
               trainer: Trainer, run_dir: Path, where: str) -> str:
     width = max(len(name) + 1 for name in ["checkpoint", *evaluation.files])
     files = "".join(f"\n  {name + ':':<{width}} {path}" for name, path in evaluation.files.items())
-    limited = record["details"].get("limited_samples", {})
+    limited = limited_samples(record)
     cut = (f"  first examples only (task.max_*_samples), no result on {task.name}: "
            + ", ".join(f"{split} {n['examples']} of {n['of']}" for split, n in limited.items())
            + "\n") if limited else ""

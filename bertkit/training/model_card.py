@@ -20,6 +20,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from bertkit.data.atomic_files import write_text_atomic
+from bertkit.data.limited_samples import LIMITED_SAMPLES, describe_cut, limited_samples
 from bertkit.errors import BertkitError
 from bertkit.secret_masking import mask_secrets, mask_text
 
@@ -271,6 +272,9 @@ class CardFacts:
     dataset: CardDataset
     results: dict[str, dict[str, float]]  # split -> metric -> value: the model-index
     results_note: str
+    # The body's results table, where it shows more than the model-index (a cut split's
+    # scores, bertkit.data.limited_samples); None: the model-index's.
+    shown_results: dict[str, dict[str, float]] | None = None
     hyperparameters: dict
     seed: int
     training: dict = field(default_factory=dict)  # steps, loss, ...: the body's facts
@@ -365,21 +369,35 @@ FINETUNE_TRAINING_FACTS = {"steps": "steps", "planned_steps": "planned_steps",
                            "training_seconds": "training_seconds"}
 
 
+def partial_data_note(limited: dict[str, dict], what: str) -> str:
+    """The card's words for a run on part of the data: each cut part (its first N of M and the
+    setting that cut it), and that its scores are no result on `what`."""
+    parts = "".join(f"\n- {describe_cut(part, entry)}" for part, entry in limited.items())
+    return (f"\n\n**Partial data: not a result on {what}.** This run read only part of its "
+            f"data, so no score below is given as a result in the model-index metadata:"
+            f"{parts}")
+
+
 def finetune_facts(settings: CardSettings, record: dict) -> CardFacts:
-    """A finetune's card from its metrics.json record (bertkit.data.metrics_file)."""
+    """A finetune's card from its metrics.json record (bertkit.data.metrics_file); a split
+    cut to its first examples (details.limited_samples) gives no model-index result."""
     family, task = record["family"], settings.task
     started = None if record["model"] == "from_scratch" else record["model"]
     origin = f"from {model_reference(started)}" if started else "from random initialisation"
     train = record.get("train", {})
+    limited = limited_samples(record)
+    scores = _scores({**record["validation"], **record.get("test", {})})
     return CardFacts(
         model_name=_model_name(settings.trainer, f"bertkit-{task.name}"), family=family,
         summary=(f"BERT finetuned on {task.name} ({family} family, "
                  f"{TASK_TYPES[family][0]}) with bertkit, {origin}."),
         started_from=started, dataset=CardDataset.of(task),
-        results=_scores({**record["validation"], **record.get("test", {})}),
+        results={split: values for split, values in scores.items() if split not in limited},
+        shown_results=scores,
         results_note=(f"The final model on the dev split(s)"
                       f"{' and the labelled test split(s)' if record.get('test') else ''}, as in "
-                      f"the run's metrics.json; main metric: {record['main_metric']}."),
+                      f"the run's metrics.json; main metric: {record['main_metric']}."
+                      + (partial_data_note(limited, task.name) if limited else "")),
         hyperparameters=record.get("hyperparameters", {}), seed=record["seed"],
         # metrics.json's train.loss is Trainer's train_loss: the mean over every step, not the
         # last step's, and the card says so.
@@ -397,17 +415,26 @@ def pretraining_facts(settings: CardSettings, record: dict) -> CardFacts:
     note = ("No held-out set (heldout.fraction=0): the training log's last scores below."
             if not heldout else "The held-out set was never scored: the training log's last "
             "scores below.")
+    shown = None
+    limited = limited_samples(record)
     if final:
         results = {"heldout": heldout_scores(final)}
         note = (f"Held-out masked positions (heldout.fraction={heldout['fraction']} of the "
                 f"corpus's documents, never trained on): {heldout['sequences']} sequences, "
                 f"{heldout['masked_positions']} masked positions, at step {final['step']}.")
+    if limited:  # held out of a cut corpus, or cut itself: no result on the corpus
+        shown, results = results, {}
+        note += partial_data_note(limited, corpus.name)
     last = record.get("last_log") or {}
     train = record.get("train", {})
     sections = []
     downstream = record.get("downstream") or {}
     if downstream:
-        rows = [(task, result["main_metric"], f"{result['main_value']:.4f}")
+        rows = [(task, result["main_metric"], f"{result['main_value']:.4f}"
+                 + (" (partial data: " + "; ".join(
+                     describe_cut(part, entry)
+                     for part, entry in result[LIMITED_SAMPLES].items()) + ")"
+                    if result.get(LIMITED_SAMPLES) else ""))
                 for task, result in downstream.items()]
         sections.append("## Downstream finetunes\n\nGLUE finetunes of this checkpoint in the "
                         "same job (each its own model, with its own card, in "
@@ -423,7 +450,7 @@ def pretraining_facts(settings: CardSettings, record: dict) -> CardFacts:
                     else "from random initialisation.")),
         started_from=started,
         dataset=CardDataset.of(corpus),
-        results=results, results_note=note,
+        results=results, results_note=note, shown_results=shown,
         hyperparameters=record.get("hyperparameters", {}), seed=record["seed"],
         training={**{key: train[key] for key in ("steps", "planned_steps", "complete",
                                                  "tokens_seen", "training_seconds")
@@ -506,7 +533,8 @@ def _started_from(name: str | None) -> str:
 
 def card_body(facts: CardFacts, command: str | None) -> str:
     """The Markdown body; every path in it portable (without_absolute_paths)."""
-    results = [(split, metric, f"{value:.4f}") for split, scores in facts.results.items()
+    shown = facts.results if facts.shown_results is None else facts.shown_results
+    results = [(split, metric, f"{value:.4f}") for split, scores in shown.items()
                for metric, value in scores.items()]
     how = (f"`{without_absolute_paths(command)}`" if command else
            "run from Python, not the `bertkit` command: every setting is in config.yaml of "

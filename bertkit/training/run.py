@@ -33,6 +33,7 @@ from bertkit.data.atomic_files import (
     write_json_atomic,
     write_yaml_atomic,
 )
+from bertkit.data.limited_samples import LIMITED_SAMPLES, limited_samples
 from bertkit.data.metrics_file import METRICS_FILE
 from bertkit.errors import BertkitError
 from bertkit.secret_masking import mask_secrets, remember_secrets
@@ -160,12 +161,14 @@ def start_run(cfg: DictConfig, run_dir: Path | None = None) -> RunSetup:
 
 
 def train_run(cfg: DictConfig, setup: RunSetup, trainer: Trainer, hyperparameters: dict,
-              callbacks: Iterable = ()) -> TrainingRun:
+              callbacks: Iterable = (), limited_samples: dict | None = None) -> TrainingRun:
     """Trains `trainer` from the checkpoint start_run chose, with bertkit's callbacks and the
     job's `callbacks`; `hyperparameters` (with the time budget's added) go to W&B and are kept
-    in the returned run."""
+    in the returned run. `limited_samples`: the parts of the data the job cut, as read
+    (bertkit.data.limited_samples): its W&B run is tagged and grouped apart from the start."""
     watch = attach_callbacks(setup, trainer, callbacks)
-    hyperparameters, wandb_run = record_settings(cfg, setup, trainer, hyperparameters)
+    hyperparameters, wandb_run = record_settings(cfg, setup, trainer, hyperparameters,
+                                                 limited_samples)
     started = time.perf_counter()
     try:
         output = _train_or_explain(trainer, setup.checkpoint)
@@ -191,13 +194,15 @@ def train_run(cfg: DictConfig, setup: RunSetup, trainer: Trainer, hyperparameter
 
 
 def publish(setup: RunSetup, run: TrainingRun, outcome: Outcome) -> None:
-    """The job's results where users read them; files are written by the main process only."""
+    """The job's results where users read them, each marking a score on part of the data
+    (bertkit.data.limited_samples): metrics.json, the model's card, the W&B summary and the
+    printout; files are written by the main process only."""
     if not run.main:
         return
     write_json_atomic(setup.run_dir / METRICS_FILE, mask_secrets(outcome.record))
     write_card(run_card(setup.card, outcome.record), setup.run_dir / "model")
     where = finish_wandb(run, outcome.final, run.hyperparameters["num_parameters"],
-                         outcome.headline)
+                         outcome.headline, limited_samples(outcome.record))
     print(outcome.printout(where))
 
 
@@ -332,7 +337,8 @@ def attach_callbacks(setup: RunSetup, trainer: Trainer, callbacks: Iterable) -> 
 
 
 def record_settings(cfg: DictConfig, setup: RunSetup, trainer: Trainer,
-                    hyperparameters: dict) -> tuple[dict, Any]:
+                    hyperparameters: dict, limited_samples: dict | None = None
+                    ) -> tuple[dict, Any]:
     """The run's hyperparameters with the time budget's, the W&B run started with them (main
     process, W&B on; else None), and the resolved settings in run_dir/config.yaml with
     secrets masked (main process)."""
@@ -343,7 +349,7 @@ def record_settings(cfg: DictConfig, setup: RunSetup, trainer: Trainer,
     wandb_run = None
     if "wandb" in (trainer.args.report_to or []):
         wandb_run = start_wandb_run(cfg.logger, cfg.recipe.name, resolved, setup.run_dir,
-                                    hyperparameters)
+                                    hyperparameters, limited_samples)
     remember_secrets(cfg)
     write_yaml_atomic(setup.run_dir / "config.yaml",
                       OmegaConf.to_yaml(OmegaConf.create(mask_secrets(resolved))))
@@ -386,12 +392,16 @@ def saving_model(model_dir: Path, main: bool):
 
 
 def finish_wandb(run: TrainingRun, final: dict[str, float], num_parameters: int,
-                 headline: tuple[str, float] | None = None) -> str:
+                 headline: tuple[str, float] | None = None,
+                 limited: dict | None = None) -> str:
     """The final scores into the run's summary as final/<key>, the task's main metric and
-    value (what bertkit-report ranks by, also from offline run files), then close it; returns
+    value (what bertkit-report ranks by, also from offline run files), and the parts of the
+    data that were cut (limited_samples, bertkit.data.limited_samples), then close it; returns
     a line saying where the run went."""
     if run.wandb_run is None:
         return "W&B: off"
+    if limited:
+        run.wandb_run.summary[LIMITED_SAMPLES] = limited
     for key, value in final.items():
         run.wandb_run.summary[f"final/{key}"] = value
     run.wandb_run.summary["num_parameters"] = num_parameters

@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from transformers import PreTrainedModel, TrainingArguments
 
 from bertkit.data.job_overrides import configuration_of, override_key, short_key
+from bertkit.data.limited_samples import LIMITED_SAMPLES
 from bertkit.data.readback import read_yaml
 from bertkit.errors import BertkitError
 from bertkit.secret_masking import is_secret_key, mask_secrets, masked_argv, stand_in
@@ -34,6 +35,11 @@ from bertkit.wandb_credentials import has_wandb_credentials
 # Trainer's own WandbCallback logs the training curves into the run opened here.
 
 logger = logging.getLogger(__name__)
+
+# A run on part of the data (task.max_*_samples, corpus.max_documents, heldout.max_sequences,
+# debug=smoke): tagged so, and grouped under its group's name with this suffix.
+PARTIAL_DATA_TAG = "partial-data"
+PARTIAL_GROUP_SUFFIX = "-partial"
 
 MODES = ("auto", "online", "offline", "disabled")
 
@@ -83,10 +89,18 @@ def paper_hyperparameters(
     }
 
 
+def partial_data_group(group: str | None) -> str:
+    """The W&B group of a run on part of the data: its own beside the real runs' (a dashboard
+    grouping by group never averages the two)."""
+    return fit(f"{group or 'bertkit'}{PARTIAL_GROUP_SUFFIX}", MAX_NAME_LENGTH)
+
+
 def start_wandb_run(log: DictConfig, job_type: str, config: dict, run_dir: Path,
-                    hyperparameters: dict):
+                    hyperparameters: dict, limited_samples: dict | None = None):
     """Open the run (main process only; `log`: the logger node, `config`: the job's resolved
-    config, recorded under "bertkit"); returns it, or None when logging is off."""
+    config, recorded under "bertkit"); returns it, or None when logging is off. A run whose
+    data was cut (`limited_samples`, bertkit.data.limited_samples) is tagged PARTIAL_DATA_TAG
+    and grouped apart (partial_data_group)."""
     mode = resolve_wandb_mode(log.mode)
     if log.backend != "wandb" or mode == "disabled":
         return None
@@ -108,13 +122,18 @@ def start_wandb_run(log: DictConfig, job_type: str, config: dict, run_dir: Path,
     elif log.sweep_tag:
         tags.append(f"{SWEEP_TAG_PREFIX}{log.sweep_tag}")
         name = f"{log.sweep_tag}-{name}"
+    group_name = log.group
+    if limited_samples:
+        tags.append(PARTIAL_DATA_TAG)
+        group_name = partial_data_group(group_name)
     settings = mask_secrets({**hyperparameters,
+                             **({LIMITED_SAMPLES: limited_samples} if limited_samples else {}),
                              "bertkit": config})
     with masked_argv():  # W&B records the command line in the run's metadata
         return wandb.init(
             project=log.project,
             entity=log.entity,
-            group=log.group,
+            group=group_name,
             job_type=job_type,
             tags=tags,
             name=name,
