@@ -56,3 +56,11 @@ def describe_cut(part: str, entry: dict) -> str:
     whole = f" of {entry['of']}" if entry.get("of") is not None else ""
     return f"{part}: the first {entry['examples']}{whole} {unit} ({setting})"
 
+
+
+def cut_line(limited: dict[str, dict], what: str) -> str:
+    """A printout's line for a run on part of its data (empty for a run on all of it)."""
+    if not limited:
+        return ""
+    return (f"  part of the data only, no result on {what}: "
+            + "; ".join(describe_cut(part, entry) for part, entry in limited.items()) + "\n")

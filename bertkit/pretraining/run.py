@@ -23,7 +23,7 @@ from transformers import TrainingArguments
 from bertkit.config_schema import check_ranges
 from bertkit.data.atomic_files import write_json_atomic
 from bertkit.data.fingerprints import model_input_fingerprints
-from bertkit.data.limited_samples import LIMITED_SAMPLES, cut, describe_cut
+from bertkit.data.limited_samples import LIMITED_SAMPLES, cut, cut_line, describe_cut
 from bertkit.data.metrics_file import INPUT_FINGERPRINTS, METRICS_FILE
 from bertkit.errors import BertkitError
 from bertkit.pretraining.corpora import corpus_input_fingerprints
@@ -259,14 +259,6 @@ def pretraining_cuts(corpus: DictConfig, data: PretrainingData) -> dict[str, dic
     return {part: entry for part, entry in cuts.items() if entry is not None}
 
 
-def _cut_line(limited: dict[str, dict], corpus: str) -> str:
-    """The printout's line for a run on part of its data, or nothing."""
-    if not limited:
-        return ""
-    return (f"  part of the data only, no result on {corpus}: "
-            + "; ".join(describe_cut(part, entry) for part, entry in limited.items()) + "\n")
-
-
 def _outcome(recipe: str, job: DataSettings, trainer, data: PretrainingData, run: TrainingRun,
              run_dir: Path, inputs: dict[str, str], limited: dict[str, dict]) -> Outcome:
     lines = _training_lines(trainer.state.log_history)
@@ -317,7 +309,7 @@ def _outcome(recipe: str, job: DataSettings, trainer, data: PretrainingData, run
         return (f"\npretraining on {job.corpus.name}: {scores} "
                 f"{_window_words(window)}, after {run.output.global_step} steps\n"
                 f"{_heldout_line(record['heldout'], sentence)}"
-                f"{_cut_line(limited, job.corpus.name)}"
+                f"{cut_line(limited, job.corpus.name)}"
                 f"  metrics:  {run_dir / METRICS_FILE}\n"
                 f"  model:    {model_dir}\n"
                 f"  finetune: bertkit recipe=glue task=mrpc model.name_or_path={model_dir}")

@@ -17,7 +17,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase, Trainer
 
 from bertkit.config_schema import check_ranges
 from bertkit.data.fingerprints import model_input_fingerprints
-from bertkit.data.limited_samples import LIMITED_SAMPLES, limited_samples
+from bertkit.data.limited_samples import LIMITED_SAMPLES, cut_line, limited_samples
 from bertkit.data.metrics_file import INPUT_FINGERPRINTS, METRICS_FILE, metrics_record
 from bertkit.data.task_data import SAMPLE_LIMIT_KEYS, TaskData, TaskSplits, first_examples
 from bertkit.errors import BertkitError
@@ -225,10 +225,7 @@ def _printout(task: DictConfig, family: TaskFamily, record: dict, evaluation: Ev
               trainer: Trainer, run_dir: Path, where: str) -> str:
     width = max(len(name) + 1 for name in ["checkpoint", *evaluation.files])
     files = "".join(f"\n  {name + ':':<{width}} {path}" for name, path in evaluation.files.items())
-    limited = limited_samples(record)
-    cut = (f"  first examples only (task.max_*_samples), no result on {task.name}: "
-           + ", ".join(f"{split} {n['examples']} of {n['of']}" for split, n in limited.items())
-           + "\n") if limited else ""
+    cut = cut_line(limited_samples(record), task.name)
     return (f"\n{task.name}: {task.main_metric} = {record['main_value']:.4f} "
             f"({family.headline(record)})\n{cut}"
             f"  {'metrics:':<{width}} {run_dir / METRICS_FILE}{files}\n"

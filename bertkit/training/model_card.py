@@ -272,11 +272,11 @@ class CardFacts:
     dataset: CardDataset
     results: dict[str, dict[str, float]]  # split -> metric -> value: the model-index
     results_note: str
+    hyperparameters: dict
+    seed: int
     # The body's results table, where it shows more than the model-index (a cut split's
     # scores, bertkit.data.limited_samples); None: the model-index's.
     shown_results: dict[str, dict[str, float]] | None = None
-    hyperparameters: dict
-    seed: int
     training: dict = field(default_factory=dict)  # steps, loss, ...: the body's facts
     sections: list[str] = field(default_factory=list)  # further Markdown sections
     usage: str | None = None  # the `## Usage` section (usage_section)

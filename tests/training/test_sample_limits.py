@@ -90,8 +90,11 @@ def test_the_first_examples_in_their_order_and_metrics_json_says_so(tmp_path, ca
         [line.split("\t")[0] for line in dev]
     assert len((tmp_path / "run" / "leaderboard" / "MNLI-m.tsv").read_text().splitlines()) \
         == 1 + sizes["test_matched"]
-    assert ("first examples only (task.max_*_samples), no result on mnli: train 5 of 12, "
-            "validation_matched 3 of 8, validation_mismatched 3 of 8") in capsys.readouterr().out
+    assert ("part of the data only, no result on mnli: "
+            "train: the first 5 of 12 examples (task.max_train_samples); "
+            "validation_matched: the first 3 of 8 examples (task.max_eval_samples); "
+            "validation_mismatched: the first 3 of 8 examples (task.max_eval_samples)"
+            ) in capsys.readouterr().out
 
 
 def test_a_limit_that_cuts_nothing_is_the_full_data():
