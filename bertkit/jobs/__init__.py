@@ -25,7 +25,9 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from bertkit.config_paths import config_dir
 from bertkit.config_schema import checked_once
+from bertkit.data.hub import use_hub_settings
 from bertkit.data.metrics_file import FAILED_FILE, METRICS_FILE
 from bertkit.data.readback import read_json
 from bertkit.errors import BertkitError
@@ -34,7 +36,7 @@ from bertkit.registry import imported
 from bertkit.tasks import task_family
 from bertkit.training.checkpoints import forget_set_aside, remove_set_aside, set_aside
 from bertkit.training.finetune import finetune
-from bertkit.training.models import check_local_files
+from bertkit.training.models import check_local_files, offline_ways
 from bertkit.training.progress import apply_progress_bars
 from bertkit.training.run import CHECKPOINTS_DIR, hydra_run_dir, is_main_process
 
@@ -274,6 +276,8 @@ def prepare_job(cfg: DictConfig, run_dir: Path | None) -> dict | None:
         folder = set_aside(run_dir, keep)
         if folder is not None:
             logger.warning(set_aside_message(run_dir, folder))
+    # Whether the Hub can be reached is checked at its first use (bertkit.data.hub).
+    use_hub_settings(OmegaConf.select(cfg, "hub_check_seconds"), offline_ways(config_dir()))
     check_local_files(cfg.model, fetched_only=True)  # model=minilm_l6: make minilm
     apply_progress_bars(cfg)  # bars on a terminal only (auto)
     return None

@@ -26,6 +26,7 @@ from bertkit.config_schema import check_setting
 from bertkit.data import binary_content, compressed_files
 from bertkit.data.compressed_files import compressed_tail_digest
 from bertkit.data.fingerprints import content_fingerprint, files_content_fingerprint
+from bertkit.data.hub import require_hub, why_offline
 from bertkit.errors import BertkitError
 from bertkit.pretraining import corpus_formats as pretrain_corpus
 
@@ -182,11 +183,14 @@ def _is_network_error(err: Exception) -> bool:
 
 
 def _load_hub(hub: DictConfig, streaming: bool) -> Documents:
+    online = require_hub()  # without the Hub: offline mode, no retries (bertkit.data.hub)
     try:
         return datasets.load_dataset(hub.path, hub.name, split=hub.split, streaming=streaming)
     except Exception as err:  # one message, not a Hub traceback
         reason = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
-        if _is_network_error(err):
+        if not online:
+            reason = f"{why_offline()}; not in the Hub cache"
+        if not online or _is_network_error(err):
             raise BertkitError(
                 f"the Hugging Face Hub could not be reached for corpus.hub.path={hub.path} "
                 f"({reason}). Without network, use local files: corpus.source=local "

@@ -23,6 +23,7 @@ from transformers import TrainingArguments
 from bertkit.config_schema import check_ranges
 from bertkit.data.atomic_files import write_json_atomic
 from bertkit.data.fingerprints import model_input_fingerprints
+from bertkit.data.hub import known_offline
 from bertkit.data.limited_samples import LIMITED_SAMPLES, cut, cut_line, describe_cut
 from bertkit.data.metrics_file import INPUT_FINGERPRINTS, METRICS_FILE
 from bertkit.errors import BertkitError
@@ -312,7 +313,9 @@ def _outcome(recipe: str, job: DataSettings, trainer, data: PretrainingData, run
                 f"{cut_line(limited, job.corpus.name)}"
                 f"  metrics:  {run_dir / METRICS_FILE}\n"
                 f"  model:    {model_dir}\n"
-                f"  finetune: bertkit recipe=glue task=mrpc model.name_or_path={model_dir}")
+                f"  finetune: bertkit recipe=glue task=mrpc model.name_or_path={model_dir}"
+                # without the Hub, MRPC's files are needed (bertkit.data.hub)
+                + (" task.data_dir=<MRPC's files>" if known_offline() else ""))
 
     final = {**last, **{f"heldout/{key}": value for key, value in heldout_final.items()
                         if key != "step"}}

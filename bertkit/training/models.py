@@ -24,6 +24,7 @@ from transformers import (
 from transformers.tokenization_utils_base import TOKENIZER_CONFIG_FILE
 from transformers.utils import CONFIG_NAME, WEIGHTS_NAME, cached_file
 
+from bertkit.data.hub import offline_error, require_hub
 from bertkit.data.readback import read_json
 from bertkit.errors import BertkitError
 
@@ -86,6 +87,39 @@ def hub_error(what: str, name: str, key: str, err: Exception) -> BertkitError:
 def _is_local_path(name: str) -> bool:
     """A directory, not a Hub id (which is `name` or `owner/name`)."""
     return Path(name).is_absolute() or name.startswith((".", "~")) or name.count("/") > 1
+
+
+def is_hub_name(name: str) -> bool:
+    """A name transformers would look up on the Hub: not a local path, not an existing one."""
+    return not _is_local_path(name) and not Path(name).expanduser().exists()
+
+
+# Model presets (conf/model/) that run without the Hub: every file they name is local.
+MODEL_KEYS = ("name_or_path", "tokenizer")
+
+
+def offline_model_presets(config_directory: str) -> dict[str, str | None]:
+    """The presets of conf/model/ whose checkpoint and tokenizer are both local paths or
+    unset, each with the command that fetches its files (model.fetch.command), read from the
+    files, not listed by hand. A preset whose tokenizer is left for the user (???) needs one
+    and is not listed."""
+    presets = {}
+    for path in sorted((Path(config_directory) / "model").glob("*.yaml")):
+        node = OmegaConf.create({"cache_dir": "/cache", "model": OmegaConf.load(path)})
+        if any(OmegaConf.is_missing(node.model, key) for key in MODEL_KEYS):
+            continue
+        values = [OmegaConf.select(node, f"model.{key}") for key in MODEL_KEYS]
+        if any(values) and all(v is None or not is_hub_name(str(v)) for v in values):
+            presets[path.stem] = OmegaConf.select(node, "model.fetch.command")
+    return presets
+
+
+def offline_ways(config_directory: str) -> str:
+    """The local ways an offline error names (bertkit.data.hub.offline_error)."""
+    presets = "".join(f"model={name}{f' (after `{fetch}`)' if fetch else ''}, "
+                      for name, fetch in offline_model_presets(config_directory).items())
+    return (f"{presets}model.name_or_path=<dir> (a saved checkpoint), task.data_dir=<dir> "
+            f"(a task's original files)")
 
 
 def check_local_files(model: DictConfig, fetched_only: bool = False) -> None:
@@ -185,7 +219,10 @@ def from_pretrained(loader, name: str, key: str, what: str, *, trust_remote_code
                     **kwargs):
     """loader.from_pretrained(name) for `what` (a model, config or tokenizer) under the rules
     of a file a user hands us (above); `key` is the setting that named it, for messages.
-    trust_remote_code is always passed: transformers asks on stdin when it is not."""
+    trust_remote_code is always passed: transformers asks on stdin when it is not. A Hub
+    name is looked up only once the Hub is known reachable (bertkit.data.hub: else offline
+    mode, and one line naming the local ways when it is not in the Hub cache)."""
+    online = (kwargs.get("local_files_only") or not is_hub_name(name)) or require_hub()
     if not trust_remote_code:
         refuse_custom_code(name, key, what, bool(kwargs.get("local_files_only")))
     weights = {"weights_only": True} if what == "model" else {}
@@ -195,6 +232,8 @@ def from_pretrained(loader, name: str, key: str, what: str, *, trust_remote_code
     except pickle.UnpicklingError as err:
         raise pickled_weights(name, key, err) from None
     except (OSError, ValueError) as err:
+        if not online:
+            raise offline_error(f"{key}={name}", f"the {what}") from None
         raise hub_error(what, name, key, err) from None
 
 
