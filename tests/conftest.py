@@ -46,6 +46,28 @@ def _isolated_cache(tmp_path_factory, monkeypatch):
     monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("NETRC", str(cache / "no-netrc"))
+    _fresh_hub_decision(monkeypatch)
+
+
+def _fresh_hub_decision(monkeypatch) -> None:
+    """Each test decides anew whether the Hub can be reached (bertkit.data.hub decides once
+    per process), and what a job's offline mode sets is undone after it."""
+    import datasets.config
+    import huggingface_hub.constants
+
+    from bertkit.data import hub
+
+    monkeypatch.setattr(hub, "_settings", hub.HubSettings())
+    monkeypatch.setattr(hub, "_reachable", {})
+    for name in hub.OFFLINE_VARIABLES:  # recorded, so that a value go_offline sets is undone
+        if name in os.environ:
+            monkeypatch.setenv(name, os.environ[name])
+        else:
+            monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE",
+                        huggingface_hub.constants.HF_HUB_OFFLINE)
+    for flag in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        monkeypatch.setattr(datasets.config, flag, getattr(datasets.config, flag))
 
 
 @pytest.fixture

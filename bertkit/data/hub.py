@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -34,14 +35,15 @@ class HubSettings:
     ways an offline error names."""
 
     check_seconds: float | None = None  # None: not set by a job, no check (the libraries' way)
-    local_ways: str = ""
+    local_ways: Callable[[], str] | None = None  # read when an error needs them
 
 
 _settings = HubSettings()
 _reachable: dict[str, bool] = {}  # endpoint -> whether it answered (once per process)
 
 
-def use_hub_settings(check_seconds: float | None, local_ways: str) -> None:
+def use_hub_settings(check_seconds: float | None,
+                     local_ways: Callable[[], str] | None = None) -> None:
     """The job's settings (bertkit.jobs.prepare_job); nothing is checked until a Hub name is
     needed."""
     _settings.check_seconds = check_seconds
@@ -136,7 +138,7 @@ def why_offline() -> str:
 def offline_error(setting: str, what: str) -> BertkitError:
     """One line for a Hub name that is not in the Hub cache while the Hub is off: the setting,
     why the Hub is off, and the local ways (the job's, use_hub_settings)."""
-    ways = f" Work offline with {_settings.local_ways}." if _settings.local_ways else ""
+    ways = f" Work offline with {_settings.local_ways()}." if _settings.local_ways else ""
     return BertkitError(
         f"{setting}: {what} is on the Hub, which cannot be reached ({why_offline()}), and is not "
         f"in the Hub cache.{ways} HF_HUB_OFFLINE=1 skips the Hub check.")
@@ -145,13 +147,11 @@ def offline_error(setting: str, what: str) -> BertkitError:
 def load_hub_dataset(what: str, local_files: str, *args, **kwargs):
     """datasets.load_dataset(*args, **kwargs); what: "the Hub dataset X ..." for the message,
     local_files: what to give without network ("give the original JSON files: ...")."""
-    online = require_hub()
+    require_hub()  # without the Hub: offline mode, the Hub cache or one error, no retries
     try:
         return datasets.load_dataset(*args, **kwargs)
     except Exception as err:  # offline, unknown name, ...: one message, not a Hub traceback
         reason = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
-        if not online:
-            reason = f"the Hub cannot be reached: {why_offline()}; not in the Hub cache"
         raise BertkitError(f"could not load {what} ({reason}). Without network, "
                            f"{local_files}") from None
 

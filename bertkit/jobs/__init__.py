@@ -277,7 +277,8 @@ def prepare_job(cfg: DictConfig, run_dir: Path | None) -> dict | None:
         if folder is not None:
             logger.warning(set_aside_message(run_dir, folder))
     # Whether the Hub can be reached is checked at its first use (bertkit.data.hub).
-    use_hub_settings(OmegaConf.select(cfg, "hub_check_seconds"), offline_ways(config_dir()))
+    use_hub_settings(OmegaConf.select(cfg, "hub_check_seconds"),
+                     lambda: offline_ways(config_dir()))
     check_local_files(cfg.model, fetched_only=True)  # model=minilm_l6: make minilm
     apply_progress_bars(cfg)  # bars on a terminal only (auto)
     return None

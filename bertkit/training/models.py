@@ -98,6 +98,20 @@ def is_hub_name(name: str) -> bool:
 MODEL_KEYS = ("name_or_path", "tokenizer")
 
 
+def _preset(path: Path) -> DictConfig:
+    """A conf/model preset with the presets its defaults list names merged in, as Hydra
+    composes the group (without composing a whole config)."""
+    own = OmegaConf.load(path)
+    defaults = list(own.pop("defaults", None) or [])
+    if "_self_" not in defaults:
+        defaults.append("_self_")
+    merged = OmegaConf.create({})
+    for entry in defaults:
+        part = own if entry == "_self_" else _preset(path.with_name(f"{entry}.yaml"))
+        merged = OmegaConf.merge(merged, part)
+    return merged
+
+
 def offline_model_presets(config_directory: str) -> dict[str, str | None]:
     """The presets of conf/model/ whose checkpoint and tokenizer are both local paths or
     unset, each with the command that fetches its files (model.fetch.command), read from the
@@ -105,7 +119,7 @@ def offline_model_presets(config_directory: str) -> dict[str, str | None]:
     and is not listed."""
     presets = {}
     for path in sorted((Path(config_directory) / "model").glob("*.yaml")):
-        node = OmegaConf.create({"cache_dir": "/cache", "model": OmegaConf.load(path)})
+        node = OmegaConf.create({"cache_dir": "/cache", "model": _preset(path)})
         if any(OmegaConf.is_missing(node.model, key) for key in MODEL_KEYS):
             continue
         values = [OmegaConf.select(node, f"model.{key}") for key in MODEL_KEYS]
