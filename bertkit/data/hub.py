@@ -147,11 +147,14 @@ def offline_error(setting: str, what: str) -> BertkitError:
 def load_hub_dataset(what: str, local_files: str, *args, **kwargs):
     """datasets.load_dataset(*args, **kwargs); what: "the Hub dataset X ..." for the message,
     local_files: what to give without network ("give the original JSON files: ...")."""
-    require_hub()  # without the Hub: offline mode, the Hub cache or one error, no retries
+    online = require_hub()  # without the Hub: offline mode, the Hub cache or one error
     try:
         return datasets.load_dataset(*args, **kwargs)
     except Exception as err:  # offline, unknown name, ...: one message, not a Hub traceback
         reason = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+        if not online:
+            local_files = (f"{local_files.rstrip('.')}. The Hub cannot be reached "
+                           f"({why_offline()}); HF_HUB_OFFLINE=1 skips the Hub check.")
         raise BertkitError(f"could not load {what} ({reason}). Without network, "
                            f"{local_files}") from None
 
