@@ -374,13 +374,16 @@ def partial_data_note(limited: dict[str, dict], what: str) -> str:
     setting that cut it), and that its scores are no result on `what`."""
     parts = "".join(f"\n- {describe_cut(part, entry)}" for part, entry in limited.items())
     return (f"\n\n**Partial data: not a result on {what}.** This run read only part of its "
-            f"data, so no score below is given as a result in the model-index metadata:"
+            f"data, so no score below is given as a result in the model-index metadata; what "
+            f"was cut:"
             f"{parts}")
 
 
 def finetune_facts(settings: CardSettings, record: dict) -> CardFacts:
-    """A finetune's card from its metrics.json record (bertkit.data.metrics_file); a split
-    cut to its first examples (details.limited_samples) gives no model-index result."""
+    """A finetune's card from its metrics.json record (bertkit.data.metrics_file). A run on
+    part of its data (details.limited_samples) gives no model-index result: a cut dev split's
+    score is not the task's, nor is a full split's score of a model trained on part of the
+    training data; the body shows the scores and says what was cut."""
     family, task = record["family"], settings.task
     started = None if record["model"] == "from_scratch" else record["model"]
     origin = f"from {model_reference(started)}" if started else "from random initialisation"
@@ -392,8 +395,7 @@ def finetune_facts(settings: CardSettings, record: dict) -> CardFacts:
         summary=(f"BERT finetuned on {task.name} ({family} family, "
                  f"{TASK_TYPES[family][0]}) with bertkit, {origin}."),
         started_from=started, dataset=CardDataset.of(task),
-        results={split: values for split, values in scores.items() if split not in limited},
-        shown_results=scores,
+        results={} if limited else scores, shown_results=scores,
         results_note=(f"The final model on the dev split(s)"
                       f"{' and the labelled test split(s)' if record.get('test') else ''}, as in "
                       f"the run's metrics.json; main metric: {record['main_metric']}."
