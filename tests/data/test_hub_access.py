@@ -140,12 +140,14 @@ def test_a_hub_name_offline_fails_at_once_in_one_line_naming_the_local_ways(
     assert connections == []
 
 
-def test_a_local_path_never_asks_the_hub(fresh_hub, connections, vocab_dir, monkeypatch):
-    def asked():
-        raise AssertionError("the Hub was checked for a local path")
-
-    monkeypatch.setattr(hub, "hub_reachable", asked)
-    tokenizer = from_pretrained(BertTokenizerFast, str(vocab_dir), "model.tokenizer", "tokenizer",
-                                trust_remote_code=False)
+def test_only_a_hub_name_asks_the_hub(fresh_hub, connections, vocab_dir, monkeypatch):
+    """A local tokenizer loads without a connection; a Hub name then opens the one check."""
+    monkeypatch.setattr(hub, "endpoint", lambda: f"http://127.0.0.1:{_closed_port()}")
+    tokenizer = from_pretrained(BertTokenizerFast, str(vocab_dir), "model.tokenizer",
+                                "tokenizer", trust_remote_code=False)
     assert tokenizer.vocab_size > 0
     assert connections == []
+    with pytest.raises(BertkitError):
+        from_pretrained(AutoTokenizer, "bertkit-tests/not-in-the-cache", "model.tokenizer",
+                        "tokenizer", trust_remote_code=False)
+    assert len(connections) == 1
