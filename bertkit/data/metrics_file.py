@@ -14,14 +14,23 @@ read by bertkit-report without family-specific patches.
     files           name -> path of the prediction files
     details         the family's own facts (data counts, decoding time, best checkpoint);
                     limited_samples, the splits cut to their first examples by
-                    task.max_*_samples ({split: {examples, of}}: no result on the task); and
+                    task.max_*_samples ({split: {examples, of}}: no result on the task; every
+                    writer of the score marks it, bertkit.data.limited_samples); and
                     what the run read by content, for bertkit-report's run identity:
                     data_fingerprint (the splits) and input_fingerprints ({config key:
                     fingerprint} of a local checkpoint, tokenizer or corpus; a pretraining
                     run's metrics.json has them in its details too)
 
 Files of schema 1 (no schema_version: SQuAD and SWAG wrote dev scores flat, without the split)
-are read through `upgrade`. Pretraining runs write a metrics.json of their own (no main_metric).
+are read through `upgrade`. Pretraining runs write a metrics.json of their own (no main_metric),
+whose details.limited_samples names the parts a pretraining run cut
+(bertkit.data.limited_samples.PRETRAINING_CUTS): "heldout" and "heldout_pairs" when
+heldout.max_sequences keeps fewer sequences than the held-out documents give, and "corpus"
+whenever corpus.max_documents is set ({"examples": documents read, "of": null}: reading stops
+there, the whole is not counted). corpus.max_documents counts because the held-out set is drawn
+from the documents read: a run on the first N documents (debug=smoke: 16) is scored on a few
+held-out documents of that small corpus, no result on the corpus its card and W&B run name.
+Two-stage finetuning's target names its first stage's cut splits as intermediate/<split>.
 """
 
 from __future__ import annotations
