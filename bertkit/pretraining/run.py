@@ -250,7 +250,8 @@ def pretraining_cuts(corpus: DictConfig, data: PretrainingData) -> dict[str, dic
     held-out sets cut to heldout.max_sequences."""
     cuts = {}
     if corpus.get("max_documents") is not None:
-        read = (data.train_documents or 0) + (data.heldout.documents if data.heldout else 0)
+        read = (corpus.max_documents if data.train_documents is None  # a stream: not counted
+                else data.train_documents + (data.heldout.documents if data.heldout else 0))
         cuts["corpus"] = cut(read, None)
     heldout = data.heldout
     if heldout is not None and heldout.mlm_available is not None:
