@@ -204,3 +204,26 @@ def test_a_pretraining_card_marks_a_cut_downstream_finetune(tmp_path):
             if line.startswith(("| rte", "| mrpc"))}
     assert describe_cut("validation", cuts["validation"]) in rows["rte"]
     assert "partial data" in rows["rte"] and "partial data" not in rows["mrpc"]
+
+
+@pytest.mark.parametrize("max_documents", [None, 16])
+@pytest.mark.parametrize("available", [2, 5])
+def test_pretraining_cuts_name_the_corpus_and_a_cut_heldout_set(max_documents, available):
+    """corpus.max_documents always counts (reading stops there: the whole is not counted);
+    the held-out set only when heldout.max_sequences kept fewer than it had."""
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+
+    from bertkit.pretraining.run import pretraining_cuts
+
+    heldout = SimpleNamespace(mlm=[0, 1], pairs=None, documents=3, mlm_available=available,
+                              pairs_available=None)
+    data = SimpleNamespace(train_documents=13, heldout=heldout)
+    cuts = pretraining_cuts(OmegaConf.create({"max_documents": max_documents}), data)
+    expected = {}
+    if max_documents is not None:
+        expected["corpus"] = {"examples": 16, "of": None}
+    if available > 2:
+        expected["heldout"] = {"examples": 2, "of": available}
+    assert cuts == expected
