@@ -4,7 +4,7 @@ and group, the printout; bertkit-report reads the same key).
 
 A part is a finetune's split cut by task.max_*_samples (its name: train, validation_matched,
 ...), the first stage's split of a two-stage run (intermediate/<split>), or a pretraining run's
-corpus or held-out set (PRETRAINING_CUTS). "of" is null where the whole is not counted
+corpus (PRETRAINING_CUTS). "of" is null where the whole is not counted
 (corpus.max_documents stops reading the corpus at N documents). A run with any part cut is no
 result on its task or corpus, wherever its score is shown.
 """
@@ -20,9 +20,8 @@ INTERMEDIATE_PREFIX = "intermediate/"  # two-stage finetuning's first stage's sp
 # corpus.max_documents counts: the held-out set is drawn from the documents read, so a run on
 # the first N documents (debug=smoke: 16) is scored on a held-out set of that small corpus, not
 # on the corpus the card and W&B name.
-PRETRAINING_CUTS = {"corpus": ("corpus.max_documents", "documents"),
-                    "heldout": ("heldout.max_sequences", "sequences"),
-                    "heldout_pairs": ("heldout.max_sequences", "sentence pairs")}
+# heldout.max_sequences is no cut: it sizes the held-out sample every arm is scored on.
+PRETRAINING_CUTS = {"corpus": ("corpus.max_documents", "documents")}
 
 
 def limited_samples(record: dict) -> dict[str, dict]:

@@ -24,10 +24,10 @@ read by bertkit-report without family-specific patches.
 Files of schema 1 (no schema_version: SQuAD and SWAG wrote dev scores flat, without the split)
 are read through `upgrade`. Pretraining runs write a metrics.json of their own (no main_metric),
 whose details.limited_samples names the parts a pretraining run cut
-(bertkit.data.limited_samples.PRETRAINING_CUTS): "heldout" and "heldout_pairs" when
-heldout.max_sequences keeps fewer sequences than the held-out documents give, and "corpus"
-whenever corpus.max_documents is set ({"examples": documents read, "of": null}: reading stops
-there, the whole is not counted). corpus.max_documents counts because the held-out set is drawn
+(bertkit.data.limited_samples.PRETRAINING_CUTS): "corpus" when reading stopped at
+corpus.max_documents ({"examples": documents read, "of": null}: the whole is not counted).
+heldout.max_sequences is not a cut: it sizes the held-out sample every arm is scored on.
+corpus.max_documents counts because the held-out set is drawn
 from the documents read: a run on the first N documents (debug=smoke: 16) is scored on a few
 held-out documents of that small corpus, no result on the corpus its card and W&B run name.
 Two-stage finetuning's target names its first stage's cut splits as intermediate/<split>.

@@ -183,10 +183,6 @@ class HeldoutSet:
     pairs: datasets.Dataset | None
     sentence_task: str | None
     documents: int
-    # The sequences (pairs) the held-out documents gave before heldout.max_sequences cut them:
-    # above len(mlm) (len(pairs)), the scores are on part of the set (details.limited_samples).
-    mlm_available: int | None = None
-    pairs_available: int | None = None
 
 
 def _with_attention_mask(batch: dict) -> dict:
@@ -236,8 +232,7 @@ def build_heldout(heldout: DictConfig, pretraining: DictConfig, objective_cfg: D
             raise BertkitError(f"heldout: the {len(heldout_docs)} held-out documents give no "
                                f"{sentence_task.upper()} pair; raise heldout.fraction")
         pairs = _masked(instances, heldout.max_sequences, vocab, rule, heldout.seed)
-    return HeldoutSet(mlm, pairs, sentence_task, len(heldout_docs), len(packed),
-                      None if pairs is None else len(instances))
+    return HeldoutSet(mlm, pairs, sentence_task, len(heldout_docs))
 
 
 def heldout_fingerprint(dataset: datasets.Dataset) -> str:

@@ -245,20 +245,17 @@ def heldout_callbacks(settings: DictConfig, trainer, data: PretrainingData,
 
 
 def pretraining_cuts(corpus: DictConfig, data: PretrainingData) -> dict[str, dict]:
-    """The parts of the data a pretraining run cut (bertkit.data.limited_samples): the corpus
-    read up to corpus.max_documents (the documents read; the whole is not counted), the
-    held-out sets cut to heldout.max_sequences."""
-    cuts = {}
-    if corpus.get("max_documents") is not None:
-        read = (corpus.max_documents if data.train_documents is None  # a stream: not counted
-                else data.train_documents + (data.heldout.documents if data.heldout else 0))
-        cuts["corpus"] = cut(read, None)
-    heldout = data.heldout
-    if heldout is not None and heldout.mlm_available is not None:
-        cuts["heldout"] = cut(len(heldout.mlm), heldout.mlm_available)
-    if heldout is not None and heldout.pairs is not None and heldout.pairs_available is not None:
-        cuts["heldout_pairs"] = cut(len(heldout.pairs), heldout.pairs_available)
-    return {part: entry for part, entry in cuts.items() if entry is not None}
+    """The parts of the data a pretraining run cut (bertkit.data.limited_samples): the corpus,
+    when reading stopped at corpus.max_documents (the documents read; the whole is not
+    counted). A corpus with fewer documents was read whole: no cut. heldout.max_sequences is
+    not a cut: it is the size of the held-out sample every arm is scored on (512 by
+    default), a setting that splits the report's rows like any other."""
+    limit = corpus.get("max_documents")
+    if limit is None:
+        return {}
+    read = (limit if data.train_documents is None  # a stream stops at the limit
+            else data.train_documents + (data.heldout.documents if data.heldout else 0))
+    return {"corpus": cut(read, None)} if read >= limit else {}
 
 
 def _outcome(recipe: str, job: DataSettings, trainer, data: PretrainingData, run: TrainingRun,

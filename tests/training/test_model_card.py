@@ -198,8 +198,6 @@ def test_pretraining_card_and_its_downstream_finetune_cards(tmp_path, glue_dir):
     run_dir = tmp_path / "pretrain"
     sst2 = glue_dir("sst2")
     pretrain(compose_config(tiny_pretraining_run(**{
-        # the whole held-out set: a cut one is no result (tests/training/test_partial_data.py)
-        "heldout.max_sequences": 100000,
         "downstream.tasks": f"{{sst2: ['task.data_dir={sst2}']}}",
         "downstream.overrides": "['trainer.max_steps=2','trainer.eval_strategy=no',"
                                 "'trainer.save_strategy=no']",

@@ -46,7 +46,8 @@ def _finetune(root: Path, cut: bool) -> list[str]:
 
 
 def _pretrain(root: Path, cut: bool) -> list[str]:
-    """A tiny pretraining run; cut: its held-out set to its first 2 sequences."""
+    """A tiny pretraining run; cut: the corpus read up to its first 8 documents, else a limit
+    above the corpus's size (which cuts nothing)."""
     return ["recipe=pretrain", "corpus=demo", "model=scratch_tiny",
             "model.config.hidden_size=32", "model.config.intermediate_size=64",
             "model.config.max_position_embeddings=64", "tokenizer_training.enabled=true",
@@ -54,7 +55,7 @@ def _pretrain(root: Path, cut: bool) -> list[str]:
             "pretraining.long_phase.fraction=0", "trainer.max_steps=1",
             "trainer.per_device_train_batch_size=4", "trainer.save_strategy=no",
             "heldout.every_seconds=null", "heldout.every_steps=1", "heldout.batch_size=4",
-            f"heldout.max_sequences={2 if cut else 100000}", "trainer.disable_tqdm=true",
+            f"corpus.max_documents={8 if cut else 100000}", "trainer.disable_tqdm=true",
             f"cache_dir={root / 'cache'}", "logger=wandb", "logger.mode=offline"]
 
 
@@ -144,9 +145,8 @@ def test_every_writer_marks_the_cut_run_and_not_the_full_one(runs, job, writer):
 def test_what_was_cut_is_recorded_with_its_size(runs):
     assert runs["finetune", True]["record"]["details"][LIMITED_SAMPLES] == {
         "validation": {"examples": CUT, "of": DEV}}
-    heldout = runs["pretrain", True]["record"]["details"][LIMITED_SAMPLES]["heldout"]
-    assert heldout["examples"] == 2 < heldout["of"]
-    assert runs["pretrain", True]["record"]["heldout"]["sequences"] == 2
+    assert runs["pretrain", True]["record"]["details"][LIMITED_SAMPLES] == {
+        "corpus": {"examples": 8, "of": None}}
 
 
 def test_two_stage_targets_carry_the_first_stages_cuts(monkeypatch, tmp_path):
@@ -206,24 +206,23 @@ def test_a_pretraining_card_marks_a_cut_downstream_finetune(tmp_path):
     assert "partial data" in rows["rte"] and "partial data" not in rows["mrpc"]
 
 
-@pytest.mark.parametrize("max_documents", [None, 16])
-@pytest.mark.parametrize("available", [2, 5])
-def test_pretraining_cuts_name_the_corpus_and_a_cut_heldout_set(max_documents, available):
-    """corpus.max_documents always counts (reading stops there: the whole is not counted);
-    the held-out set only when heldout.max_sequences kept fewer than it had."""
+@pytest.mark.parametrize("max_documents", [None, 16, 100])
+@pytest.mark.parametrize("max_sequences_cut", [False, True])
+def test_pretraining_cuts_name_a_corpus_read_up_to_its_limit(max_documents, max_sequences_cut):
+    """corpus.max_documents counts where reading stopped there (16 documents read of a larger
+    corpus; the whole is not counted); a limit above the corpus (100) cut nothing. The held-out
+    sample's size (heldout.max_sequences, 512 by default) is never a cut, however many
+    sequences the held-out documents give."""
     from types import SimpleNamespace
 
     from omegaconf import OmegaConf
 
     from bertkit.pretraining.run import pretraining_cuts
 
-    heldout = SimpleNamespace(mlm=[0, 1], pairs=None, documents=3, mlm_available=available,
-                              pairs_available=None)
-    data = SimpleNamespace(train_documents=13, heldout=heldout)
+    heldout = SimpleNamespace(mlm=[0, 1], pairs=None, documents=3)
+    if max_sequences_cut:  # documents that would give more sequences than were kept
+        heldout.documents = 5
+    data = SimpleNamespace(train_documents=16 - heldout.documents, heldout=heldout)
     cuts = pretraining_cuts(OmegaConf.create({"max_documents": max_documents}), data)
-    expected = {}
-    if max_documents is not None:
-        expected["corpus"] = {"examples": 16, "of": None}
-    if available > 2:
-        expected["heldout"] = {"examples": 2, "of": available}
+    expected = {"corpus": {"examples": 16, "of": None}} if max_documents == 16 else {}
     assert cuts == expected
