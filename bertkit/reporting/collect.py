@@ -76,8 +76,8 @@ def collect(root: Path, source: str = "files") -> tuple[list[RunResult], list[Pr
             try:
                 run = read_run(here / METRICS_FILE)
                 if run is None:
-                    pretraining.append(read_pretraining_run(here / METRICS_FILE))
                     runs += read_downstream_runs(here)
+                    pretraining.append(read_pretraining_run(here / METRICS_FILE))
                 else:
                     runs.append(run)
             except BertkitError as err:  # a cut or corrupt file: a failed run, named

@@ -163,8 +163,6 @@ def read_downstream_runs(pretraining_dir: Path) -> list[RunResult]:
 def read_pretraining_run(path: Path) -> PretrainingRun:
     """The PretrainingRun of a pretraining metrics.json (no "main_metric")."""
     data = read_json(path)
-    if "seed" not in data:
-        raise BertkitError(f"{path}: missing key 'seed'")
     heldout = data.get("heldout")
     final = heldout.get("final") if isinstance(heldout, dict) else None
     window = final if isinstance(final, dict) else data.get("last_log")
@@ -179,9 +177,12 @@ def read_pretraining_run(path: Path) -> PretrainingRun:
         settings_source = METRICS_FILE
     settings = run_settings(config, prefix=PRETRAINING,
                             input_fingerprints=_input_fingerprints(data))
+    seed = data.get("seed", config.get("seed"))
+    if not _is_number(seed):
+        raise BertkitError(f"{path}: no seed (metrics.json's 'seed' or config.yaml's)")
     return PretrainingRun(
         run_dir=path.parent, recipe=str(data.get("recipe", "")),
-        corpus=str(data.get("corpus", "?")), seed=int(data["seed"]), scores=scores,
+        corpus=str(data.get("corpus", "?")), seed=int(seed), scores=scores,
         heldout=isinstance(final, dict),
         tokens_seen=(float(train["tokens_seen"]) if _is_number(train.get("tokens_seen"))
                      else None),
