@@ -280,7 +280,9 @@ def _system_rows(runs: Sequence[RunResult], tasks: list[str], root: Path,
                 per_task[task] = best
         first = systems[name][0]
         system_rows.append({"system": name, "recipe": first.recipe, "model": first.model,
-                            "settings": split.differing(first), "tasks": per_task})
+                            "settings": split.differing(first),
+                            # the splits it cut to their first examples ({}: none)
+                            "partial": first.limited_samples, "tasks": per_task})
     return system_rows
 
 
@@ -316,6 +318,11 @@ def _references(system_rows: list[dict], task_info: dict, references_file,
             for system in systems:
                 best = system["tasks"].get(task)
                 if best is None:
+                    continue
+                if system["partial"]:  # a score on the first examples is not the task's
+                    skipped.append({"reference": reference.key, "task": task,
+                                    "reason": f"`{system['system']}` is scored on part of "
+                                              f"its data"})
                     continue
                 mean = best["summary"]["mean"] * info["scale"]
                 distances.append({
