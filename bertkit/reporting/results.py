@@ -152,7 +152,7 @@ def read_downstream_runs(pretraining_dir: Path) -> list[RunResult]:
             settings = {**settings, MODEL_KEY: model, **arm_settings}
             arm_config = {f"{PRETRAINING}{k}": v for k, v in flatten(pretrained or {}).items()}
             # A checkpoint pretrained on part of its data marks its finetunes too.
-            limited = {**run.limited_samples, **{f"{PRETRAINING}{split}": cut for split, cut
+            limited = {**run.limited_samples, **{f"pretraining {split}": cut for split, cut
                                                  in _limited_samples(pretraining).items()}}
             runs.append(replace(run, recipe=arm, model=model, settings=settings,
                                 config={**run.config, **arm_config, **settings},
