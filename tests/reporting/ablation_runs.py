@@ -47,6 +47,8 @@ def _finetune_config() -> dict:
 def arm_config(arm: dict[str, str], seed: int) -> dict:
     config = copy.deepcopy(_arm_config(tuple(sorted(arm.items()))))
     config["seed"] = config["trainer"]["seed"] = seed
+    # as a run names itself: a W&B name of its own per job (a result-neutral setting)
+    config["logger"]["name"] = "-".join([config["corpus"]["name"], *arm.values(), str(seed)])
     return config
 
 
@@ -104,6 +106,7 @@ def write_job(job: Path, arm: dict[str, str], seed: int, rte: float | None = Non
         finetune = copy.deepcopy(_finetune_config())
         finetune["model"]["name_or_path"] = str(job / "model")
         finetune["seed"] = seed
+        finetune["logger"]["name"] = f"rte-{job.parent.name}-seed{seed}"
         downstream = job / "downstream" / "rte"
         downstream.mkdir(parents=True)
         (downstream / "config.yaml").write_text(yaml.safe_dump(finetune))
