@@ -619,8 +619,9 @@ PERCENT = 100.0
 
 
 def _verdict(entry: dict, label_a: str, label_b: str, alpha: float) -> str:
-    """A plain sentence: which side is better, in the metric's direction, or that neither
-    is shown to be."""
+    """A plain sentence: which side is better, in the metric's direction (lower for a loss):
+    Holm's p below 1 − confidence and ASO calling it better (docs/reports.md, "How to call a
+    result"), or that neither is shown to be."""
     what = entry["what"]
     if entry["tied"]:
         return "tied: both sides have the same scores, no difference"
@@ -630,8 +631,12 @@ def _verdict(entry: dict, label_a: str, label_b: str, alpha: float) -> str:
     if p is None or not math.isfinite(p):
         return (f"each side's seeds score alike, so the t-test cannot tell; {better} has the "
                 f"{word} {what}")
+    by_aso = entry["b_better_by_aso"] if better == label_b else entry["a_better_by_aso"]
+    if p < alpha and by_aso:
+        return f"{better} is better ({word} {what}): Holm p and ASO agree"
     if p < alpha:
-        return f"{better} is better ({word} {what}), significant after Holm"
+        return (f"{better} has the {word} {what} (Holm p {p:.2g}), but ASO does not call it "
+                f"better: not conclusive")
     return (f"no significant difference (Holm p {p:.2g} ≥ {alpha:g}); {better} has the "
             f"{word} {what} in these seeds")
 

@@ -137,6 +137,7 @@ def test_lower_loss_is_better_in_the_verdict(ablation, capsys):
     assert losses and all(c["difference"] < 0 for c in losses)
     for c in losses:
         assert c["verdict"].startswith("masking=dynamic is better (lower MLM loss)")
+        assert c["p_holm"] < 1 - c["confidence"]
         assert c["b_better_by_aso"] and not c["a_better_by_aso"]
     assert console.count("→ masking=dynamic is better (lower MLM loss)") == len(losses)
 
