@@ -486,7 +486,9 @@ def _one_test(population: Population, root: Path, task: str, metric: tuple, leve
     values = {side: groups[side]["values"] for side in ("a", "b")}
     counts = [len(values["a"]), len(values["b"])]
     if not finetunes and not all(counts):  # NSP of objective=mlm_nsp, none of objective=mlm
-        found["skipped"][label] = f"only {'A' if counts[0] else 'B'} has a {what}"
+        side = "a" if counts[0] else "b"
+        found["skipped"][label] = (f"only {side.upper()} ({found['sides'][side].label}) "
+                                   f"reports {what}")
         return
     if min(counts) < 2:
         found["skipped"][label] = _too_few(*counts, "seed" if not settings.pool else "run")
