@@ -222,7 +222,15 @@ def row_title(c: dict, tasks: dict) -> str:
         what = tasks[c["task"]]["header"]
     else:
         what = f"{c['what']} ({'higher' if c['higher_is_better'] else 'lower'} is better)"
-    return what + (f" at {c['level']}" if c["level"] else "")
+    return what + at_level(c["level"])
+
+
+def at_level(level: str) -> str:
+    """" at objective=mlm" after what a row tests; a level that is only a mark (partial data)
+    as its bracket; nothing for no level."""
+    if not level:
+        return ""
+    return f" {level}" if level.startswith("(") else f" at {level}"
 
 
 def _digits(c: dict, d: int) -> int:

@@ -52,7 +52,7 @@ from bertkit.reporting.references import (
     matches_model,
 )
 from bertkit.reporting.results import GRID_KEYS, PRETRAINING_TASK, PretrainingRun, RunResult
-from bertkit.reporting.sections import one_line, render_markdown, safe_name
+from bertkit.reporting.sections import at_level, one_line, render_markdown, safe_name
 from bertkit.reporting.selection import Side, resolve_side
 from bertkit.reporting.statistics import (
     aso_epsilon,
@@ -464,8 +464,7 @@ def _one_test(population: Population, root: Path, task: str, metric: tuple, leve
               settings: Significance, found: dict) -> None:
     name, what, higher, scale = metric
     finetunes = population.task_info is not None
-    label = (task if finetunes else f"{PRETRAINING_TASK} {what}") + (
-        f" at {level['name']}" if level["name"] else "")
+    label = (task if finetunes else f"{PRETRAINING_TASK} {what}") + at_level(level["name"])
     missing = [side.upper() for side in ("a", "b") if not level[side]]
     if missing:
         found["skipped"][label] = (f"no run of {' or '.join(missing)} here; the other side "

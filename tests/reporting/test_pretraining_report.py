@@ -115,6 +115,7 @@ def test_a_factor_is_compared_at_each_level_of_the_others(ablation, capsys, grou
         assert c["n_a"] == c["n_b"] == len(SEEDS)
         assert c["aso_comparisons"] == len(expected)  # Holm and ASO count every test
         assert f" at {c['level']}: B − A " in console
+    assert len(tested) == len(comparison["tasks"])
 
 
 def test_pool_pools_the_levels_when_asked(ablation, capsys):
