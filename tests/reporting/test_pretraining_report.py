@@ -227,9 +227,20 @@ PARTIAL = {"validation": {"examples": 16, "of": 277}}
 MARK = "partial: "
 
 
-def test_a_partial_run_is_marked_in_every_output_and_never_pooled(tmp_path, capsys):
-    """Every text file the report writes and the console mark the partial runs (the figures'
-    legends are the same row names); their scores are in rows of their own."""
+def test_a_partial_run_is_marked_in_every_output_and_never_pooled(tmp_path, capsys,
+                                                                  monkeypatch):
+    """Every text file the report writes, the figures' legends and the console mark the
+    partial runs; their scores are in rows of their own."""
+    legends = {}
+
+    def recording(plot):
+        def record(series, path, *args, **kwargs):
+            legends[Path(path).name] = list(series)
+            return plot(series, path, *args, **kwargs)
+        return record
+
+    for name in ("plot_seeds", "plot_expected_max"):
+        monkeypatch.setattr(writer, name, recording(getattr(writer, name)))
     root = tmp_path / "runs"
     arm = arms()[0]
     for seed in SEEDS:
@@ -248,6 +259,10 @@ def test_a_partial_run_is_marked_in_every_output_and_never_pooled(tmp_path, caps
                                          "report.json"}
     for text in [console, *(p.read_text() for p in written)]:
         assert "16 of 277" in text
+    figures = {p.name for p in out.iterdir() if p.suffix == ".png"}
+    assert figures and set(legends) == figures
+    for names in legends.values():
+        assert sum(MARK in name for name in names) == 1
     finetunes = {s["system"]: s["tasks"]["rte"]["values"] for s in report["systems"]}
     assert sorted(finetunes.values()) == sorted(
         [[rte_score(arm, s) for s in SEEDS], [0.9] * len(SEEDS)])
@@ -263,3 +278,16 @@ def test_a_partial_run_is_marked_in_every_output_and_never_pooled(tmp_path, caps
 
 def test_metric_labels_cover_every_pretraining_score():
     assert set(METRIC_LABELS) == {m for m, _ in PRETRAINING_METRICS}
+
+
+def test_a_partial_run_is_never_measured_against_a_published_score(tmp_path):
+    for name, limited in (("full", None), ("cut", PARTIAL)):
+        for seed in SEEDS:
+            metrics = glue_metrics("rte", seed, {"validation": {"accuracy": 0.6 + seed / 100}})
+            if limited:
+                metrics.setdefault("details", {})["limited_samples"] = limited
+            write(tmp_path / "runs" / name / f"s{seed}" / "metrics.json", metrics)
+    report = writer.build_report(tmp_path / "runs")
+    distances = report["references"]["distances"]
+    assert distances and not any(MARK in d["system"] for d in distances)
+    assert any(MARK in s["reason"] for s in report["references"]["skipped"])
