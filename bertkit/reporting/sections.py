@@ -169,7 +169,7 @@ def _significance(comparisons: list[dict], tasks: dict, d: int) -> list[str]:
             f"{'paired' if first['paired'] else 'Welch'} t-test to detect a difference "
             f"of {first['detect']:g} points (of a loss: hundredths) with power "
             f"{first['power']:g} at the measured spreads.", ""]
-    body, notes = [], []
+    body, notes, verdicts = [], [], []
     for comparison in comparisons:
         for label, c in comparison["tasks"].items():
             scale = c["scale"]
@@ -191,17 +191,18 @@ def _significance(comparisons: list[dict], tasks: dict, d: int) -> list[str]:
                          *_aso_cells(c),
                          f"[{fmt(c['bootstrap_low'] * scale, digits)}, "
                          f"{fmt(c['bootstrap_high'] * scale, digits)}]",
-                         "> 10000" if c["seeds_needed"] is None else str(c["seeds_needed"]),
-                         c["verdict"]])
+                         "> 10000" if c["seeds_needed"] is None else str(c["seeds_needed"])])
+            verdicts.append(f"- {_pair(comparison)}, {row_title(c, tasks)}: {c['verdict']}.")
     skipped = [f"- {_pair(comparison)}, {label}: not compared: {reason}."
                for comparison in comparisons
                for label, reason in comparison["skipped"].items()]
     if body:
-        out.append(markdown_table(["B vs A", "Compared", "n A", "n B", "mean A", "mean B",
+        out.append(markdown_table(["B vs A", "Task", "n A", "n B", "mean A", "mean B",
                                    "B − A", f"{confidence} CI (t)", "p", "Holm p", "test",
                                    "ε_min (ASO)", "ε_min, A over B",
-                                   f"{confidence} CI (bootstrap)", "seeds needed", "verdict"],
+                                   f"{confidence} CI (bootstrap)", "seeds needed"],
                                   body).rstrip("\n"))
+        out += ["", "Verdicts:", "", *verdicts]
     elif not skipped:
         out.append("No task has runs in both groups.")
     notes += [f"- {_pair(comparison)}, {label}: tied: both groups have the same scores, so "
