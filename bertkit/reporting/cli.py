@@ -1,12 +1,13 @@
-"""bertkit-report OUTPUTS_DIR [--out REPORT_DIR] [--compare A B ...] [--decimals N]
+"""bertkit-report OUTPUTS_DIR [--out REPORT_DIR] [--compare A B ...] [--pool] [--decimals N]
                   [--source {auto,files,wandb}] [--reference KEY ...] [--references FILE]
 bertkit-report SWEEP_DIR --wandb-workspace ENTITY/PROJECT [--dry-run] [--workspace-name NAME]
                   [--workspace-layout FILE] [--out REPORT_DIR]
 
-Collects the finetuning runs under OUTPUTS_DIR (their metrics.json, or the W&B run logs of
-runs whose metrics.json is gone) and writes report.md, results.csv, report.json and per-task
-figures into REPORT_DIR (default OUTPUTS_DIR/report), with published scores as reference
-rows and each system's distance to them. With --wandb-workspace: builds the sweep's W&B
+Collects the finetuning and pretraining runs under OUTPUTS_DIR (their metrics.json, or the
+W&B run logs of finetunes whose metrics.json is gone) and writes report.md, results.csv,
+pretraining.csv, report.json and per-task figures into REPORT_DIR (default
+OUTPUTS_DIR/report), with published scores as reference rows and each system's distance to
+them. With --wandb-workspace: builds the sweep's W&B
 workspace instead (bertkit.reporting.wandb_workspace), writes its spec to
 REPORT_DIR/wandb_workspace.json, and saves it to W&B unless --dry-run.
 """
@@ -21,6 +22,7 @@ from pathlib import Path
 from bertkit.data.atomic_files import write_json_atomic
 from bertkit.errors import BertkitError
 from bertkit.reporting.collect import SOURCES
+from bertkit.reporting.sections import console_comparisons
 from bertkit.reporting.wandb_workspace import (
     WORKSPACE_FILE,
     build_workspace,
@@ -39,7 +41,7 @@ PROG = "bertkit-report"
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog=PROG, description="Tables, statistics and figures of finetuning runs.")
+        prog=PROG, description="Tables, statistics and figures of finetuning and pretraining runs.")
     parser.add_argument("outputs_dir", type=Path, metavar="OUTPUTS_DIR",
                         help="a run directory or any parent of run directories")
     parser.add_argument("--out", type=Path, default=None, metavar="REPORT_DIR",
@@ -55,6 +57,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                              "OUTPUTS_DIR (fnmatch, '*' also matches '/'). Repeatable "
                              "(e.g. each arm against one baseline): Holm's p and ASO's "
                              "correction then count every comparison of the table")
+    parser.add_argument("--pool", action="store_true",
+                        help="with --compare of settings: pool each side's runs across the "
+                             "levels of the other settings the rows differ in (one test) "
+                             "instead of one test per level (static vs dynamic masking at "
+                             "objective=mlm and at objective=mlm_nsp)")
     parser.add_argument("--paired", action="store_true",
                         help="with --compare: the paired t-test over the seeds both groups ran "
                              "(e.g. two checkpoints finetuned with the same seeds) instead of "
@@ -142,12 +149,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                               confidence=args.confidence, significance=Significance(
                                   aso_threshold=args.aso_threshold, detect=args.detect,
                                   power=args.power, resamples=args.bootstrap,
-                                  seed=args.stats_seed))
+                                  seed=args.stats_seed), pool=args.pool)
         written = write_report(report, out_dir)
     except BertkitError as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return 2
     print(report["table_markdown"], end="")
+    if report["pretraining"]["systems"]:
+        print(("\n" if report["table_markdown"] else "") + "Pretraining (held-out scores):")
+        print(report["pretraining"]["table_markdown"], end="")
+    for line in console_comparisons(report):
+        print(line)
     if report["failed"]:
         print(f"\n{len(report['failed'])} failed job(s), listed in report.md")
     print(f"\nwrote {len(written)} files to {out_dir}:")

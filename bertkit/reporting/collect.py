@@ -1,4 +1,4 @@
-"""Find every finetuning result under an outputs directory, for bertkit-report.
+"""Find every finetuning and pretraining result under an outputs directory, for bertkit-report.
 
 A run directory is one that holds metrics.json (a finished run) or failed.json (a sweep job
 that failed). The walk does not descend into a run directory, so the
@@ -18,9 +18,11 @@ from bertkit.data.metrics_file import FAILED_FILE, METRICS_FILE
 from bertkit.errors import BertkitError
 from bertkit.reporting.results import (
     FailedRun,
+    PretrainingRun,
     RunResult,
     read_downstream_runs,
     read_failed,
+    read_pretraining_run,
     read_run,
 )
 from bertkit.reporting.wandb_runs import is_wandb_run_dir, runs_from_wandb
@@ -31,18 +33,27 @@ SOURCES = ("auto", "files", "wandb")
 
 
 def collect_runs(root: Path, source: str = "files") -> tuple[list[RunResult], list[FailedRun]]:
-    """All finetuning runs and failed jobs under root (itself a run directory or any parent).
+    """All finetuning runs and failed jobs under root (collect, pretraining runs aside)."""
+    runs, _, failed = collect(root, source)
+    return runs, failed
 
-    Both lists are sorted by run directory. A metrics.json without "main_metric" (a
-    pretraining run) is not a finetuning result; the finetunes it ran downstream are
-    (read_downstream_runs). When a directory holds both files, metrics.json wins: the job
-    was rerun and finished.
+
+def collect(root: Path, source: str = "files") -> tuple[list[RunResult], list[PretrainingRun],
+                                                         list[FailedRun]]:
+    """All finetuning runs, pretraining runs and failed jobs under root (itself a run
+    directory or any parent).
+
+    The lists are sorted by run directory. A metrics.json without "main_metric" is a
+    pretraining run (read_pretraining_run); the finetunes it ran downstream are finetuning
+    runs of their own (read_downstream_runs). When a directory holds both files, metrics.json
+    wins: the job was rerun and finished. Hidden directories (.hydra, a set-aside
+    .<name>.overwritten-* run) are not read.
 
     source (SOURCES): "files" reads metrics.json and failed.json only. "auto" also reads the
     W&B run directories (wandb/offline-run-*/run-*.wandb, or run-*/ of a synced online run)
     that are not inside a run directory with metrics.json or failed.json: those win, so no
     run is counted twice. "wandb" reads the W&B run logs only, wherever they are. A W&B log
-    yields one result per job directory (see wandb_runs).
+    yields one result per job directory (see wandb_runs); it has no pretraining results.
 
     A run whose files cannot be read (metrics.json or config.yaml cut by a full disk, edited by
     hand) counts as a failed run whose error names the file: one bad file in a sweep of a
@@ -54,16 +65,21 @@ def collect_runs(root: Path, source: str = "files") -> tuple[list[RunResult], li
     if not root.is_dir():
         raise BertkitError(f"{root}: no such directory")
     runs: list[RunResult] = []
+    pretraining: list[PretrainingRun] = []
     failed: list[FailedRun] = []
     wandb_dirs: list[Path] = []
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         here = Path(dirpath)
         if source != "wandb" and METRICS_FILE in filenames:
             dirnames.clear()  # downstream/, checkpoints/, model/ belong to this run
             try:
                 run = read_run(here / METRICS_FILE)
-                runs += [run] if run is not None else read_downstream_runs(here)
+                if run is None:
+                    runs += read_downstream_runs(here)
+                    pretraining.append(read_pretraining_run(here / METRICS_FILE))
+                else:
+                    runs.append(run)
             except BertkitError as err:  # a cut or corrupt file: a failed run, named
                 failed.append(FailedRun(here, f"unreadable result: {err}"))
         elif source != "wandb" and FAILED_FILE in filenames:
@@ -79,6 +95,6 @@ def collect_runs(root: Path, source: str = "files") -> tuple[list[RunResult], li
         from_wandb, failed_wandb = runs_from_wandb(wandb_dirs)
         runs += from_wandb
         failed += failed_wandb
-    runs.sort(key=lambda r: str(r.run_dir))
-    failed.sort(key=lambda r: str(r.run_dir))
-    return runs, failed
+    for found in (runs, pretraining, failed):
+        found.sort(key=lambda r: str(r.run_dir))
+    return runs, pretraining, failed

@@ -136,6 +136,8 @@ class RowSplit:
     unrecorded_runs: int  # runs missing at least one of `unknown`
     common: Mapping[str, str]  # key -> the value most rows have, left out of their names
     _names: Mapping[tuple, str]
+    labels: Mapping[str, str] = None  # key -> how names show it (masking for masking.kind)
+    implied: frozenset = frozenset()  # keys a group's choice says (left out of names)
 
     @classmethod
     def of(cls, runs: Sequence) -> RowSplit:
@@ -154,8 +156,9 @@ class RowSplit:
                         unknown.add(key)
         ordered = tuple(sorted(keys, key=lambda k: (k != MODEL_KEY, k)))
         unrecorded = sum(1 for run in runs if any(k not in run.settings for k in unknown))
-        common, names = _names(runs, ordered)
-        return cls(ordered, tuple(sorted(unknown)), unrecorded, common, names)
+        common, names, labels = _names(runs, ordered)
+        return cls(ordered, tuple(sorted(unknown)), unrecorded, common, names, labels,
+                   frozenset(_implied_by_choice(runs, ordered)))
 
     def key(self, run) -> tuple:
         return _row(run, self.keys)
@@ -167,13 +170,51 @@ class RowSplit:
         """The run's values of the keys that split rows, as shown."""
         return {k: _shown(run, k) for k in self.keys}
 
+    def other_factors(self, runs: Sequence, compared: Sequence[str]) -> tuple[str, ...]:
+        """The row keys besides the compared ones, and besides the keys a compared choice
+        says (objective.sentence_task with objective.name): the factors of a factorial
+        design at each level of which a comparison of the compared keys is made."""
+        compared = set(compared)
+
+        def said(key: str) -> bool:
+            choices = [c for c in compared
+                       if _group_of(c) and key.startswith(_group_of(c) + ".")]
+            return any(all(len({_value(r, key) for r in runs if _value(r, c) == v}) <= 1
+                           for v in {_value(r, c) for r in runs}) for c in choices)
+
+        return tuple(k for k in self.keys if k not in compared and not said(k))
+
+    def level(self, run, keys: Sequence[str]) -> tuple:
+        """The run's level of the factors `keys` (its marks, partial data, apart too)."""
+        return (*(_value(run, k) for k in keys), marks(run))
+
+    def level_name(self, run, keys: Sequence[str]) -> str:
+        """"objective=mlm": the run's values of keys as row names show them (keys a choice
+        among them says are left to it), its marks (partial data) in brackets."""
+        choices = {_group_of(k) for k in keys if _group_of(k)}
+        shown = [k for k in keys if not (k in self.implied and any(
+            k.startswith(g + ".") for g in choices))]
+        labels = self.labels or {}
+        parts = [f"{labels.get(k, k.removeprefix(PRETRAINING))}={_shown(run, k)}"
+                 for k in shown]
+        if marks(run):
+            parts.append(f"({'; '.join(marks(run))})")
+        return " ".join([" · ".join(parts[:len(shown)]), *parts[len(shown):]]).strip()
+
 
 def _value(run, key: str) -> str:
     return canonical(run.settings[key]) if key in run.settings else UNKNOWN
 
 
+def marks(run) -> tuple[str, ...]:
+    """What sets a run apart from a full run of its settings ("partial: validation 16 of
+    277", a pretraining run scored on its last training window): never pooled with runs
+    without it, and said in its row's name."""
+    return tuple(getattr(run, "marks", ()))
+
+
 def _row(run, keys: Sequence[str]) -> tuple:
-    return tuple(_value(run, k) for k in keys)
+    return (*(_value(run, k) for k in keys), marks(run))
 
 
 def _shown(run, key: str) -> str:
@@ -202,9 +243,15 @@ def _names(runs: Sequence, keys: tuple[str, ...]) -> tuple[dict[str, str], dict[
     # A choice (x.name) is shown as its group: finetuning=llrd.
     groups = {k: _group_of(k) or k for k in shown}
     labels = {k: short_key(groups[k], list(groups.values())) for k in shown}
-    names = {row: " · ".join([model_name(_model(run))] + [
-        f"{labels[k]}={_shown(run, k)}" for k in shown if common.get(k) != _shown(run, k)])
-        for row, run in representatives.items()}
+    names = {}
+    for row, run in representatives.items():
+        parts = [f"{labels[k]}={_shown(run, k)}" for k in shown
+                 if common.get(k) != _shown(run, k)]
+        if not parts or MODEL_KEY in keys or not _pretrained_here(run):
+            # An arm of a pretraining is named by its settings alone (masking=dynamic), its
+            # model being "pretrained on <corpus>" for every row.
+            parts.insert(0, model_name(_model(run)))
+        names[row] = " · ".join(parts)
     same_name: dict[str, list[tuple]] = {}
     for row, name in names.items():
         same_name.setdefault(name, []).append(row)
@@ -215,7 +262,16 @@ def _names(runs: Sequence, keys: tuple[str, ...]) -> tuple[dict[str, str], dict[
                 run = representatives[row]
                 names[row] = " · ".join([name] + [
                     f"{keys[i]}={run.settings.get(keys[i], UNKNOWN)}" for i in apart])
-    return {k: common[k] for k in shown if k in common}, names
+    for row, run in representatives.items():
+        if marks(run):
+            names[row] += f" ({'; '.join(marks(run))})"
+    return {k: common[k] for k in shown if k in common}, names, labels
+
+
+def _pretrained_here(run) -> bool:
+    """A pretraining run, or a finetune of a checkpoint pretrained by bertkit (it records the
+    pretraining's settings)."""
+    return any(k.startswith(PRETRAINING) for k in run.settings)
 
 
 def _model(run) -> str:

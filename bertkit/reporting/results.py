@@ -55,6 +55,67 @@ class RunResult:
     # Every setting of the run, flattened ("trainer.learning_rate": 2e-05), the seed and the
     # grid included, besides those of `settings`: what --compare's KEY=VALUE selections match.
     config: dict[str, object] = field(default_factory=dict)
+    # metrics.json's details.limited_samples: {split: {"examples": N, "of": M}} of the splits
+    # the run cut to their first examples (debug=smoke, task.max_eval_samples); {}: none.
+    limited_samples: dict[str, dict] = field(default_factory=dict)
+
+    @property
+    def marks(self) -> tuple[str, ...]:
+        """What sets the run apart from a full run of its settings (identity.RowSplit keeps
+        it in rows of its own and names it)."""
+        return partial_marks(self.limited_samples)
+
+
+PRETRAINING_TASK = "pretraining"  # the task of a pretraining run: its rows are its own
+# The held-out (or last training window's) scores a pretraining run reports, in the order
+# of the table: (metric, higher is better). The sentence task's accuracy is whichever of NSP
+# and SOP the objective has.
+PRETRAINING_METRICS = (("mlm_loss", False), ("mlm_accuracy", True), ("nsp_accuracy", True),
+                       ("sop_accuracy", True))
+LAST_WINDOW = "no held-out set: scores of the last training window"
+
+
+@dataclass(frozen=True)
+class PretrainingRun:
+    """One finished pretraining run: the held-out scores of its final checkpoint (or, for a
+    run without a held-out set, of its last training window: `heldout` False, and its rows
+    say so), the tokens it saw and its time. Its settings are keyed under PRETRAINING, as
+    those of its downstream finetunes, so that an arm has one name in both tables."""
+
+    run_dir: Path
+    recipe: str
+    corpus: str
+    seed: int
+    scores: dict[str, float]  # metric of PRETRAINING_METRICS -> value
+    heldout: bool
+    tokens_seen: float | None
+    seconds: float | None
+    settings: dict[str, object] = field(default_factory=dict)
+    settings_source: str = CONFIG_FILE
+    config: dict[str, object] = field(default_factory=dict)
+    limited_samples: dict[str, dict] = field(default_factory=dict)
+    source: str = METRICS_FILE
+    task: str = PRETRAINING_TASK
+    complete: bool = True
+
+    @property
+    def model(self) -> str:
+        return f"pretrained on {self.corpus}"
+
+    @property
+    def marks(self) -> tuple[str, ...]:
+        return partial_marks(self.limited_samples) + (() if self.heldout else (LAST_WINDOW,))
+
+
+def partial_marks(limited: dict) -> tuple[str, ...]:
+    """("partial: validation 16 of 277, train 16 of 2490",) for a run on the first examples
+    of some splits; () for a run on all its data."""
+    if not limited:
+        return ()
+    cut = ", ".join(f"{split} {n.get('examples', '?')} of {n.get('of', '?')}"
+                    if isinstance(n, dict) else str(split)
+                    for split, n in sorted(limited.items()))
+    return (f"partial: {cut}",)
 
 
 @dataclass(frozen=True)
@@ -66,15 +127,15 @@ class FailedRun:
 
 
 def read_downstream_runs(pretraining_dir: Path) -> list[RunResult]:
-    """The finetunes a pretraining job ran on its own checkpoint (downstream/<task>/), each
-    named after the pretraining arm, e.g. "pretrain_ablation (dynamic masking, mlm)", so
-    that an ablation's arms are the rows of the table and its seeds are pooled per arm."""
+    """The finetunes a pretraining job ran on its own checkpoint (downstream/<task>/), with
+    the pretraining's settings under PRETRAINING: an ablation's arms are the rows of the
+    table, named by the settings they differ in (masking=dynamic · objective=mlm), and its
+    seeds are pooled per arm."""
     downstream = pretraining_dir / "downstream"
     if not downstream.is_dir():
         return []
     pretraining = read_json(pretraining_dir / METRICS_FILE)
-    arm = (f"{pretraining.get('recipe', 'pretraining')} ({pretraining.get('masking', '?')} "
-           f"masking, {pretraining.get('objective', '?')})")
+    arm = str(pretraining.get("recipe", "pretraining"))
     model = f"pretrained on {pretraining.get('corpus', '?')}"
     # The checkpoint is this arm's: its own path (one per seed) and tokenizer say nothing
     # more; the pretraining's settings (seed aside) say which arm it is.
@@ -90,9 +151,52 @@ def read_downstream_runs(pretraining_dir: Path) -> list[RunResult]:
                         if k not in (MODEL_KEY, "model.tokenizer")}
             settings = {**settings, MODEL_KEY: model, **arm_settings}
             arm_config = {f"{PRETRAINING}{k}": v for k, v in flatten(pretrained or {}).items()}
+            # A checkpoint pretrained on part of its data marks its finetunes too.
+            limited = {**run.limited_samples, **{f"pretraining {split}": cut for split, cut
+                                                 in _limited_samples(pretraining).items()}}
             runs.append(replace(run, recipe=arm, model=model, settings=settings,
-                                config={**run.config, **arm_config, **settings}))
+                                config={**run.config, **arm_config, **settings},
+                                limited_samples=limited))
     return runs
+
+
+def read_pretraining_run(path: Path) -> PretrainingRun:
+    """The PretrainingRun of a pretraining metrics.json (no "main_metric")."""
+    data = read_json(path)
+    heldout = data.get("heldout")
+    final = heldout.get("final") if isinstance(heldout, dict) else None
+    window = final if isinstance(final, dict) else data.get("last_log")
+    window = window if isinstance(window, dict) else {}  # no scores: its cells are empty
+    scores = {m: float(window[m]) for m, _ in PRETRAINING_METRICS if _is_number(window.get(m))}
+    train = data.get("train") if isinstance(data.get("train"), dict) else {}
+    config, settings_source = _config(path.parent), CONFIG_FILE
+    if config is None:  # what metrics.json records
+        config = {**(data.get("hyperparameters") or {}),
+                  **{k: data[k] for k in ("recipe", "corpus", "objective", "masking")
+                     if k in data}}
+        settings_source = METRICS_FILE
+    settings = run_settings(config, prefix=PRETRAINING,
+                            input_fingerprints=_input_fingerprints(data))
+    seed = data.get("seed", config.get("seed"))
+    if not _is_number(seed):
+        raise BertkitError(f"{path}: no seed (metrics.json's 'seed' or config.yaml's)")
+    return PretrainingRun(
+        run_dir=path.parent, recipe=str(data.get("recipe", "")),
+        corpus=str(data.get("corpus", "?")), seed=int(seed), scores=scores,
+        heldout=isinstance(final, dict),
+        tokens_seen=(float(train["tokens_seen"]) if _is_number(train.get("tokens_seen"))
+                     else None),
+        seconds=float(train["seconds"]) if _is_number(train.get("seconds")) else None,
+        settings=settings, settings_source=settings_source,
+        config={**{f"{PRETRAINING}{k}": v for k, v in flatten(config).items()}, **settings},
+        limited_samples=_limited_samples(data),
+        complete=train.get("complete", True) is not False)
+
+
+def _limited_samples(data: dict) -> dict[str, dict]:
+    details = data.get("details")
+    found = details.get("limited_samples") if isinstance(details, dict) else None
+    return dict(found) if isinstance(found, dict) else {}
 
 
 def _config(run_dir: Path) -> dict | None:
@@ -146,6 +250,7 @@ def read_run(path: Path) -> RunResult | None:
         config={**flatten(config), **settings},
         **_progress(path, data.get("train")),
         epochs_trained=_epochs_trained(data.get("train"), hyper),
+        limited_samples=_limited_samples(data),
     )
 
 

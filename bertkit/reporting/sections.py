@@ -9,6 +9,7 @@ import re
 
 from bertkit.data.metrics_file import METRICS_FILE
 from bertkit.reporting.halving_section import render_halving
+from bertkit.reporting.pretraining_section import LOSS_DECIMALS, render_pretraining
 from bertkit.reporting.tables import markdown_cell as cell
 from bertkit.reporting.tables import one_line
 
@@ -26,9 +27,13 @@ def markdown_table(header: list[str], body: list[list[str]]) -> str:
 
 def render_markdown(report: dict) -> str:
     tasks = report["tasks"]
-    out = [*_results(report), *render_distances(report["references"], tasks,
-                                                report["decimals"]),
-           *_best_grid_points(report), *_failed_jobs(report["failed"])]
+    if report["systems"]:
+        out = [*_results(report), *render_distances(report["references"], tasks,
+                                                    report["decimals"]),
+               *_best_grid_points(report), "", *render_pretraining(report)]
+    else:
+        out = [*_title(report), *render_pretraining(report)]
+    out += _failed_jobs(report["failed"])
     if report["comparisons"]:
         out += _significance(report["comparisons"], tasks, report["decimals"])
     out += render_halving(report["halving"])
@@ -48,14 +53,21 @@ def safe_name(task: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", task)
 
 
+def _title(report: dict) -> list[str]:
+    """The title and where the runs were read from."""
+    read_from = ", ".join(f"{n} from {'metrics.json' if name == METRICS_FILE else 'W&B run logs'}"
+                          for name, n in report["runs_by_source"].items()) or "none"
+    pretraining = report["pretraining"]["n_runs"]
+    return ["# bertkit report", "",
+            f"{report['n_runs']} finished run(s)"
+            + (f", {pretraining} pretraining run(s)" if pretraining else "")
+            + f" and {len(report['failed'])} failed job(s) under `{report['outputs_dir']}`; "
+            f"runs read {read_from} (--source {report['source']}).", ""]
+
+
 def _results(report: dict) -> list[str]:
     """The title, where the runs were read from, and the results table."""
-    read_from = ", ".join(f"{n} from {'metrics.json' if name == METRICS_FILE else 'W&B run logs'}"
-                          for name, n in report["runs_by_source"].items())
-    return ["# bertkit report", "",
-            f"{report['n_runs']} finished run(s) and {len(report['failed'])} failed job(s) "
-            f"under `{report['outputs_dir']}`; runs read {read_from} (--source "
-            f"{report['source']}).", "",
+    return [*_title(report),
             "## Results", "",
             "Main metric on dev: mean ± std (median) over seeds at the grid point with the best "
             "mean on dev; fractions are shown ×100. Average: mean of the task means, only for "
@@ -136,59 +148,123 @@ def _failed_jobs(failed: list[dict]) -> list[str]:
 
 
 def _significance(comparisons: list[dict], tasks: dict, d: int) -> list[str]:
-    """One table for every --compare: a row per pair and task, corrected as a whole."""
+    """One table for every --compare: a row per pair, task (or pretraining score) and level,
+    corrected as a whole; the rows that could not be tested, each in one sentence."""
     first = comparisons[0]  # the settings are the same for every pair
     confidence = f"{100 * first['confidence']:g}%"
     out = ["", "## Significance", ""]
     out += [f"- {_pair(c)}: A: {_describe(c, 'a')} ({c['n_runs_a']} runs); B: "
             f"{_describe(c, 'b')} ({c['n_runs_b']} runs)." for c in comparisons]
-    out += ["", "Per task, each group's seeds at its best dev grid point; difference = "
-            "mean(B) − mean(A), two-sided p-value; Holm p: adjusted over every row of the "
-            f"table. ε_min: the Almost Stochastic Order test (deepsig) that B is better than A "
-            f"at {confidence} confidence, Bonferroni-corrected over the rows; B is called "
-            f"better below {first['aso_threshold']:g} (0: B's scores dominate A's, 1: A's "
-            f"dominate B's); ε_min, A over B: the same test with the roles swapped, A called "
-            f"better below the same threshold. Bootstrap CI: percentile interval of the difference "
-            f"({first['resamples']} resamples). Seeds needed: per arm, for the "
+    out += ["", "Per task, each group's seeds at its best dev grid point (a pretraining score: "
+            "every seed of the arm); where the sides are settings, at each level of the other "
+            "settings the rows differ in (\"at objective=mlm\"), pooled across them only "
+            "with --pool. Difference = mean(B) − mean(A), two-sided p-value; Holm p: adjusted "
+            "over every row of the table. For a loss, lower is better: the verdict and ASO "
+            "read it so. ε_min: the Almost Stochastic Order test (deepsig) that B is better "
+            f"than A at {confidence} confidence, Bonferroni-corrected over the rows; B is "
+            f"called better below {first['aso_threshold']:g} (0: B's scores dominate A's, 1: "
+            f"A's dominate B's); ε_min, A over B: the same test with the roles swapped, A "
+            f"called better below the same threshold. Bootstrap CI: percentile interval of the "
+            f"difference ({first['resamples']} resamples). Seeds needed: per arm, for the "
             f"{'paired' if first['paired'] else 'Welch'} t-test to detect a difference "
-            f"of {first['detect']:g} points with power {first['power']:g} at "
-            f"the measured spreads.", ""]
-    body, notes = [], []
+            f"of {first['detect']:g} points (of a loss: hundredths) with power "
+            f"{first['power']:g} at the measured spreads.", ""]
+    body, notes, verdicts = [], [], []
     for comparison in comparisons:
-        for task, c in comparison["tasks"].items():
+        for label, c in comparison["tasks"].items():
             scale = c["scale"]
             for side in ("a", "b"):
                 if c[side]["rows_in_group"] > 1:
-                    notes.append(f"- {_pair(comparison)}, {task}: {side.upper()} matches runs "
+                    notes.append(f"- {_pair(comparison)}, {label}: {side.upper()} matches runs "
                                  f"of {c[side]['rows_in_group']} rows; its best "
                                  f"configuration is `{c[side]['system']}`, the others are "
                                  f"not pooled in.")
-            body.append([_pair(comparison), tasks[task]["header"], str(c["n_a"]),
-                         str(c["n_b"]), fmt(c["mean_a"] * scale, d),
-                         fmt(c["mean_b"] * scale, d), fmt(c["difference"] * scale, d),
-                         f"[{fmt(c['ci_low'] * scale, d)}, {fmt(c['ci_high'] * scale, d)}]",
+            notes += [f"- {_pair(comparison)}, {label}: {note}." for note in c["notes"]]
+            digits = _digits(c, d)
+            body.append([_pair(comparison), row_title(c, tasks), str(c["n_a"]),
+                         str(c["n_b"]), fmt(c["mean_a"] * scale, digits),
+                         fmt(c["mean_b"] * scale, digits),
+                         fmt(c["difference"] * scale, digits),
+                         f"[{fmt(c['ci_low'] * scale, digits)}, "
+                         f"{fmt(c['ci_high'] * scale, digits)}]",
                          _p(c["p_value"]), _p(c["p_holm"]), c["test"],
                          *_aso_cells(c),
-                         f"[{fmt(c['bootstrap_low'] * scale, d)}, "
-                         f"{fmt(c['bootstrap_high'] * scale, d)}]",
+                         f"[{fmt(c['bootstrap_low'] * scale, digits)}, "
+                         f"{fmt(c['bootstrap_high'] * scale, digits)}]",
                          "> 10000" if c["seeds_needed"] is None else str(c["seeds_needed"])])
+            verdicts.append(f"- {_pair(comparison)}, {row_title(c, tasks)}: {c['verdict']}.")
+    skipped = [f"- {_pair(comparison)}, {label}: not compared: {reason}."
+               for comparison in comparisons
+               for label, reason in comparison["skipped"].items()]
     if body:
-        out.append(markdown_table(["B vs A", "Task", "n A", "n B", "mean A", "mean B", "B − A",
-                                   f"{confidence} CI (t)", "p", "Holm p", "test", "ε_min (ASO)",
-                                   "ε_min, A over B",
+        out.append(markdown_table(["B vs A", "Task", "n A", "n B", "mean A", "mean B",
+                                   "B − A", f"{confidence} CI (t)", "p", "Holm p", "test",
+                                   "ε_min (ASO)", "ε_min, A over B",
                                    f"{confidence} CI (bootstrap)", "seeds needed"],
                                   body).rstrip("\n"))
-    else:
+        out += ["", "Verdicts:", "", *verdicts]
+    elif not skipped:
         out.append("No task has runs in both groups.")
-    notes += [f"- {_pair(comparison)}, {task}: tied: both groups have the same scores, so "
+    notes += [f"- {_pair(comparison)}, {label}: tied: both groups have the same scores, so "
               f"there is no difference between them (ASO is not run)."
-              for comparison in comparisons for task, c in comparison["tasks"].items()
+              for comparison in comparisons for label, c in comparison["tasks"].items()
               if c.get("tied")]
     if notes:
         out += ["", *notes]
-    for comparison in comparisons:
-        for task, reason in comparison["skipped"].items():
-            out.append(f"\n- {_pair(comparison)}, {task}: not compared: {reason}")
+    if skipped:
+        out += ["", *skipped]
+    return out
+
+
+def row_title(c: dict, tasks: dict) -> str:
+    """What a comparison row tests: "RTE (Acc) at objective=mlm", "MLM loss (lower is
+    better)"."""
+    if c["task"] in tasks:
+        what = tasks[c["task"]]["header"]
+    else:
+        what = f"{c['what']} ({'higher' if c['higher_is_better'] else 'lower'} is better)"
+    return what + at_level(c["level"])
+
+
+def at_level(level: str) -> str:
+    """" at objective=mlm" after what a row tests; a level that is only a mark (partial data)
+    as its bracket; nothing for no level."""
+    if not level:
+        return ""
+    return f" {level}" if level.startswith("(") else f" at {level}"
+
+
+def _digits(c: dict, d: int) -> int:
+    """Decimals of a row: a loss needs more than a percentage."""
+    return d if c["higher_is_better"] else max(d, LOSS_DECIMALS)
+
+
+def console_comparisons(report: dict) -> list[str]:
+    """The comparison as the console shows it: per pair a line naming the sides, then one
+    line per test (difference, CI, p, Holm p, ASO, bootstrap, seeds needed, verdict) and one
+    sentence per row that could not be tested."""
+    out = []
+    tasks, d = report["tasks"], report["decimals"]
+    for comparison in report["comparisons"]:
+        confidence = f"{100 * comparison['confidence']:g}%"
+        out += ["", f"B = {comparison['label_b']} vs A = {comparison['label_a']} "
+                    f"({comparison['n_runs_b']} vs {comparison['n_runs_a']} runs):"]
+        for c in comparison["tasks"].values():
+            scale, digits = c["scale"], _digits(c, d)
+            aso = ("tied" if c["tied"] else f"{c['aso_epsilon']:.2f} (A over B "
+                   f"{c['aso_epsilon_a_over_b']:.2f})")
+            needed = "> 10000" if c["seeds_needed"] is None else str(c["seeds_needed"])
+            out.append(
+                f"  {row_title(c, tasks)}: B − A {c['difference'] * scale:+.{digits}f} "
+                f"[{confidence} CI {fmt(c['ci_low'] * scale, digits)}, "
+                f"{fmt(c['ci_high'] * scale, digits)}], p {_p(c['p_value'])}, Holm p "
+                f"{_p(c['p_holm'])}, ε_min {aso}, bootstrap "
+                f"[{fmt(c['bootstrap_low'] * scale, digits)}, "
+                f"{fmt(c['bootstrap_high'] * scale, digits)}], seeds needed {needed} "
+                f"({c['n_b']} vs {c['n_a']}) → {c['verdict']}.")
+            out += [f"    note: {note}." for note in c["notes"]]
+        out += [f"  {label}: not compared: {reason}."
+                for label, reason in comparison["skipped"].items()]
     return out
 
 
@@ -213,8 +289,8 @@ def _describe(comparison: dict, side: str) -> str:
     return comparison.get(f"describe_{side}", f"runs matching `{comparison[f'glob_{side}']}`")
 
 
-def _p(value: float) -> str:
-    return "nan" if math.isnan(value) else f"{value:.4g}"
+def _p(value: float | None) -> str:
+    return "nan" if value is None or math.isnan(value) else f"{value:.4g}"
 
 
 def _reference_rows_note(references: dict) -> str:

@@ -7,8 +7,8 @@ selection of its settings); anything else is a glob (fnmatch over run directorie
 the outputs directory, '*' also matching '/'). A KEY is any setting of the runs' configs: the
 full dotted key (trainer.learning_rate), a config group for its choice (finetuning for
 finetuning.name), or a dotted suffix that names one key alone (learning_rate); where a
-suffix names several, the one the runs differ by (result-neutral keys such as logger.name
-aside). A VALUE is read as Hydra
+suffix names several, the one that can change a result (never a result-neutral key such as
+logger.name over another) and, among those, the one the runs differ by. A VALUE is read as Hydra
 reads an override's (2e-5 is the float 0.00002, true and True the boolean) and compared with
 the run's value as the report compares settings (identity.canonical).
 
@@ -129,6 +129,8 @@ def resolve_key(key: str, runs: Sequence) -> str:
     if key in keys:
         return key
     found = sorted(k for k in keys if _names(k, key))
+    if len(found) > 1:  # result-neutral keys (logger.name) never win over one that counts
+        found = [k for k in found if not neutral(k)] or found
     if len(found) > 1:  # prefer the keys the runs differ by: the report's row keys first
         found = ([k for k in found if k in listed_keys(runs)]
                  or [k for k in found if k in differing_keys(runs)] or found)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,19 +33,27 @@ import numpy as np
 
 from bertkit.data.atomic_files import write_json_atomic, write_text_atomic
 from bertkit.errors import BertkitError
-from bertkit.reporting.collect import collect_runs
+from bertkit.reporting.collect import collect
 from bertkit.reporting.halving_section import collect_halving
 from bertkit.reporting.identity import RowSplit
 from bertkit.reporting.plots import plot_expected_max, plot_seeds
+from bertkit.reporting.pretraining_section import (
+    HIGHER_IS_BETTER,
+    METRIC_LABELS,
+    metric_scale,
+    pretraining_csv,
+    pretraining_rows,
+    pretraining_table,
+)
 from bertkit.reporting.references import (
     choose_references,
     default_references_path,
     load_references,
     matches_model,
 )
-from bertkit.reporting.results import GRID_KEYS, RunResult
-from bertkit.reporting.sections import one_line, render_markdown, safe_name
-from bertkit.reporting.selection import resolve_side
+from bertkit.reporting.results import GRID_KEYS, PRETRAINING_TASK, PretrainingRun, RunResult
+from bertkit.reporting.sections import at_level, one_line, render_markdown, safe_name
+from bertkit.reporting.selection import Side, resolve_side
 from bertkit.reporting.statistics import (
     aso_epsilon,
     best_grid_point,
@@ -59,6 +68,8 @@ from bertkit.reporting.tables import column_header, glue_table_csv, glue_table_m
 from bertkit.secret_masking import mask_secrets
 
 __all__ = ["build_report", "render_markdown", "write_report"]
+
+PRETRAINING_CSV = "pretraining.csv"  # the pretraining table, beside results.csv
 
 
 def relative_dir(path: Path, root: Path) -> str:
@@ -97,9 +108,9 @@ def _best(runs: Sequence[RunResult], root: Path, split: RowSplit | None = None) 
 
 
 NOT_FOUND = {
-    "files": "no metrics.json with a main_metric",
+    "files": "no metrics.json",
     "wandb": "no finished W&B run log",
-    "auto": "no metrics.json with a main_metric, no finished W&B run log",
+    "auto": "no metrics.json, no finished W&B run log",
 }
 
 
@@ -115,6 +126,7 @@ class Significance:
     resamples: int = 10000  # bootstrap resamples of the CI
     aso_iterations: int = 1000  # deepsig's bootstrap iterations
     seed: int = 0  # of the bootstrap and ASO: a report is reproducible
+    pool: bool = False  # pool a factorial design's levels instead of a test per level
 
 
 def build_report(
@@ -127,6 +139,7 @@ def build_report(
     paired: bool = False,
     confidence: float = 0.95,
     significance: Significance | None = None,
+    pool: bool = False,
 ) -> dict:
     """Everything the report shows, as plain data (the content of report.json).
 
@@ -135,7 +148,13 @@ def build_report(
     Bonferroni correction count every task of every pair, so a table of arms against one
     baseline is corrected as a whole. paired / confidence: of those tests; significance: the
     rest of their settings (ASO threshold, the difference the seeds-needed line is for, ...),
-    defaults if None.
+    defaults if None. A comparison of selections is made at each level of the other settings
+    the runs' rows differ in (a factorial design: static vs dynamic masking at objective=mlm
+    and at objective=mlm_nsp); pool: across those levels, in one test, instead.
+
+    Pretraining runs (metrics.json without a main_metric) have a table of their own
+    ("pretraining") and are compared on their held-out scores; their downstream finetunes are
+    finetuning runs, rows named by the pretraining's settings.
 
     source: where runs are read from (collect.SOURCES). references_file: the published
     scores (default: the packaged bertkit/reporting/published_scores.yaml); reference_keys:
@@ -144,12 +163,13 @@ def build_report(
     root = Path(root)
     if decimals < 0:
         raise BertkitError(f"--decimals {decimals}: must be 0 or more")
-    runs, failed = collect_runs(root, source=source)
+    runs, pretraining, failed = collect(root, source=source)
     # Runs that successive halving stopped part-way hold partial scores: they are counted and
     # listed, never chosen as a task's best configuration.
-    stopped = [r for r in runs if not r.complete]
+    stopped = [r for r in [*runs, *pretraining] if not r.complete]
     runs = [r for r in runs if r.complete]
-    if not runs:
+    pretraining = [r for r in pretraining if r.complete]
+    if not runs and not pretraining:
         raise BertkitError(_no_runs_message(root, source, stopped, failed))
     tasks = sorted({r.task for r in runs})
     task_info = _task_info(runs, tasks)
@@ -158,6 +178,8 @@ def build_report(
     references = _references(system_rows, task_info, references_file, reference_keys)
     rows = _table_rows(system_rows, task_info, references)
     metrics = {t: info["metric"] for t, info in task_info.items()}
+    pretraining_split = RowSplit.of(pretraining)
+    arms = pretraining_rows(pretraining, pretraining_split, lambda p: relative_dir(p, root))
     report = {
         "outputs_dir": str(root),
         "decimals": decimals,
@@ -170,8 +192,13 @@ def build_report(
         "systems": system_rows,
         "references": references,
         "table_markdown": glue_table_markdown(rows, tasks, metrics, decimals=decimals,
-                                              scale=1.0),
-        "table_csv": glue_table_csv(rows, tasks, scale=1.0),
+                                              scale=1.0) if runs else "",
+        "table_csv": glue_table_csv(rows, tasks, scale=1.0) if runs else "",
+        "pretraining": {"n_runs": len(pretraining),
+                        "rows_split_by": _split_facts(pretraining_split, pretraining),
+                        "systems": arms,
+                        "table_markdown": pretraining_table(arms, decimals) if arms else "",
+                        "table_csv": pretraining_csv(arms) if arms else ""},
         "failed": [{"run_dir": relative_dir(f.run_dir, root), "error": f.error}
                    for f in failed],
         "comparisons": [],
@@ -180,8 +207,10 @@ def build_report(
     }
     if compare:
         settings = dataclasses.replace(significance or Significance(), paired=paired,
-                                       confidence=confidence)
-        report["comparisons"] = _compare_all(runs, root, compare, task_info, settings, split)
+                                       confidence=confidence, pool=pool)
+        populations = [p for p in (Population(runs, split, task_info),
+                                   Population(pretraining, pretraining_split, None)) if p.runs]
+        report["comparisons"] = _compare_all(populations, root, compare, settings)
     return report
 
 
@@ -199,7 +228,8 @@ def _table_rows(system_rows: list[dict], task_info: dict, references: dict) -> d
 
 def _no_runs_message(root: Path, source: str, stopped: list, failed: list) -> str:
     """One line that says why there is nothing to report, naming the first failure."""
-    message = f"{root}: no finetuning runs found ({NOT_FOUND.get(source, source)})"
+    message = (f"{root}: no finetuning or pretraining runs found "
+               f"({NOT_FOUND.get(source, source)})")
     if stopped:
         message += f"; {len(stopped)} run(s) stopped part-way by successive halving"
     if failed:
@@ -250,7 +280,9 @@ def _system_rows(runs: Sequence[RunResult], tasks: list[str], root: Path,
                 per_task[task] = best
         first = systems[name][0]
         system_rows.append({"system": name, "recipe": first.recipe, "model": first.model,
-                            "settings": split.differing(first), "tasks": per_task})
+                            "settings": split.differing(first),
+                            # the splits it cut to their first examples ({}: none)
+                            "partial": first.limited_samples, "tasks": per_task})
     return system_rows
 
 
@@ -287,6 +319,11 @@ def _references(system_rows: list[dict], task_info: dict, references_file,
                 best = system["tasks"].get(task)
                 if best is None:
                     continue
+                if system["partial"]:  # a score on the first examples is not the task's
+                    skipped.append({"reference": reference.key, "task": task,
+                                    "reason": f"`{system['system']}` is scored on part of "
+                                              f"its data"})
+                    continue
                 mean = best["summary"]["mean"] * info["scale"]
                 distances.append({
                     "system": system["system"], "reference": reference.key,
@@ -301,32 +338,51 @@ def _references(system_rows: list[dict], task_info: dict, references_file,
             "skipped": skipped}
 
 
-def _compare_all(runs, root: Path, pairs: Sequence[Sequence[str]], task_info: dict,
-                 settings: Significance, split: RowSplit) -> list[dict]:
-    """Per pair and task, B against A: Welch's t-test (paired: the paired t-test over the
-    seeds both groups ran), ASO's ε_min, a bootstrap CI of the difference, Holm-adjusted
-    p-values over every (pair, task) of the report, and the seeds per arm needed to detect
-    settings.detect points.
+@dataclass(frozen=True)
+class Population:
+    """Runs compared among themselves: the finetunes (per task, on its main metric; task_info)
+    or the pretraining runs (task_info None: on their held-out scores)."""
 
-    Each group's values are the seeds of that group's best configuration on dev for the task
-    (its row's settings and grid point, as the table's rows): a glob that covers a whole grid
-    compares the configurations one would report, and one that covers several rows never
-    pools them.
+    runs: list
+    split: RowSplit
+    task_info: dict | None
+
+
+def _compare_all(populations: Sequence[Population], root: Path,
+                 pairs: Sequence[Sequence[str]], settings: Significance) -> list[dict]:
+    """Per pair, B against A, one test per task (or pretraining metric) and level: Welch's
+    t-test (paired: the paired t-test over the seeds both groups ran), ASO's ε_min, a
+    bootstrap CI of the difference, Holm-adjusted p-values over every test of the report, and
+    the seeds per arm needed to detect settings.detect points.
+
+    Sides given as settings (KEY=VALUE) are compared at each level of the other settings the
+    rows differ in (identity.RowSplit.other_factors: static vs dynamic at objective=mlm, at
+    objective=mlm_nsp), unless settings.pool; a run on part of its data (identity.marks) is a
+    level of its own, never pooled with full runs. A finetuning group's values are the seeds
+    of its best configuration on dev for the task (its row's settings and grid point, as the
+    table's rows): a glob over a whole grid compares the configurations one would report,
+    and one over several rows never pools them (with pool: its rows pooled at the best grid
+    point).
     """
-    gathered = [_tests(runs, root, glob_a, glob_b, settings, split)
-                for glob_a, glob_b in pairs]
-    holm = holm_adjust({(i, task): test[4]["p_value"]
-                        for i, (_, _, tests, _) in enumerate(gathered)
-                        for task, test in tests.items()})  # one family: every row
+    gathered = [_tests(populations, root, a, b, settings) for a, b in pairs]
+    holm = holm_adjust({(i, key): test["stats"]["p_value"]
+                        for i, found in enumerate(gathered)
+                        for key, test in found["tests"].items()})  # one family: every row
+    alpha = 1 - settings.confidence
     comparisons = []
-    for i, ((glob_a, glob_b), (sides, groups, tests, skipped)) in enumerate(
-            zip(pairs, gathered, strict=True)):
-        results = {task: {"a": best_a, "b": best_b, "scale": task_info[task]["scale"], **stats,
-                          "p_holm": holm[(i, task)],
-                          **_beyond_t(values_a, values_b, stats, task_info[task]["scale"],
-                                      settings, len(holm))}
-                   for task, (best_a, best_b, values_a, values_b, stats) in tests.items()}
-        comparisons.append({"glob_a": glob_a, "glob_b": glob_b,
+    for i, ((text_a, text_b), found) in enumerate(zip(pairs, gathered, strict=True)):
+        sides = found["sides"]
+        results = {}
+        for key, test in found["tests"].items():
+            beyond, notes = _beyond_t(test["values_a"], test["values_b"], test["point"],
+                                      test["higher_is_better"], settings, len(holm))
+            entry = {k: test[k] for k in ("task", "metric", "what", "level",
+                                          "higher_is_better", "a", "b", "scale")}
+            entry.update({**test["stats"], "p_holm": holm[(i, key)], **beyond,
+                          "notes": list(dict.fromkeys(test["notes"] + notes))})
+            entry["verdict"] = _verdict(entry, sides["a"].label, sides["b"].label, alpha)
+            results[key] = entry
+        comparisons.append({"glob_a": text_a, "glob_b": text_b,
                             # The sides as the table names them; their settings when they
                             # are KEY=VALUE selections (None: a glob), full keys.
                             "label_a": sides["a"].label, "label_b": sides["b"].label,
@@ -334,75 +390,256 @@ def _compare_all(runs, root: Path, pairs: Sequence[Sequence[str]], task_info: di
                             "describe_b": sides["b"].describe(),
                             "selection_a": sides["a"].settings,
                             "selection_b": sides["b"].settings,
-                            **dataclasses.asdict(settings), "n_runs_a": len(groups["a"]),
-                            "n_runs_b": len(groups["b"]), "tasks": results,
-                            "skipped": skipped})
+                            **dataclasses.asdict(settings), "n_runs_a": found["n_runs"]["a"],
+                            "n_runs_b": found["n_runs"]["b"], "tasks": results,
+                            "skipped": found["skipped"]})
     return comparisons
 
 
-def _tests(runs, root: Path, glob_a: str, glob_b: str, settings: Significance,
-           split: RowSplit):
-    """One pair's sides (selection.Side) and groups, its t-tests by task (the best grid
-    points, their values and compare_groups' result) and the tasks it could not test, with
-    why."""
-    groups, sides = {}, {}
-    for label, text in (("a", glob_a), ("b", glob_b)):
-        sides[label], groups[label] = resolve_side(text, runs, root, relative_dir)
-    tests, skipped = {}, {}
-    for task in sorted({r.task for r in groups["a"]} & {r.task for r in groups["b"]}):
-        best_a, best_b = (_configuration([r for r in groups[g] if r.task == task], root, split)
-                          for g in ("a", "b"))
+def _tests(populations: Sequence[Population], root: Path, text_a: str, text_b: str,
+           settings: Significance) -> dict:
+    """One pair's sides (selection.Side), its tests by row label (each with the groups'
+    values and compare_groups' result) and the rows it could not test, with why in one
+    sentence. A side is resolved in each population (finetunes, pretraining runs) on its
+    own; one that selects nothing in either is the error of the first."""
+    resolved, errors = [], []
+    for population in populations:
         try:
-            values_a, values_b = best_a["values"], best_b["values"]
-            if settings.paired:  # by seed: the same seed of A and of B form a pair
-                values_a = dict(zip(best_a["seeds"], values_a, strict=True))
-                values_b = dict(zip(best_b["seeds"], values_b, strict=True))
-            tests[task] = (best_a, best_b, values_a, values_b, compare_groups(
-                values_a, values_b, confidence=settings.confidence, paired=settings.paired))
+            resolved.append((population, [resolve_side(text, population.runs, root,
+                                                       relative_dir)
+                                          for text in (text_a, text_b)]))
         except BertkitError as err:
-            skipped[task] = str(err)
-    return sides, groups, tests, skipped
+            errors.append(err)
+    if not resolved:
+        raise errors[0]
+    if all({r.run_dir for r in a} == {r.run_dir for r in b}
+           for _, ((_, a), (_, b)) in resolved):
+        runs = sum(len(a) for _, ((_, a), _) in resolved)
+        raise BertkitError(f"--compare: {text_a!r} and {text_b!r} select the same {runs} "
+                           f"run(s); compare two selections that differ")
+    found = {"sides": {"a": resolved[0][1][0][0], "b": resolved[0][1][1][0]},
+             "n_runs": {"a": sum(len(s[0][1]) for _, s in resolved),
+                        "b": sum(len(s[1][1]) for _, s in resolved)},
+             "tests": {}, "skipped": {}}
+    for population, ((side_a, runs_a), (side_b, runs_b)) in resolved:
+        _population_tests(population, root, side_a, runs_a, side_b, runs_b, settings, found)
+    return found
 
 
-def _configuration(runs: Sequence[RunResult], root: Path, split: RowSplit) -> dict:
+def _population_tests(population: Population, root: Path, side_a: Side, runs_a: list,
+                      side_b: Side, runs_b: list, settings: Significance,
+                      found: dict) -> None:
+    split = population.split
+    factorial = (side_a.settings is not None and side_b.settings is not None
+                 and not settings.pool)
+    compared = [*(side_a.settings or {}), *(side_b.settings or {})]
+    others = split.other_factors([*runs_a, *runs_b], compared) if factorial else ()
+    finetunes = population.task_info is not None
+    tasks = (sorted({r.task for r in runs_a} & {r.task for r in runs_b}) if finetunes
+             else [PRETRAINING_TASK])
+    for task in tasks:
+        levels: dict[tuple, dict] = {}
+        for side, runs in (("a", runs_a), ("b", runs_b)):
+            for run in (r for r in runs if r.task == task):
+                level = levels.setdefault(split.level(run, others), {
+                    "name": split.level_name(run, others), "a": [], "b": []})
+                level[side].append(run)
+        for level in (levels[k] for k in sorted(levels)):
+            for metric in _metrics(population, task, level):
+                _one_test(population, root, task, metric, level, settings, found)
+
+
+def _metrics(population: Population, task: str, level: dict) -> list[tuple]:
+    """(metric, what the tables call it, higher is better, scale) of one task's test(s): a
+    finetune's main metric; every held-out score a pretraining arm of each side has."""
+    if population.task_info is not None:
+        info = population.task_info[task]
+        return [(info["metric"], info["header"], True, info["scale"])]
+    had = [{m for r in level[side] for m in r.scores} for side in ("a", "b")]
+    return [(m, METRIC_LABELS[m], HIGHER_IS_BETTER[m], metric_scale(m))
+            for m in METRIC_LABELS if m in had[0] | had[1]]
+
+
+def _one_test(population: Population, root: Path, task: str, metric: tuple, level: dict,
+              settings: Significance, found: dict) -> None:
+    name, what, higher, scale = metric
+    finetunes = population.task_info is not None
+    label = (task if finetunes else f"{PRETRAINING_TASK} {what}") + at_level(level["name"])
+    missing = [side.upper() for side in ("a", "b") if not level[side]]
+    if missing:
+        found["skipped"][label] = (f"no run of {' or '.join(missing)} here; the other side "
+                                   f"has {len(level['a'] or level['b'])}")
+        return
+    if finetunes:
+        groups = {side: _configuration(level[side], root, population.split, settings.pool)
+                  for side in ("a", "b")}
+    else:
+        groups = {side: _pretraining_group(level[side], root, population.split, name,
+                                           settings.pool) for side in ("a", "b")}
+        spans = [f"{side.upper()} spans {groups[side]['rows_in_group']} arms"
+                 for side in ("a", "b") if groups[side]["rows_in_group"] > 1]
+        if spans:
+            found["skipped"][label] = (f"{' and '.join(spans)}; select one arm by its "
+                                       f"settings, or pool them with --pool")
+            return
+    values = {side: groups[side]["values"] for side in ("a", "b")}
+    counts = [len(values["a"]), len(values["b"])]
+    if not finetunes and not all(counts):  # NSP of objective=mlm_nsp, none of objective=mlm
+        side = "a" if counts[0] else "b"
+        found["skipped"][label] = (f"only {side.upper()} ({found['sides'][side].label}) "
+                                   f"reports {what}")
+        return
+    if min(counts) < 2:
+        found["skipped"][label] = _too_few(*counts, "seed" if not settings.pool else "run")
+        return
+    if settings.paired:  # by seed: the same seed of A and of B form a pair
+        values = {side: dict(zip(groups[side]["seeds"], values[side], strict=True))
+                  for side in ("a", "b")}
+        if set(values["a"]) != set(values["b"]):
+            found["skipped"][label] = (
+                f"the paired test needs the same seeds on both sides: A ran "
+                f"{_seeds(values['a'])}, B ran {_seeds(values['b'])}")
+            return
+    stats_, notes = _quietly(compare_groups, values["a"], values["b"],
+                             confidence=settings.confidence, paired=settings.paired)
+    found["tests"][label] = {"task": task, "metric": name, "what": what,
+                             "level": level["name"], "higher_is_better": higher,
+                             "scale": scale, "a": groups["a"], "b": groups["b"],
+                             "values_a": values["a"], "values_b": values["b"],
+                             "point": 1 / scale if finetunes else 1 / PERCENT,
+                             "stats": stats_, "notes": notes}
+
+
+def _too_few(n_a: int, n_b: int, unit: str) -> str:
+    """One sentence: how many seeds each side has, how many the test needs."""
+    have = (f"{n_a} {unit}{'s' if n_a != 1 else ''} of each side" if n_a == n_b else
+            f"{n_a} {unit}{'s' if n_a != 1 else ''} of A and {n_b} of B")
+    return f"{have}; the test needs at least {MIN_SEEDS} per side"
+
+
+MIN_SEEDS = 2  # per side, for a t-test (statistics.compare_groups)
+
+
+def _seeds(values: dict) -> str:
+    return ", ".join(map(str, sorted(values))) or "none"
+
+
+def _configuration(runs: Sequence[RunResult], root: Path, split: RowSplit,
+                   pool: bool = False) -> dict:
     """_best over a --compare group: its best configuration, named as its table row, and how
-    many rows the group spans (more than one: the others were not pooled in)."""
-    best = _best(runs, root, split)
+    many rows the group spans (more than one: the others were not pooled in). pool: the
+    group's rows pooled, at their best grid point."""
+    best = _best(runs, root, None if pool else split)
+    rows = len({split.key(r) for r in runs})
+    if pool:
+        return {**best, "system": f"{rows} row(s) pooled", "rows_in_group": 1}
     chosen = next(r for r in runs if relative_dir(r.run_dir, root) == best["run_dirs"][0])
-    return {**best, "system": split.name(chosen),
-            "rows_in_group": len({split.key(r) for r in runs})}
+    return {**best, "system": split.name(chosen), "rows_in_group": rows}
 
 
-def _beyond_t(values_a, values_b, stats: dict, scale: float, settings: Significance,
-              comparisons: int) -> dict:
-    """ASO, the bootstrap interval and the seeds-needed line of one task's comparison. Tied
-    groups (the same scores) are no difference, said so: ASO is not asked (its ε_min would
-    read 1 both ways, and deepsig warns of a division by zero)."""
+def _pretraining_group(runs: Sequence[PretrainingRun], root: Path, split: RowSplit,
+                       metric: str, pool: bool) -> dict:
+    """A --compare group of pretraining runs for one metric: every seed of its arm (pool:
+    of its arms) that has the score."""
+    chosen = sorted((r for r in runs if metric in r.scores),
+                    key=lambda r: (r.seed, str(r.run_dir)))
+    rows = len({split.key(r) for r in runs})
+    return {"system": f"{rows} arm(s) pooled" if pool else split.name(runs[0]),
+            "rows_in_group": 1 if pool else rows,
+            "seeds": [r.seed for r in chosen], "values": [r.scores[metric] for r in chosen],
+            "run_dirs": [relative_dir(r.run_dir, root) for r in chosen]}
+
+
+# What a warning of scipy or deepsig means for a row, in words.
+NEARLY_IDENTICAL = ("the two sides' scores are (nearly) identical; the t-test is not "
+                    "meaningful")
+LIBRARY_WARNED = "the statistics library warned on this row; read its numbers with care"
+
+
+def _quietly(function, *args, **kwargs):
+    """function's result and its warnings as sentences (none printed raw)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = function(*args, **kwargs)
+    return result, [_plain(w) for w in caught]
+
+
+def _plain(warning: warnings.WarningMessage) -> str:
+    text = str(warning.message)
+    if "Precision loss" in text or "catastrophic cancellation" in text:
+        return NEARLY_IDENTICAL
+    return LIBRARY_WARNED
+
+
+def _beyond_t(values_a, values_b, point: float, higher_is_better: bool,
+              settings: Significance, comparisons: int) -> tuple[dict, list[str]]:
+    """ASO, the bootstrap interval and the seeds-needed line of one comparison, and the
+    libraries' warnings as sentences. Tied groups (the same scores) are no difference, said
+    so: ASO is not asked (its ε_min would read 1 both ways, and deepsig warns of a division
+    by zero). ASO asks whether B is better: for a score where lower is better (a loss) it is
+    asked of the negated scores. point: one displayed point (--detect's unit) in the
+    scores' units."""
     same = tied(values_a, values_b)
     if settings.paired:  # compare_groups checked that the seeds match
         keys = sorted(values_a)
         values_a, values_b = [values_a[k] for k in keys], [values_b[k] for k in keys]
     values_a, values_b = list(values_a), list(values_b)
+    sign = 1.0 if higher_is_better else -1.0
+    notes: list[str] = []
     # Both directions: ε_min near 1 only says B is not better; whether A is better (a method
     # that hurts) is the test with the roles swapped.
-    epsilon, epsilon_a = (None, None) if same else (
-        aso_epsilon(x, y, confidence=settings.confidence, num_comparisons=comparisons,
-                    seed=settings.seed, bootstrap_iterations=settings.aso_iterations)
-        for x, y in ((values_a, values_b), (values_b, values_a)))
-    low, high = bootstrap_difference_ci(values_a, values_b, settings.confidence,
-                                        paired=settings.paired, resamples=settings.resamples,
-                                        seed=settings.seed)
+    epsilons = [None, None]
+    if not same:
+        for i, (x, y) in enumerate(((values_a, values_b), (values_b, values_a))):
+            epsilons[i], caught = _quietly(
+                aso_epsilon, [sign * v for v in x], [sign * v for v in y],
+                confidence=settings.confidence, num_comparisons=comparisons,
+                seed=settings.seed, bootstrap_iterations=settings.aso_iterations)
+            notes += caught
+    (low, high), caught = _quietly(bootstrap_difference_ci, values_a, values_b,
+                                   settings.confidence, paired=settings.paired,
+                                   resamples=settings.resamples, seed=settings.seed)
+    notes += caught
     differences = np.subtract(values_b, values_a) if settings.paired else None
     needed = seeds_needed(
         float(np.std(values_a, ddof=1)), float(np.std(values_b, ddof=1)),
-        settings.detect / scale, alpha=1 - settings.confidence, power=settings.power,
+        settings.detect * point, alpha=1 - settings.confidence,
+        power=settings.power,
         paired_std=float(np.std(differences, ddof=1)) if differences is not None else None)
+    epsilon, epsilon_a = epsilons
     return {"tied": same, "aso_epsilon": epsilon, "aso_comparisons": comparisons,
             "b_better_by_aso": not same and epsilon < settings.aso_threshold,
             "aso_epsilon_a_over_b": epsilon_a,
             "a_better_by_aso": not same and epsilon_a < settings.aso_threshold,
-            "bootstrap_low": low, "bootstrap_high": high, "seeds_needed": needed}
+            "bootstrap_low": low, "bootstrap_high": high, "seeds_needed": needed}, notes
 
+
+# --detect D is in points: of a fraction shown ×100, D/100; of a score in percent (SQuAD),
+# D; of a pretraining loss in nats, D/100 (a point of a percent scale).
+PERCENT = 100.0
+
+
+def _verdict(entry: dict, label_a: str, label_b: str, alpha: float) -> str:
+    """A plain sentence: which side is better, in the metric's direction (lower for a loss):
+    Holm's p below 1 − confidence and ASO calling it better (docs/reports.md, "How to call a
+    result"), or that neither is shown to be."""
+    what = entry["what"]
+    if entry["tied"]:
+        return "tied: both sides have the same scores, no difference"
+    word = "higher" if entry["higher_is_better"] else "lower"
+    better = label_b if (entry["difference"] > 0) == entry["higher_is_better"] else label_a
+    p = entry["p_holm"]
+    if p is None or not math.isfinite(p):
+        return (f"each side's seeds score alike, so the t-test cannot tell; {better} has the "
+                f"{word} {what}")
+    by_aso = entry["b_better_by_aso"] if better == label_b else entry["a_better_by_aso"]
+    if p < alpha and by_aso:
+        return f"{better} is better ({word} {what}): Holm p and ASO agree"
+    if p < alpha:
+        return (f"{better} has the {word} {what} (Holm p {p:.2g}), but ASO does not call it "
+                f"better: not conclusive")
+    return (f"no significant difference (Holm p {p:.2g} ≥ {alpha:g}); {better} has the "
+            f"{word} {what} in these seeds")
 
 def _json_safe(value):
     """nan (a std of one seed, a p-value without variance) as null: report.json stays JSON."""
@@ -420,9 +657,13 @@ def write_report(report: dict, out_dir: str | Path) -> list[Path]:
     runs it reads may have been written before bertkit masked them."""
     out_dir = Path(out_dir)
     report = mask_secrets(report)
-    written = [write_text_atomic(out_dir / "report.md", render_markdown(report)),
-               write_text_atomic(out_dir / "results.csv", report["table_csv"]),
-               write_json_atomic(out_dir / "report.json", _json_safe(report))]
+    written = [write_text_atomic(out_dir / "report.md", render_markdown(report))]
+    if report["systems"]:
+        written.append(write_text_atomic(out_dir / "results.csv", report["table_csv"]))
+    if report["pretraining"]["systems"]:
+        written.append(write_text_atomic(out_dir / PRETRAINING_CSV,
+                                         report["pretraining"]["table_csv"]))
+    written.append(write_json_atomic(out_dir / "report.json", _json_safe(report)))
     for task, info in report["tasks"].items():
         scale = info["scale"]
         curves, seeds = {}, {}

@@ -80,9 +80,9 @@ def test_a_side_without_runs_says_what_exists(runs):
                               "differ by: finetuning.layer_lr_decay, finetuning.name, "
                               "trainer.learning_rate")
     with pytest.raises(BertkitError) as err:
-        chosen("eps=0.1", root, found)  # neither differs between the runs
-    assert str(err.value) == ("--compare: 'eps' names several settings: finetuning.r3f.eps, "
-                              "throughput.eps; give the full key")
+        chosen("eps=0.1", root, found)  # throughput.eps cannot change a result
+    assert str(err.value) == ("--compare: no run has finetuning.r3f.eps=0.1; its values: "
+                              "1e-05")
     with pytest.raises(BertkitError) as err:
         chosen("rte/*lora*", root, found)
     assert str(err.value).endswith("run directories: rte/full0, rte/full1, rte/llrd0, "

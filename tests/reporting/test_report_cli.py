@@ -243,5 +243,5 @@ def test_console_script_on_an_empty_directory(tmp_path):
                             timeout=120)
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
-        f"bertkit-report: error: {tmp_path}: no finetuning runs found "
-        "(no metrics.json with a main_metric, no finished W&B run log)"]
+        f"bertkit-report: error: {tmp_path}: no finetuning or pretraining runs found "
+        "(no metrics.json, no finished W&B run log)"]

@@ -187,7 +187,7 @@ def test_a_resumed_job_is_one_run_and_pretraining_is_skipped(tmp_path):
     runs, failed = collect_runs(root, source="auto")
     assert [r.run_dir for r in runs] == [second] and failed == []
     assert first.parent == second.parent
-    with pytest.raises(BertkitError, match="no finetuning runs found"):
+    with pytest.raises(BertkitError, match="no finetuning or pretraining runs found"):
         build_report(root / "pretrain")
 
 
