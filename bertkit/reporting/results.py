@@ -112,10 +112,17 @@ def partial_marks(limited: dict) -> tuple[str, ...]:
     of some splits; () for a run on all its data."""
     if not limited:
         return ()
-    cut = ", ".join(f"{split} {n.get('examples', '?')} of {n.get('of', '?')}"
-                    if isinstance(n, dict) else str(split)
-                    for split, n in sorted(limited.items()))
+    cut = ", ".join(_cut_words(split, n) for split, n in sorted(limited.items()))
     return (f"partial: {cut}",)
+
+
+def _cut_words(split: str, cut: object) -> str:
+    """validation 16 of 277; corpus first 16 (the whole not counted: "of" is null)."""
+    if not isinstance(cut, dict):
+        return str(split)
+    if cut.get("of") is None:
+        return f"{split} first {cut.get('examples', '?')}"
+    return f"{split} {cut.get('examples', '?')} of {cut['of']}"
 
 
 @dataclass(frozen=True)
@@ -194,6 +201,8 @@ def read_pretraining_run(path: Path) -> PretrainingRun:
 
 
 def _limited_samples(data: dict) -> dict[str, dict]:
+    # Read here, not through bertkit.data.limited_samples: that module imports datasets,
+    # which bertkit-report does not need.
     details = data.get("details")
     found = details.get("limited_samples") if isinstance(details, dict) else None
     return dict(found) if isinstance(found, dict) else {}

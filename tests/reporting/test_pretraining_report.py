@@ -291,3 +291,13 @@ def test_a_partial_run_is_never_measured_against_a_published_score(tmp_path):
     distances = report["references"]["distances"]
     assert distances and not any(MARK in d["system"] for d in distances)
     assert any(MARK in s["reason"] for s in report["references"]["skipped"])
+
+
+def test_a_cut_whose_whole_was_not_counted_is_named_without_a_total():
+    """A pretraining corpus read up to corpus.max_documents records {"of": null}: the row says
+    "corpus first 16", never "of None"."""
+    from bertkit.reporting.results import partial_marks
+
+    assert partial_marks({"corpus": {"examples": 16, "of": None},
+                          "validation": {"examples": 16, "of": 277}}) == (
+        "partial: corpus first 16, validation 16 of 277",)
