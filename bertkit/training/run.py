@@ -52,6 +52,7 @@ from bertkit.training.checkpoints import (
     Preempted,
     PreemptionCallback,
     RemoveSetAsideRun,
+    ResumedFrom,
     checkpoint_fault,
     scan_checkpoints,
 )
@@ -314,6 +315,7 @@ def attach_callbacks(setup: RunSetup, trainer: Trainer, callbacks: Iterable) -> 
     stopping, train_fraction, the time budget (and its progress bar), the throughput meter,
     preemption and durable checkpoints."""
     trainer.add_callback(ClockCallback(setup.clock, setup.checkpoint))
+    trainer.add_callback(ResumedFrom(setup.checkpoint))
     trainer.add_callback(RemoveSetAsideRun())
     for callback in callbacks:
         trainer.add_callback(callback)
