@@ -10,6 +10,8 @@ import hashlib
 import logging
 import os
 import re
+import secrets
+import string
 from collections.abc import Iterable, Sequence
 from pathlib import Path, PurePosixPath
 
@@ -111,7 +113,7 @@ def start_wandb_run(log: DictConfig, job_type: str, config: dict, run_dir: Path,
         name = f"{log.sweep_tag}-{name}"
     settings = mask_secrets({**hyperparameters,
                              "bertkit": config})
-    run_id, name = run_identity(run_dir, name, wandb.util.generate_id)
+    run_id, name = run_identity(run_dir, name)
     with masked_argv():  # W&B records the command line in the run's metadata
         return wandb.init(
             project=log.project,
@@ -138,9 +140,16 @@ def start_wandb_run(log: DictConfig, job_type: str, config: dict, run_dir: Path,
 RUN_IDENTITY_FILE = "wandb/bertkit_run.json"
 
 
-def run_identity(run_dir: Path, name: str, new_id) -> tuple[str, str]:
+RUN_ID_ALPHABET, RUN_ID_LENGTH = string.ascii_lowercase + string.digits, 8  # as W&B's own
+
+
+def new_run_id() -> str:
+    return "".join(secrets.choice(RUN_ID_ALPHABET) for _ in range(RUN_ID_LENGTH))
+
+
+def run_identity(run_dir: Path, name: str) -> tuple[str, str]:
     """(id, name) of the run directory's W&B run: the ones stored at its first start, else
-    a new id (new_id()) and `name`, stored now (main process)."""
+    a new id and `name`, stored now (main process)."""
     path = Path(run_dir) / RUN_IDENTITY_FILE
     if path.is_file():
         try:
@@ -148,7 +157,7 @@ def run_identity(run_dir: Path, name: str, new_id) -> tuple[str, str]:
             return str(stored["id"]), str(stored["name"])
         except (BertkitError, KeyError):
             logger.warning("W&B: %s is unreadable, this run starts a new W&B run", path)
-    run_id = new_id()
+    run_id = new_run_id()
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path, {"id": run_id, "name": name})
     return run_id, name
