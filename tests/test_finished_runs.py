@@ -242,7 +242,7 @@ def test_overwrite_leaves_nothing_of_the_earlier_run(kind, glue_dir, vocab_dir, 
     def overrides(steps: int, *extra: str) -> list[str]:
         saving = {"trainer.max_steps": steps, "trainer.save_strategy": "steps",
                   "trainer.save_steps": 2, "trainer.save_total_limit": 3,
-                  "cache_dir": tmp_path / "cache"}
+                  "keep_checkpoints": True, "cache_dir": tmp_path / "cache"}
         if kind == "pretrain":
             return [*tiny_pretraining_overrides(**{
                 **saving, "model.config.hidden_size": 32, "model.config.intermediate_size": 64,
@@ -283,8 +283,8 @@ def test_a_second_command_leaves_the_finished_run_whole_even_hydras_files(glue_d
                                                                           tmp_path):
     run_dir = tmp_path / "run"
     command = [*tiny_run_overrides("rte", glue_dir("rte"), vocab_dir, **{
-        "trainer.max_steps": 2, "trainer.save_strategy": "steps", "trainer.save_steps": 2}),
-        f"hydra.run.dir={run_dir}"]
+        "trainer.max_steps": 2, "trainer.save_strategy": "steps", "trainer.save_steps": 2,
+        "keep_checkpoints": True}), f"hydra.run.dir={run_dir}"]
     assert bertkit(*command, cwd=tmp_path).returncode == 0
     before = snapshot(run_dir)
     assert {".hydra/config.yaml", "cli.log", "metrics.json", "model/model.safetensors",
