@@ -223,8 +223,8 @@ def run_folders(path: Path) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Prints what each W&B run folder at the paths logged, one JSON object a folder: name,
-    group, tags, config, final summary, logged keys, exit code."""
+    """Prints what each W&B run folder at the paths logged, one JSON object a line (jq reads
+    them): name, group, tags, config, final summary, logged keys, exit code."""
     import argparse
     import sys
 
@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         shown = {"folder": str(folder), **{key: run[key] for key in (
             "name", "group", "tags", "exit_code", "summary", "config")},
                  "history_keys": sorted(run["history_keys"])}
-        print(json.dumps(shown, indent=2, default=str))
+        print(json.dumps(shown, default=str))
     return 0
 
 

@@ -14,6 +14,7 @@ One interrupted-then-resumed run per kind (module fixture) serves every test tha
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -30,6 +31,7 @@ from omegaconf import OmegaConf
 
 from bertkit.errors import BertkitError
 from bertkit.jobs import check_finished_run, run_job
+from bertkit.reporting import wandb_log
 from bertkit.tasks import FAMILIES
 from bertkit.training.checkpoints import Preempted, PreemptionCallback, scan_checkpoints
 from bertkit.training.trainer import BertkitTrainer
@@ -174,6 +176,17 @@ def test_a_resumed_run_continues_its_wandb_run(kind, interrupted_runs):
     assert len(ids) == 1, offline
     names = {read_offline_run(folder)["name"] for folder in offline}
     assert len(names) == 1, names
+
+
+@pytest.mark.slow
+def test_the_documented_command_reads_each_session_of_the_offline_wandb_run(interrupted_runs,
+                                                                          capsys):
+    run = interrupted_runs("glue")
+    assert wandb_log.main([str(run.run_dir)]) == 0
+    sessions = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [session["exit_code"] for session in sessions] == [130, 0]  # interrupted, finished
+    assert len({session["name"] for session in sessions}) == 1
+    assert sessions[1]["summary"]["main_metric"] == "accuracy"
 
 
 @pytest.mark.slow
