@@ -182,6 +182,7 @@ def test_a_resumed_run_continues_its_wandb_run(kind, interrupted_runs):
 def test_the_documented_command_reads_each_session_of_the_offline_wandb_run(interrupted_runs,
                                                                           capsys):
     run = interrupted_runs("glue")
+    capsys.readouterr()  # the runs' own output
     assert wandb_log.main([str(run.run_dir)]) == 0
     sessions = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [session["exit_code"] for session in sessions] == [130, 0]  # interrupted, finished
