@@ -26,6 +26,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shlex
+import signal
 import sys
 import traceback
 from pathlib import Path
@@ -65,8 +67,13 @@ from bertkit.secret_masking import (
     remember_secrets,
 )
 from bertkit.training import wandb_logging
-from bertkit.training.checkpoints import Preempted, set_aside
-from bertkit.training.run import is_main_process, join_submitit_tasks, run_stamp
+from bertkit.training.checkpoints import Preempted, scan_checkpoints, set_aside
+from bertkit.training.run import (
+    CHECKPOINTS_DIR,
+    is_main_process,
+    join_submitit_tasks,
+    run_stamp,
+)
 
 logger = logging.getLogger("bertkit")
 
@@ -206,9 +213,13 @@ def _hydra_task(cfg: DictConfig) -> float | None:
             release_process_group()
         return sweeper_value(result)
     except Preempted as err:  # not a failure: the job goes on from its checkpoint
-        print(mask_text(f"bertkit: {err}"), file=sys.stderr)
+        print(mask_text(f"bertkit: {err.stopped}; to continue: {resume_command()}"),
+              file=sys.stderr)
         err.hand_over()
         sys.exit(err.exit_status)
+    except KeyboardInterrupt:  # a second Ctrl-C, or one outside training: stop now, quietly
+        print(mask_text(f"bertkit: stopped by Ctrl-C; {what_resumes()}"), file=sys.stderr)
+        sys.exit(INTERRUPTED_STATUS)
     except BertkitError as err:
         if not multirun:
             exit_with_error(str(err))
@@ -219,6 +230,36 @@ def _hydra_task(cfg: DictConfig) -> float | None:
             raise
         record_failed_job(err)
         return None
+
+
+INTERRUPTED_STATUS = 128 + signal.SIGINT  # a shell's status for a command ended by Ctrl-C
+# What a resume command leaves out of the interrupted command's overrides (it sets its own).
+NOT_RESUMED = ("resume", "overwrite")
+
+
+def resume_command() -> str:
+    """The command that continues this job from its newest checkpoint: for a single run, the
+    same overrides with its run directory (a default one is named by its start time, so "the
+    same command" alone would start a new run) and resume=auto; for a sweep, the same sweep
+    into its directory."""
+    hydra_cfg = HydraConfig.get()
+    if hydra_cfg.mode == RunMode.MULTIRUN:
+        return (f"the same sweep with hydra.sweep.dir={shlex.quote(str(hydra_cfg.sweep.dir))} "
+                f"resume=auto")
+    kept = [str(o) for o in hydra_cfg.overrides.task
+            if str(o).split("=", 1)[0].lstrip("+~") not in NOT_RESUMED]
+    words = ["bertkit", *kept, f"hydra.run.dir={hydra_cfg.runtime.output_dir}", "resume=auto"]
+    return " ".join(shlex.quote(word) for word in words)
+
+
+def what_resumes() -> str:
+    """After a Ctrl-C that stopped the job at once: the newest complete checkpoint and the
+    command that continues from it, or that there is none."""
+    checkpoints = Path(HydraConfig.get().runtime.output_dir) / CHECKPOINTS_DIR
+    newest = scan_checkpoints(checkpoints).complete
+    if newest is None:
+        return "no checkpoint was saved, nothing to continue from"
+    return f"no checkpoint saved now; the newest, {newest}, continues with: {resume_command()}"
 
 
 class FinishedRunCheck(Callback):

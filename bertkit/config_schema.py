@@ -140,6 +140,7 @@ class RunSchema:
     gpu_dataloader_workers: int = _setting("[0, inf)")
     agree_every_steps: int = _setting(COUNT, "a positive number of optimizer steps")
     fsync_checkpoints: bool
+    keep_checkpoints: bool
     overwrite: bool
     bucket_width: int = _setting(COUNT, "a positive number of tokens (1: no buckets)")
     buckets_on_cpu: bool

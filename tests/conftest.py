@@ -152,8 +152,10 @@ def tiny_run_overrides(task: str, data_dir: Path, vocab: Path, **extra) -> list[
 
 def tiny_checkpointed_training(vocab: Path, cache_dir: Path) -> dict:
     """A random-init 2-layer BERT for 6 steps, evaluated and checkpointed every 2 (for tests of
-    checkpoint selection and resuming), no W&B, tokenisation cached under cache_dir."""
+    checkpoint selection and resuming: the finished run keeps its checkpoints), no W&B,
+    tokenisation cached under cache_dir."""
     return {
+        "keep_checkpoints": True,
         "model": "scratch_tiny",
         "model.tokenizer": str(vocab),
         "model.config.hidden_size": 32,

@@ -1,7 +1,7 @@
 """debug=smoke (conf/debug/smoke.yaml): every recipe and preset composes with it, keeping its
 model and task, with a couple of steps, cut splits, no W&B run and a directory of its own;
 a finetune of every task family (bertkit.tasks.FAMILIES) and a pretraining run complete with
-it, leaving metrics.json, the model and its card."""
+it, leaving metrics.json, the model and its card, and no checkpoint."""
 
 from __future__ import annotations
 
@@ -53,6 +53,7 @@ def test_every_recipe_and_preset_composes_smoke_keeping_its_model_and_task(selec
     assert smoke.logger.backend == "none"
     assert smoke.hydra.run.dir.startswith("outputs/smoke/")
     assert smoke.hydra.sweep.dir.startswith("multirun/smoke/")
+    assert smoke.keep_checkpoints is False
     if plain.recipe.job == "finetune":
         # over the recipe's and the preset's (a protocol's epochs, a calibrated batch)
         assert smoke.trainer.max_steps == smoke_steps() <= 2
@@ -103,6 +104,7 @@ def test_a_smoke_finetune_of_every_family_leaves_metrics_the_model_and_its_card(
     assert written["details"]["limited_samples"] == record["details"]["limited_samples"]
     assert (run_dir / "model" / "config.json").is_file()
     assert "bertkit" in (run_dir / "model" / "README.md").read_text()
+    assert not list(run_dir.rglob("checkpoint-*"))  # a smoke run keeps none
 
 
 @pytest.mark.slow
@@ -126,6 +128,7 @@ def test_a_smoke_pretraining_run_scores_held_out_and_its_downstream_finetune_is_
     finetuned = json.loads((run_dir / "downstream" / "sst2" / "metrics.json").read_text())
     assert finetuned["train"]["steps"] == 2
     assert finetuned["details"]["limited_samples"]["train"] == {"examples": 16, "of": 24}
+    assert not list(run_dir.rglob("checkpoint-*"))  # nor its downstream finetune
 
 
 @pytest.mark.slow

@@ -242,7 +242,7 @@ def test_overwrite_leaves_nothing_of_the_earlier_run(kind, glue_dir, vocab_dir, 
     def overrides(steps: int, *extra: str) -> list[str]:
         saving = {"trainer.max_steps": steps, "trainer.save_strategy": "steps",
                   "trainer.save_steps": 2, "trainer.save_total_limit": 3,
-                  "cache_dir": tmp_path / "cache"}
+                  "keep_checkpoints": True, "cache_dir": tmp_path / "cache"}
         if kind == "pretrain":
             return [*tiny_pretraining_overrides(**{
                 **saving, "model.config.hidden_size": 32, "model.config.intermediate_size": 64,
@@ -268,14 +268,18 @@ def bertkit(*overrides, cwd: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
-def assert_refused(result: subprocess.CompletedProcess, run_dir: Path) -> None:
+def assert_refused(result: subprocess.CompletedProcess, run_dir: Path,
+                   kept_checkpoints: bool) -> None:
+    """Refused in one line; a longer schedule is offered only to a run that kept its
+    checkpoints (keep_checkpoints=true): nothing else can train it on."""
     assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
     assert "Traceback" not in result.stdout + result.stderr
+    longer = ("resume=true with a longer schedule (trainer.max_steps, "
+              "trainer.num_train_epochs or budget.minutes) to train it on, "
+              if kept_checkpoints else "")
     assert result.stderr.strip().splitlines()[-1] == (
         f"bertkit: error: {run_dir} holds a finished run (metrics.json): give "
-        f"hydra.run.dir=<another directory>, resume=true with a longer schedule "
-        f"(trainer.max_steps, trainer.num_train_epochs or budget.minutes) to train it on, or "
-        f"overwrite=true to write over it")
+        f"hydra.run.dir=<another directory>, {longer}or overwrite=true to write over it")
 
 
 @pytest.mark.slow
@@ -283,13 +287,13 @@ def test_a_second_command_leaves_the_finished_run_whole_even_hydras_files(glue_d
                                                                           tmp_path):
     run_dir = tmp_path / "run"
     command = [*tiny_run_overrides("rte", glue_dir("rte"), vocab_dir, **{
-        "trainer.max_steps": 2, "trainer.save_strategy": "steps", "trainer.save_steps": 2}),
-        f"hydra.run.dir={run_dir}"]
+        "trainer.max_steps": 2, "trainer.save_strategy": "steps", "trainer.save_steps": 2,
+        "keep_checkpoints": True}), f"hydra.run.dir={run_dir}"]
     assert bertkit(*command, cwd=tmp_path).returncode == 0
     before = snapshot(run_dir)
     assert {".hydra/config.yaml", "cli.log", "metrics.json", "model/model.safetensors",
             "checkpoints/checkpoint-2/model.safetensors"} <= before.keys()
-    assert_refused(bertkit(*command, cwd=tmp_path), run_dir)
+    assert_refused(bertkit(*command, cwd=tmp_path), run_dir, kept_checkpoints=True)
     assert snapshot(run_dir) == before
     for resume in ("true", "auto"):  # nothing left to do: said in one line, nothing touched
         result = bertkit(*command, f"resume={resume}", cwd=tmp_path)
@@ -328,7 +332,8 @@ def test_a_sweep_job_in_a_finished_run_fails_and_the_others_run(glue_dir, vocab_
     # A single run reusing a sweep job's directory: refused before Hydra writes there.
     before = snapshot(sweep / "1")
     single = [arg for arg in command[1:] if not arg.startswith("hydra.sweep")]
-    assert_refused(bertkit(*single, f"hydra.run.dir={sweep / '1'}", cwd=tmp_path), sweep / "1")
+    assert_refused(bertkit(*single, f"hydra.run.dir={sweep / '1'}", cwd=tmp_path), sweep / "1",
+                   kept_checkpoints=False)
     assert snapshot(sweep / "1") == before
     # resume=true on the finished jobs: each returns its result, every file of the run kept.
     runs = {job: {name: data for name, data in snapshot(sweep / job).items()

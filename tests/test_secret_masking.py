@@ -157,7 +157,8 @@ def test_no_secret_in_any_file_or_log_of_a_finetune_a_pretraining_and_a_sweep(
     data = glue_dir("rte")
 
     printed = [bertkit(*tiny_run_overrides("rte", data, vocab_dir, **{
-        "logger": "wandb", "trainer.save_strategy": "steps", "trainer.save_steps": 2}),
+        "logger": "wandb", "trainer.save_strategy": "steps", "trainer.save_steps": 2,
+        "keep_checkpoints": True}),
         *secret_settings, f"hydra.run.dir={finetune}", env=env)]
     printed.append(bertkit(*tiny_pretraining_run(), *secret_settings,
                            f"hydra.run.dir={pretraining}", env=env))

@@ -168,3 +168,14 @@ def test_trainer_reads_the_flags_the_lean_step_turns_off_from_its_arguments(tmp_
     source = inspect.getsource(Trainer)
     assert "self.args.logging_nan_inf_filter" in source
     assert "self.args.include_num_input_tokens_seen" in source
+
+
+def test_trainer_tells_missing_keys_after_every_checkpoint_load_through_one_hook():
+    """BertkitTrainer._issue_warnings_after_load drops the tied weights from the missing keys
+    of a resume (tests/training/test_interrupts.py): Trainer must still route each load of a
+    checkpoint's weights (whole or sharded, and the best model's) through that hook, with a
+    result that has missing_keys."""
+    assert "_issue_warnings_after_load" in vars(Trainer)
+    for method in (Trainer._load_from_checkpoint, Trainer._load_best_model):
+        assert "self._issue_warnings_after_load(load_result)" in inspect.getsource(method)
+    assert "load_result.missing_keys" in inspect.getsource(Trainer._issue_warnings_after_load)

@@ -24,6 +24,7 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from bertkit.config_paths import config_dir
 from bertkit.config_schema import checked_once
@@ -107,7 +108,8 @@ def check_finished_run(cfg: DictConfig, run_dir: Path, keep: frozenset[str] = fr
       true|auto, only a finished one: an unfinished run is continued);
     - FINISHED: resume=true|auto for a job that resumes, and its run is finished for the
       schedule asked (extends_schedule): nothing is left to do. A longer schedule than the
-      finished run's (a larger trainer.max_steps, say) continues it: START.
+      finished run's (a larger trainer.max_steps, say) continues it from its newest
+      checkpoint: START; refused when the run kept none (keep_checkpoints=false).
 
     Refuses a finished run otherwise, in one line naming the run and the ways on, and
     overwrite=true with resume=true on a finished run (the two ask opposite things)."""
@@ -126,14 +128,23 @@ def check_finished_run(cfg: DictConfig, run_dir: Path, keep: frozenset[str] = fr
         return SET_ASIDE
     if resuming:
         cut_short = found == METRICS_FILE and stopped_by_train_fraction(run_dir / found)
-        return START if cut_short or extends_schedule(cfg, run_dir) else FINISHED
+        if cut_short:
+            return START
+        if not extends_schedule(cfg, run_dir):
+            return FINISHED
+        if not holds_checkpoints(run_dir):
+            raise BertkitError(
+                f"{run_dir} holds a finished run ({found}) and no checkpoint to train it on "
+                f"from: a finished run keeps its checkpoints only with keep_checkpoints=true; "
+                f"give overwrite=true to train it anew with this schedule")
+        return START
     if job.reuses_its_runs and found == job.result_file:
         return START
     sweep = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
     ways = [f"{'hydra.sweep.dir' if sweep else 'hydra.run.dir'}=<another directory>",
             *(["resume=true with a longer schedule (trainer.max_steps, "
                "trainer.num_train_epochs or budget.minutes) to train it on"]
-              if job.resumes else []),
+              if job.resumes and holds_checkpoints(run_dir) else []),
             "overwrite=true to write over it"]
     raise BertkitError(f"{run_dir} holds a finished run ({found}): give "
                        f"{', '.join(ways[:-1])}, or {ways[-1]}")
@@ -143,6 +154,12 @@ def check_finished_run(cfg: DictConfig, run_dir: Path, keep: frozenset[str] = fr
 # (each of these as long or longer, one longer) is continued to the new end.
 SCHEDULE_KEYS = ("trainer.max_steps", "trainer.num_train_epochs", "budget.minutes")
 RUN_CONFIG_FILE = "config.yaml"  # the run's resolved settings (bertkit.training.run)
+
+
+def holds_checkpoints(run_dir: Path) -> bool:
+    """Whether run_dir holds a checkpoint that a longer schedule could train on from (a
+    finished run keeps them only with keep_checkpoints=true)."""
+    return any((Path(run_dir) / CHECKPOINTS_DIR).glob(f"{PREFIX_CHECKPOINT_DIR}-*"))
 
 
 def stopped_by_train_fraction(metrics_file: Path) -> bool:

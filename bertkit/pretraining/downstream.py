@@ -33,6 +33,7 @@ class DownstreamSettings:
     seed: int | None
     cache_dir: str | None
     debug_preset: str | None
+    keep_checkpoints: bool = False
 
 
 def downstream_settings(cfg: DictConfig) -> DownstreamSettings:
@@ -40,7 +41,8 @@ def downstream_settings(cfg: DictConfig) -> DownstreamSettings:
     return DownstreamSettings(
         OmegaConf.select(cfg, "downstream"), OmegaConf.select(cfg, "model"),
         OmegaConf.select(cfg, "logger.backend"), OmegaConf.select(cfg, "seed"),
-        OmegaConf.select(cfg, "cache_dir"), OmegaConf.select(cfg, "debug.preset"))
+        OmegaConf.select(cfg, "cache_dir"), OmegaConf.select(cfg, "debug.preset"),
+        OmegaConf.select(cfg, "keep_checkpoints", default=False) is True)
 
 
 def downstream_configs(settings: DownstreamSettings, model_dir: Path) -> dict[str, DictConfig]:
@@ -54,6 +56,7 @@ def downstream_configs(settings: DownstreamSettings, model_dir: Path) -> dict[st
                 "recipe=glue", f"task={task}", f"model.name_or_path={model_dir}",
                 f"seed={settings.seed}", f"logger={logger}",
                 f"cache_dir={settings.cache_dir}",
+                f"keep_checkpoints={str(settings.keep_checkpoints).lower()}",
                 *debug_overrides(settings.debug_preset), *shared,
                 *[str(o) for o in overrides or []]])
         except Exception as err:  # Hydra's composition errors: name the key they came from

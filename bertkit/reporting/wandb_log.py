@@ -207,3 +207,49 @@ def _json(path: Path, item):
     except json.JSONDecodeError as err:
         raise BertkitError(f"{path}: W&B value of {'/'.join(_keys(item))!r} is not JSON: "
                            f"{err}") from None
+
+
+# `python -m bertkit.reporting.wandb_log PATH...`: an offline W&B run read on the command line
+# (docs/reliability.md#what-a-run-keeps), without uploading it.
+
+def run_folders(path: Path) -> list[Path]:
+    """The W&B run folders at `path`: the folder itself (offline-run-* or run-*), or each
+    one under a bertkit run directory's wandb/ (one per session of a resumed run)."""
+    path = Path(path)
+    if any(path.glob("run-*.wandb")):
+        return [path]
+    return sorted(folder for folder in (path / "wandb").glob("*run-*") if folder.is_dir()
+                  and not folder.is_symlink())
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Prints what each W&B run folder at the paths logged, one JSON object a line (jq reads
+    them): name, group, tags, config, final summary, logged keys, exit code."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(
+        prog="python -m bertkit.reporting.wandb_log",
+        description="What a W&B run logged, read from its folder's run-*.wandb log (offline "
+                    "runs too): a W&B run folder, or a bertkit run directory (its wandb/).")
+    parser.add_argument("paths", nargs="+", type=Path)
+    args = parser.parse_args(argv)
+    folders = [folder for path in args.paths for folder in run_folders(path)]
+    if not folders:
+        print(f"no W&B run folder at {', '.join(map(str, args.paths))}", file=sys.stderr)
+        return 2
+    for folder in folders:
+        try:
+            run = read_offline_run(folder)
+        except BertkitError as err:
+            print(f"{folder}: {err}", file=sys.stderr)
+            return 2
+        shown = {"folder": str(folder), **{key: run[key] for key in (
+            "name", "group", "tags", "exit_code", "summary", "config")},
+                 "history_keys": sorted(run["history_keys"])}
+        print(json.dumps(shown, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

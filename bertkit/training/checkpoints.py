@@ -294,6 +294,12 @@ class DurableCheckpoints(TrainerCallback):
 # plain job; for submitit, its own handler runs now (checkpoint/requeue), and the requeued job
 # continues from that checkpoint with resume=auto.
 #
+# Ctrl-C (SIGINT) is handled the same way: the run saves at the step's end and stops, exit
+# status 130, with the command that resumes it. A second Ctrl-C stops at once: the first one
+# puts Python's own handler back, whose KeyboardInterrupt the CLI tells in one line (a user who
+# presses it twice does not want to wait for the step). A process that ignores SIGINT (started
+# in the background by a non-interactive shell) keeps ignoring it.
+#
 # The grace period may be 30 s for everything, so after the signal the run does nothing a
 # resume does not need: callbacks that score (the held-out evaluation) ask `preempting` and
 # skip, and Trainer's end of training neither loads the best checkpoint back (the process
@@ -308,9 +314,11 @@ class Preempted(Exception):
 
     def __init__(self, signum: int, step: int, checkpoint_dir: str, handler=None):
         self.signum, self.step, self.handler = signum, step, handler
-        super().__init__(f"preempted by {signal.Signals(signum).name} at step {step}: checkpoint "
-                         f"saved in {checkpoint_dir}; the same command with resume=auto "
-                         f"continues from it")
+        self.checkpoint = f"{checkpoint_dir}/{PREFIX_CHECKPOINT_DIR}-{step}"
+        stopped = ("interrupted (Ctrl-C)" if signum == signal.SIGINT
+                   else f"preempted by {signal.Signals(signum).name}")
+        self.stopped = f"{stopped} at step {step}: checkpoint saved in {self.checkpoint}"
+        super().__init__(f"{self.stopped}; the same command with resume=auto continues from it")
 
     @property
     def exit_status(self) -> int:
@@ -318,14 +326,17 @@ class Preempted(Exception):
 
     def hand_over(self) -> None:
         """Runs the handler the signal had before the run (submitit's checkpoint/requeue,
-        which exits), if it had one."""
-        if callable(self.handler):
+        which exits), if it had one; not Ctrl-C's (Python's raises KeyboardInterrupt)."""
+        if self.signum != signal.SIGINT and callable(self.handler):
             self.handler(self.signum, None)
 
 
 def preemption_signals() -> list[int]:
-    """SIGTERM, and submitit's preemption signal inside a submitit job."""
+    """SIGTERM, SIGINT (Ctrl-C) unless the process ignores it, and submitit's preemption
+    signal inside a submitit job."""
     signals = [signal.SIGTERM]
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signals.append(signal.SIGINT)
     if os.environ.get("SUBMITIT_JOB_ID") or os.environ.get(SUBMITIT_SIGNAL_ENV):
         name = os.environ.get(SUBMITIT_SIGNAL_ENV, "USR2").upper().removeprefix("SIG")
         submitit = getattr(signal, f"SIG{name}", None)
@@ -347,9 +358,16 @@ class PreemptionCallback(TrainerCallback):
         self.previous: dict[int, object] = {}
 
     def _catch(self, signum, frame):
-        logger.warning("caught %s: saving a checkpoint at the end of this step, then stopping",
-                       signal.Signals(signum).name)
-        self.received = signum
+        if signum == signal.SIGINT:
+            # The next Ctrl-C raises KeyboardInterrupt at once (Python's own handler).
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            logger.warning("caught Ctrl-C: saving a checkpoint at the end of this step, then "
+                           "stopping (Ctrl-C again stops at once, without it)")
+        else:
+            logger.warning("caught %s: saving a checkpoint at the end of this step, then "
+                           "stopping", signal.Signals(signum).name)
+        if self.received is None:
+            self.received = signum
 
     def on_train_begin(self, args, state, control, **kwargs):
         # Python runs signal handlers in the main thread only (a run in a worker thread, as
@@ -403,6 +421,20 @@ class PreemptionCallback(TrainerCallback):
         if self.stopped_at is not None:
             raise Preempted(self.received, self.stopped_at, checkpoint_dir,
                             self.previous.get(self.received))
+
+
+class ResumedFrom(TrainerCallback):
+    """Says in one line where a resumed run goes on from: the checkpoint, its step, and the
+    steps the run plans (Trainer's own lines say it only at debug level)."""
+
+    def __init__(self, checkpoint: str | None):
+        self.checkpoint = checkpoint
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if self.checkpoint is not None and state.is_world_process_zero:
+            logger.info("resumed from %s: step %d of %d", self.checkpoint, state.global_step,
+                        state.max_steps)
+        return control
 
 
 def preempting(trainer) -> bool:

@@ -223,12 +223,20 @@ def main_value(evaluation: Evaluation, main_metric: str) -> float:
 
 def _printout(task: DictConfig, family: TaskFamily, record: dict, evaluation: Evaluation,
               trainer: Trainer, run_dir: Path, where: str) -> str:
-    width = max(len(name) + 1 for name in ["checkpoint", *evaluation.files])
+    width = max(len(name) + 1 for name in ["checkpoints", *evaluation.files])
     files = "".join(f"\n  {name + ':':<{width}} {path}" for name, path in evaluation.files.items())
     cut = cut_line(limited_samples(record), task.name)
     return (f"\n{task.name}: {task.main_metric} = {record['main_value']:.4f} "
             f"({family.headline(record)})\n{cut}"
             f"  {'metrics:':<{width}} {run_dir / METRICS_FILE}{files}\n"
             f"  {'model:':<{width}} {run_dir / 'model'}\n"
-            f"  {'checkpoint:':<{width}} {trainer.args.output_dir}\n"
+            f"{checkpoints_line(Path(trainer.args.output_dir), width)}"
             f"  {where}")
+
+
+def checkpoints_line(output_dir: Path, width: int) -> str:
+    """The printout's line naming the checkpoints folder, when the run kept any (a finished
+    run keeps none unless keep_checkpoints=true; a run cut by train_fraction keeps them)."""
+    if not any(output_dir.glob("checkpoint-*")):
+        return ""
+    return f"  {'checkpoints:':<{width}} {output_dir}\n"

@@ -12,6 +12,7 @@ import copyreg
 import importlib.util
 import logging
 import os
+import shutil
 import time
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
@@ -53,7 +54,9 @@ from bertkit.training.checkpoints import (
     Preempted,
     PreemptionCallback,
     RemoveSetAsideRun,
+    ResumedFrom,
     checkpoint_fault,
+    checkpoint_step,
     scan_checkpoints,
 )
 from bertkit.training.model_card import (
@@ -102,6 +105,7 @@ class RunSetup:
     budget: Budget | None  # budget.* (budget.budget_settings; None: no time budget)
     card: CardSettings  # what the model's card reads (model_card.card_settings)
     watch: WatchSettings  # what attach_callbacks reads
+    keep_checkpoints: bool = False  # a finished run keeps its checkpoints (keep_checkpoints)
 
 
 @dataclass(frozen=True)
@@ -157,7 +161,8 @@ def start_run(cfg: DictConfig, run_dir: Path | None = None) -> RunSetup:
         OmegaConf.select(cfg, "agree_every_steps", default=1),
         OmegaConf.select(cfg, "fsync_checkpoints", default=True))
     return RunSetup(run_dir, args, checkpoint, training_clock(), pad_to,
-                    static_shapes_pay(shapes), shapes, budget, card, watch)
+                    static_shapes_pay(shapes), shapes, budget, card, watch,
+                    OmegaConf.select(cfg, "keep_checkpoints", default=False) is True)
 
 
 def train_run(cfg: DictConfig, setup: RunSetup, trainer: Trainer, hyperparameters: dict,
@@ -201,9 +206,29 @@ def publish(setup: RunSetup, run: TrainingRun, outcome: Outcome) -> None:
         return
     write_json_atomic(setup.run_dir / METRICS_FILE, mask_secrets(outcome.record))
     write_card(run_card(setup.card, outcome.record), setup.run_dir / "model")
+    if run.complete and not setup.keep_checkpoints:
+        removed = remove_checkpoints(Path(setup.args.output_dir))
+        if removed:
+            logger.info("keep_checkpoints=false: removed the finished run's %s from %s "
+                        "(model/ holds the trained model)", ", ".join(removed),
+                        setup.args.output_dir)
     where = finish_wandb(run, outcome.final, run.hyperparameters["num_parameters"],
                          outcome.headline, limited_samples(outcome.record))
     print(outcome.printout(where))
+
+
+def remove_checkpoints(output_dir: Path) -> list[str]:
+    """Removes the checkpoint-N folders of a finished run (and their folder, then empty);
+    returns their names. Only once model/ and metrics.json are written: what a user keeps
+    of a finished run is there, and a checkpoint only serves to train it on."""
+    folders = sorted((path for path in output_dir.glob(f"{PREFIX_CHECKPOINT_DIR}-*")
+                      if checkpoint_step(path) is not None and path.is_dir()),
+                     key=checkpoint_step)
+    for folder in folders:
+        shutil.rmtree(folder)
+    if output_dir.is_dir() and not any(output_dir.iterdir()):
+        output_dir.rmdir()
+    return [folder.name for folder in folders]
 
 
 def push_if_asked(setup: RunSetup, trainer: Trainer, record: dict) -> None:
@@ -319,6 +344,7 @@ def attach_callbacks(setup: RunSetup, trainer: Trainer, callbacks: Iterable) -> 
     stopping, train_fraction, the time budget (and its progress bar), the throughput meter,
     preemption and durable checkpoints."""
     trainer.add_callback(ClockCallback(setup.clock, setup.checkpoint))
+    trainer.add_callback(ResumedFrom(setup.checkpoint))
     trainer.add_callback(RemoveSetAsideRun())
     for callback in callbacks:
         trainer.add_callback(callback)

@@ -357,6 +357,12 @@ def loss_items(batch: dict, labels: PaddedRows) -> torch.Tensor | None:
 Scorer = Callable[[EvalLoopOutput, datasets.Dataset], dict[str, float]]
 
 
+def tied_weight_names(model) -> set[str]:
+    """The parameters of `model` that are tied to another (transformers' all_tied_weights_keys,
+    {tied: source}), saved once in a checkpoint under the source's name."""
+    return set(getattr(model, "all_tied_weights_keys", None) or {})
+
+
 class BertkitTrainer(Trainer):
     """Trainer with the step's host syncs moved to logging steps, batches at full rows where
     static shapes pay, length-grouped training batches, evaluation in dataset order and scored
@@ -478,6 +484,18 @@ class BertkitTrainer(Trainer):
         if loss is None:
             return output
         return TrainOutput(output.global_step, loss, {**output.metrics, "train_loss": loss})
+
+    # -- loading a checkpoint back ---------------------------------------------------------
+    def _issue_warnings_after_load(self, load_result) -> None:
+        """Trainer's warning of missing keys, without the tied weights: a checkpoint saves a
+        tied weight once (BertForPreTraining's MLM decoder is the word embeddings), so a
+        resume reported ['cls.predictions.decoder.weight', ...] as missing, harmless and
+        alarming; loading the embeddings has filled them. A key missing for real is still
+        reported. (Trainer's private hook after every load of a checkpoint's weights: pinned
+        by tests/test_trainer_internals.py.)"""
+        tied = tied_weight_names(self.model)
+        missing = [key for key in load_result.missing_keys if key not in tied]
+        super()._issue_warnings_after_load(load_result._replace(missing_keys=missing))
 
     # -- what a resumed run carries on (CarriedTotals) ---------------------------------------
     def running_totals(self) -> dict:

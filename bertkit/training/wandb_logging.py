@@ -10,6 +10,8 @@ import hashlib
 import logging
 import os
 import re
+import secrets
+import string
 from collections.abc import Iterable, Sequence
 from pathlib import Path, PurePosixPath
 
@@ -19,9 +21,10 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from transformers import PreTrainedModel, TrainingArguments
 
+from bertkit.data.atomic_files import write_json_atomic
 from bertkit.data.job_overrides import configuration_of, override_key, short_key
 from bertkit.data.limited_samples import LIMITED_SAMPLES
-from bertkit.data.readback import read_yaml
+from bertkit.data.readback import read_json, read_yaml
 from bertkit.errors import BertkitError
 from bertkit.secret_masking import is_secret_key, mask_secrets, masked_argv, stand_in
 from bertkit.training.models import count_parameters
@@ -129,6 +132,7 @@ def start_wandb_run(log: DictConfig, job_type: str, config: dict, run_dir: Path,
     settings = mask_secrets({**hyperparameters,
                              **({LIMITED_SAMPLES: limited_samples} if limited_samples else {}),
                              "bertkit": config})
+    run_id, name = run_identity(run_dir, name)
     with masked_argv():  # W&B records the command line in the run's metadata
         return wandb.init(
             project=log.project,
@@ -137,12 +141,45 @@ def start_wandb_run(log: DictConfig, job_type: str, config: dict, run_dir: Path,
             job_type=job_type,
             tags=tags,
             name=name,
+            id=run_id,
+            resume="allow",  # a resumed run (the same run directory) continues its W&B run
             dir=str(run_dir),
             mode=mode,
             config=settings,
             reinit="finish_previous",
             settings=wandb.Settings(silent=True) if quiet else None,
         )
+
+
+# The W&B run's id and name, kept in the run directory from its first start: a run resumed
+# there (resume=true|auto after a preemption or Ctrl-C, successive halving's next rung) goes
+# on in the same W&B run under the same name, where a new id (and a name with the new start
+# time) would show it as a second run. overwrite=true sets the file aside with the rest of the
+# earlier run: the new run gets a W&B run of its own.
+RUN_IDENTITY_FILE = "wandb/bertkit_run.json"
+
+
+RUN_ID_ALPHABET, RUN_ID_LENGTH = string.ascii_lowercase + string.digits, 8  # as W&B's own
+
+
+def new_run_id() -> str:
+    return "".join(secrets.choice(RUN_ID_ALPHABET) for _ in range(RUN_ID_LENGTH))
+
+
+def run_identity(run_dir: Path, name: str) -> tuple[str, str]:
+    """(id, name) of the run directory's W&B run: the ones stored at its first start, else
+    a new id and `name`, stored now (main process)."""
+    path = Path(run_dir) / RUN_IDENTITY_FILE
+    if path.is_file():
+        try:
+            stored = read_json(path, expect=dict)
+            return str(stored["id"]), str(stored["name"])
+        except (BertkitError, KeyError):
+            logger.warning("W&B: %s is unreadable, this run starts a new W&B run", path)
+    run_id = new_run_id()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, {"id": run_id, "name": name})
+    return run_id, name
 
 
 # ================================================================================================

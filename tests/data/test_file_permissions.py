@@ -66,7 +66,8 @@ def test_a_run_and_its_report_are_readable_by_the_group(glue_dir, vocab_dir, tmp
     names): none is readable by its owner alone."""
     data = glue_dir("mrpc", n_train=16, n_dev=8, n_test=4)
     run_dir = tmp_path / "outputs" / "run"
-    saving = {"trainer.max_steps": 2, "trainer.save_strategy": "steps", "trainer.save_steps": 2}
+    saving = {"trainer.max_steps": 2, "trainer.save_strategy": "steps", "trainer.save_steps": 2,
+              "keep_checkpoints": True}
     with umask(0o022):
         run_job(compose_config(tiny_run_overrides("mrpc", data, vocab_dir, **saving)),
                 run_dir=run_dir)

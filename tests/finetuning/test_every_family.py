@@ -48,7 +48,9 @@ def family_run(glue_dir, vocab_dir, squad_files, swag_files, conll_files, tmp_pa
 @pytest.mark.parametrize("family", ["glue", "squad", "swag", "ner"])
 def test_the_methods_combined_run_for_every_family(family, family_run, tmp_path):
     pooling = {"finetuning.pooling": "mean"} if family in ("glue", "swag") else {}
-    record = run_job(family_run(family, {**COMBINED, **pooling}), tmp_path / "run")
+    # keep_checkpoints: their log history is read below
+    record = run_job(family_run(family, {**COMBINED, **pooling, "keep_checkpoints": True}),
+                     tmp_path / "run")
     settings = record["hyperparameters"]["finetuning"]
     assert settings["name"] == "combined" and settings["layer_lr_decay"] == 0.9
     facts = record["details"]["finetuning"]

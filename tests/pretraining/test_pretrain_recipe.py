@@ -228,7 +228,7 @@ def test_a_padded_vocabulary_resumes_to_the_uninterrupted_run_and_saves_unpadded
     """pretraining.pad_vocab_to_multiple_of=64 (the default): checkpoints and model/ hold the
     tokenizer's rows only; resume=true pads them back and ends with the uninterrupted weights."""
     overrides = {"trainer.max_steps": 6, "trainer.save_strategy": "steps",
-                 "trainer.save_steps": 2, "heldout.fraction": 0.0}
+                 "trainer.save_steps": 2, "heldout.fraction": 0.0, "keep_checkpoints": True}
     whole = pretrain(compose_config(small_run(**overrides)), tmp_path / "whole")
     cut = tmp_path / "cut"
     pretrain(compose_config(small_run(**overrides, train_fraction=0.5)), cut)

@@ -29,7 +29,7 @@ def test_every_file_of_each_checkpoint_and_its_folders_are_fsynced(
     synced = fsynced_paths(monkeypatch)
     overrides = tiny_run_overrides("mrpc", glue_dir("mrpc", n_train=48), vocab_dir, **{
         "trainer.max_steps": 4, "trainer.save_strategy": "steps", "trainer.save_steps": 2,
-        "trainer.save_total_limit": 3, "fsync_checkpoints": enabled})
+        "trainer.save_total_limit": 3, "fsync_checkpoints": enabled, "keep_checkpoints": True})
     run_dir = tmp_path / "run"
     run_job(compose_config(overrides), run_dir=run_dir)
     checkpoints = run_dir / "checkpoints"

@@ -91,7 +91,9 @@ def _job(overrides: list[str], run_dir: Path, processes: int, **settings) -> dic
               "trainer.logging_steps": 1, "trainer.learning_rate": 1e-3,
               "trainer.save_strategy": "steps", "trainer.save_steps": STEPS,
               "trainer.per_device_train_batch_size": GLOBAL_BATCH // processes,
-              "trainer.per_device_eval_batch_size": 4}
+              "trainer.per_device_eval_batch_size": 4,
+              # the records are read from the checkpoints of the finished runs
+              "keep_checkpoints": True}
     if "recipe=pretrain" not in overrides:  # an evaluation loss in the log (pretraining has
         common.update({"trainer.eval_strategy": "steps", "trainer.eval_steps": STEPS})  # its own)
     common.update(settings)

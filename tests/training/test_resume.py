@@ -63,7 +63,7 @@ def checkpointed_run(glue_dir, vocab_dir, tmp_path, save_total_limit: int):
     """8 steps of MRPC saved every 2, and the uninterrupted run's directory."""
     overrides = tiny_run_overrides("mrpc", glue_dir("mrpc", n_train=48), vocab_dir, **{
         "trainer.max_steps": 8, "trainer.save_strategy": "steps", "trainer.save_steps": 2,
-        "trainer.save_total_limit": save_total_limit})
+        "trainer.save_total_limit": save_total_limit, "keep_checkpoints": True})
     reference_dir = tmp_path / "reference"
     run_job(compose_config(overrides), run_dir=reference_dir)
     return overrides, reference_dir

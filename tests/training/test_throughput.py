@@ -32,7 +32,7 @@ def one_epoch_of_mrpc(glue_dir, vocab_dir, **extra):
     return compose_config(tiny_run_overrides("mrpc", glue_dir("mrpc"), vocab_dir, **{
         "trainer.max_steps": -1, "trainer.num_train_epochs": 1,
         "trainer.train_sampling_strategy": "sequential", "trainer.save_strategy": "steps",
-        "trainer.save_steps": 1, **extra}))
+        "trainer.save_steps": 1, "keep_checkpoints": True, **extra}))
 
 
 def pair_lengths(cfg) -> list[int]:

@@ -89,8 +89,10 @@ def training_logs(checkpoint) -> list[dict]:
 
 
 def budget_overrides(minutes, warmup=0.0, decay="linear", floor=0.0) -> dict:
+    """The budget's keys; the finished run keeps its checkpoints (the tests read the clock and
+    the log history in them, and train some of them on with a longer budget)."""
     return {"budget.minutes": minutes, "budget.warmup_fraction": warmup, "budget.decay": decay,
-            "budget.min_lr_ratio": floor}
+            "budget.min_lr_ratio": floor, "keep_checkpoints": True}
 
 
 @pytest.mark.parametrize("fraction,warmup,decay,floor,value", [

@@ -98,7 +98,7 @@ def test_resume_continues_from_the_last_checkpoint(swag_files, tmp_path, monkeyp
     train, dev = swag_files
     run_dir = tmp_path / "run"
     saving = {"trainer.save_strategy": "steps", "trainer.save_steps": 2,
-              "trainer.eval_strategy": "no"}
+              "trainer.eval_strategy": "no", "keep_checkpoints": True}
     run_job(compose_config(swag_overrides(train, dev, tmp_path, **saving,
                                                 **{"trainer.max_steps": 4})), run_dir)
     at_four = load_file(run_dir / "checkpoints" / "checkpoint-4" / "model.safetensors")
