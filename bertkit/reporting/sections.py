@@ -251,6 +251,10 @@ def console_comparisons(report: dict) -> list[str]:
                     f"({comparison['n_runs_b']} vs {comparison['n_runs_a']} runs):"]
         for c in comparison["tasks"].values():
             scale, digits = c["scale"], _digits(c, d)
+            if c["tied"]:  # no spread, no test: the numbers would read nan
+                out.append(f"  {row_title(c, tasks)}: mean {fmt(c['mean_a'] * scale, digits)} "
+                           f"on both sides ({c['n_b']} vs {c['n_a']} seeds) → {c['verdict']}.")
+                continue
             aso = ("tied" if c["tied"] else f"{c['aso_epsilon']:.2f} (A over B "
                    f"{c['aso_epsilon_a_over_b']:.2f})")
             needed = "> 10000" if c["seeds_needed"] is None else str(c["seeds_needed"])

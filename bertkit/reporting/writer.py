@@ -465,9 +465,12 @@ def _one_test(population: Population, root: Path, task: str, metric: tuple, leve
     name, what, higher, scale = metric
     finetunes = population.task_info is not None
     label = (task if finetunes else f"{PRETRAINING_TASK} {what}") + at_level(level["name"])
+    # A row that is not tested is named as a tested one is (sections.row_title).
+    shown = (population.task_info[task]["header"] if finetunes
+             else f"{what} ({'higher' if higher else 'lower'} is better)") + at_level(level["name"])
     missing = [side.upper() for side in ("a", "b") if not level[side]]
     if missing:
-        found["skipped"][label] = (f"no run of {' or '.join(missing)} here; the other side "
+        found["skipped"][shown] = (f"no run of {' or '.join(missing)} here; the other side "
                                    f"has {len(level['a'] or level['b'])}")
         return
     if finetunes:
@@ -479,24 +482,24 @@ def _one_test(population: Population, root: Path, task: str, metric: tuple, leve
         spans = [f"{side.upper()} spans {groups[side]['rows_in_group']} arms"
                  for side in ("a", "b") if groups[side]["rows_in_group"] > 1]
         if spans:
-            found["skipped"][label] = (f"{' and '.join(spans)}; select one arm by its "
+            found["skipped"][shown] = (f"{' and '.join(spans)}; select one arm by its "
                                        f"settings, or pool them with --pool")
             return
     values = {side: groups[side]["values"] for side in ("a", "b")}
     counts = [len(values["a"]), len(values["b"])]
     if not finetunes and not all(counts):  # NSP of objective=mlm_nsp, none of objective=mlm
         side = "a" if counts[0] else "b"
-        found["skipped"][label] = (f"only {side.upper()} ({found['sides'][side].label}) "
+        found["skipped"][shown] = (f"only {side.upper()} ({found['sides'][side].label}) "
                                    f"reports {what}")
         return
     if min(counts) < 2:
-        found["skipped"][label] = _too_few(*counts, "seed" if not settings.pool else "run")
+        found["skipped"][shown] = _too_few(*counts, "seed" if not settings.pool else "run")
         return
     if settings.paired:  # by seed: the same seed of A and of B form a pair
         values = {side: dict(zip(groups[side]["seeds"], values[side], strict=True))
                   for side in ("a", "b")}
         if set(values["a"]) != set(values["b"]):
-            found["skipped"][label] = (
+            found["skipped"][shown] = (
                 f"the paired test needs the same seeds on both sides: A ran "
                 f"{_seeds(values['a'])}, B ran {_seeds(values['b'])}")
             return
@@ -551,8 +554,8 @@ def _pretraining_group(runs: Sequence[PretrainingRun], root: Path, split: RowSpl
 
 
 # What a warning of scipy or deepsig means for a row, in words.
-NEARLY_IDENTICAL = ("the two sides' scores are (nearly) identical; the t-test is not "
-                    "meaningful")
+NEARLY_IDENTICAL = ("the seeds of a side score (nearly) alike, so the t-test's spread is "
+                    "near zero and its p is not to be trusted")
 LIBRARY_WARNED = "the statistics library warned on this row; read its numbers with care"
 
 
