@@ -163,14 +163,16 @@ pretrain: install
 # ABLATION_SEEDS (multirun into ABLATION_DIR; the preset brings its grid,
 # conf/sweep/pretrain_ablation.yaml), then both answers on the console: each factor compared
 # at each level of the other (bertkit-report, docs/pretraining.md). resume=auto: a second
-# `make pretrain-ablation` keeps the finished arms and continues an interrupted one.
+# `make pretrain-ablation` keeps the finished arms and continues an interrupted one. A failed
+# job does not stop the report: it lists the job.
 ABLATION_DIR ?= multirun/pretrain_ablation
 ABLATION_SEEDS ?= 1,2,3
 pretrain-ablation: install
-	$(BIN)/bertkit -m experiment=pretrain_ablation seed=$(ABLATION_SEEDS) resume=auto \
-		hydra.sweep.dir=$(ABLATION_DIR) $(O)
-	$(BIN)/bertkit-report $(ABLATION_DIR) --compare masking=static masking=dynamic \
-		--compare objective=mlm objective=mlm_nsp
+	$(run_all_begin) run_noting_failure $(BIN)/bertkit -m experiment=pretrain_ablation \
+	  seed=$(ABLATION_SEEDS) resume=auto hydra.sweep.dir=$(ABLATION_DIR) $(O); \
+	run_noting_failure $(BIN)/bertkit-report $(ABLATION_DIR) \
+	  --compare masking=static masking=dynamic --compare objective=mlm objective=mlm_nsp; \
+	$(run_all_end)
 
 # MB/s of each pretraining preprocessing stage, and masking vs DataCollatorForLanguageModeling.
 bench-pretrain-data: install
