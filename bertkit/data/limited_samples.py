@@ -56,7 +56,6 @@ def describe_cut(part: str, entry: dict) -> str:
     return f"{part}: the first {entry['examples']}{whole} {unit} ({setting})"
 
 
-
 def cut_line(limited: dict[str, dict], what: str) -> str:
     """A printout's line for a run on part of its data (empty for a run on all of it)."""
     if not limited:

@@ -24,7 +24,6 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from bertkit.config_paths import config_dir
 from bertkit.config_schema import checked_once
@@ -35,7 +34,12 @@ from bertkit.errors import BertkitError
 from bertkit.jobs.two_stage import finetune_two_stage, is_two_stage
 from bertkit.registry import imported
 from bertkit.tasks import task_family
-from bertkit.training.checkpoints import forget_set_aside, remove_set_aside, set_aside
+from bertkit.training.checkpoints import (
+    checkpoint_folders,
+    forget_set_aside,
+    remove_set_aside,
+    set_aside,
+)
 from bertkit.training.finetune import finetune
 from bertkit.training.models import check_local_files, offline_ways
 from bertkit.training.progress import apply_progress_bars
@@ -159,7 +163,7 @@ RUN_CONFIG_FILE = "config.yaml"  # the run's resolved settings (bertkit.training
 def holds_checkpoints(run_dir: Path) -> bool:
     """Whether run_dir holds a checkpoint that a longer schedule could train on from (a
     finished run keeps them only with keep_checkpoints=true)."""
-    return any((Path(run_dir) / CHECKPOINTS_DIR).glob(f"{PREFIX_CHECKPOINT_DIR}-*"))
+    return bool(checkpoint_folders(Path(run_dir) / CHECKPOINTS_DIR))
 
 
 def stopped_by_train_fraction(metrics_file: Path) -> bool:

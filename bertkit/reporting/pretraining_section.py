@@ -15,9 +15,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from bertkit.reporting.identity import RowSplit
-from bertkit.reporting.results import PRETRAINING_METRICS, PretrainingRun
+from bertkit.reporting.results import PRETRAINING_METRICS, PretrainingRun, cut_words
 from bertkit.reporting.statistics import summarize
-from bertkit.reporting.tables import MISSING, markdown_cell
+from bertkit.reporting.tables import MISSING, aligned_table, markdown_cell
 
 # How each metric is named in the tables and the comparison's sentences.
 METRIC_LABELS = {"mlm_loss": "MLM loss", "mlm_accuracy": "MLM accuracy",
@@ -110,14 +110,7 @@ def pretraining_table(rows: Sequence[dict], decimals: int) -> str:
                for m in metrics]
             + [str(len(r["seeds"])), tokens(r["tokens_seen"]), duration(r["seconds"])]
             for r in rows]
-    widths = [max(len(line[c]) for line in [head, *body]) for c in range(len(head))]
-
-    def line(cells: list[str]) -> str:
-        return "| " + " | ".join(c.ljust(widths[0]) if i == 0 else c.rjust(widths[i])
-                                 for i, c in enumerate(cells)) + " |"
-
-    rule = "| " + " | ".join(["-" * widths[0]] + ["-" * (w - 1) + ":" for w in widths[1:]])
-    return "\n".join([line(head), rule + " |", *map(line, body)]) + "\n"
+    return aligned_table(head, body)
 
 
 def pretraining_csv(rows: Sequence[dict]) -> str:
@@ -136,8 +129,7 @@ def pretraining_csv(rows: Sequence[dict]) -> str:
                 repr(s["mean"]), "" if math.isnan(s["std"]) else repr(s["std"]), str(s["n"])]
         fields += [repr(r[k]["mean"]) if r[k] else "" for k in ("tokens_seen", "seconds")]
         fields += [str(r["heldout"]).lower(),
-                   "; ".join(f"{split} {n.get('examples')} of {n.get('of')}"
-                             for split, n in sorted(r["partial"].items())
+                   "; ".join(cut_words(split, n) for split, n in sorted(r["partial"].items())
                              if isinstance(n, dict))]
         writer.writerow(fields)
     return out.getvalue()

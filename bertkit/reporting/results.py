@@ -112,11 +112,11 @@ def partial_marks(limited: dict) -> tuple[str, ...]:
     of some splits; () for a run on all its data."""
     if not limited:
         return ()
-    cut = ", ".join(_cut_words(split, n) for split, n in sorted(limited.items()))
+    cut = ", ".join(cut_words(split, n) for split, n in sorted(limited.items()))
     return (f"partial: {cut}",)
 
 
-def _cut_words(split: str, cut: object) -> str:
+def cut_words(split: str, cut: object) -> str:
     """validation 16 of 277; corpus first 16 (the whole not counted: "of" is null)."""
     if not isinstance(cut, dict):
         return str(split)

@@ -92,6 +92,12 @@ def glue_table_markdown(
     body = [[markdown_cell(system)] + [_format_cell(c, decimals) for c in cells]
             + [MISSING if average is None else f"{average:.{decimals}f}"]
             for system, cells, average in _summaries(rows, tasks, scale)]
+    return aligned_table(header, body)
+
+
+def aligned_table(header: list[str], body: list[list[str]]) -> str:
+    """A Markdown table padded to one width per column, the first column left-aligned and
+    the others (numbers) right-aligned. Ends with a newline."""
     widths = [max(len(line[col]) for line in [header] + body) for col in range(len(header))]
 
     def line(cells: list[str]) -> str:

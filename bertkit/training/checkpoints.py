@@ -211,15 +211,20 @@ def checkpoint_step(folder: Path) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def checkpoint_folders(output_dir: str | Path) -> list[Path]:
+    """The checkpoint-N folders of output_dir, by step ([] when it does not exist)."""
+    directory = Path(output_dir)
+    if not directory.is_dir():
+        return []
+    return sorted((path for path in directory.iterdir()
+                   if checkpoint_step(path) is not None and path.is_dir()), key=checkpoint_step)
+
+
 def scan_checkpoints(output_dir: str | Path, *, weights_only: bool = False) -> CheckpointScan:
     """Checkpoints from the newest step down to the first whole one (weights_only: the run
     saves with trainer.save_only_model, without optimizer, scheduler and RNG states)."""
-    directory = Path(output_dir)
-    folders = [path for path in directory.iterdir()
-               if checkpoint_step(path) is not None and path.is_dir()] \
-        if directory.is_dir() else []
     scan = CheckpointScan(None)
-    for folder in sorted(folders, key=checkpoint_step, reverse=True):
+    for folder in reversed(checkpoint_folders(output_dir)):
         why = checkpoint_fault(folder, weights_only=weights_only)
         if why is None:
             scan.complete = folder

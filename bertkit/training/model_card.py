@@ -424,7 +424,7 @@ def pretraining_facts(settings: CardSettings, record: dict) -> CardFacts:
         note = (f"Held-out masked positions (heldout.fraction={heldout['fraction']} of the "
                 f"corpus's documents, never trained on): {heldout['sequences']} sequences, "
                 f"{heldout['masked_positions']} masked positions, at step {final['step']}.")
-    if limited:  # held out of a cut corpus, or cut itself: no result on the corpus
+    if limited:  # held out of a cut corpus: no result on the corpus
         shown, results = results, {}
         note += partial_data_note(limited, corpus.name)
     last = record.get("last_log") or {}

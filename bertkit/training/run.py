@@ -56,7 +56,7 @@ from bertkit.training.checkpoints import (
     RemoveSetAsideRun,
     ResumedFrom,
     checkpoint_fault,
-    checkpoint_step,
+    checkpoint_folders,
     scan_checkpoints,
 )
 from bertkit.training.model_card import (
@@ -221,9 +221,7 @@ def remove_checkpoints(output_dir: Path) -> list[str]:
     """Removes the checkpoint-N folders of a finished run (and their folder, then empty);
     returns their names. Only once model/ and metrics.json are written: what a user keeps
     of a finished run is there, and a checkpoint only serves to train it on."""
-    folders = sorted((path for path in output_dir.glob(f"{PREFIX_CHECKPOINT_DIR}-*")
-                      if checkpoint_step(path) is not None and path.is_dir()),
-                     key=checkpoint_step)
+    folders = checkpoint_folders(output_dir)
     for folder in folders:
         shutil.rmtree(folder)
     if output_dir.is_dir() and not any(output_dir.iterdir()):

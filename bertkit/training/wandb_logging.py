@@ -39,8 +39,8 @@ from bertkit.wandb_credentials import has_wandb_credentials
 
 logger = logging.getLogger(__name__)
 
-# A run on part of the data (task.max_*_samples, corpus.max_documents, heldout.max_sequences,
-# debug=smoke): tagged so, and grouped under its group's name with this suffix.
+# A run on part of the data (task.max_*_samples, corpus.max_documents, debug=smoke): tagged
+# so, and grouped under its group's name with this suffix.
 PARTIAL_DATA_TAG = "partial-data"
 PARTIAL_GROUP_SUFFIX = "-partial"
 

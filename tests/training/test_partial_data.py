@@ -207,12 +207,11 @@ def test_a_pretraining_card_marks_a_cut_downstream_finetune(tmp_path):
 
 
 @pytest.mark.parametrize("max_documents", [None, 16, 100])
-@pytest.mark.parametrize("max_sequences_cut", [False, True])
-def test_pretraining_cuts_name_a_corpus_read_up_to_its_limit(max_documents, max_sequences_cut):
-    """corpus.max_documents counts where reading stopped there (16 documents read of a larger
-    corpus; the whole is not counted); a limit above the corpus (100) cut nothing. The held-out
-    sample's size (heldout.max_sequences, 512 by default) is never a cut, however many
-    sequences the held-out documents give."""
+def test_pretraining_cuts_name_a_corpus_read_up_to_its_limit(max_documents):
+    """corpus.max_documents counts where reading stopped there (16 documents read, held-out
+    ones included, of a larger corpus; the whole is not counted); a limit above the corpus
+    (100) cut nothing. The held-out sample's size (heldout.max_sequences) is no cut: only the
+    corpus node decides."""
     from types import SimpleNamespace
 
     from omegaconf import OmegaConf
@@ -220,9 +219,7 @@ def test_pretraining_cuts_name_a_corpus_read_up_to_its_limit(max_documents, max_
     from bertkit.pretraining.run import pretraining_cuts
 
     heldout = SimpleNamespace(mlm=[0, 1], pairs=None, documents=3)
-    if max_sequences_cut:  # documents that would give more sequences than were kept
-        heldout.documents = 5
-    data = SimpleNamespace(train_documents=16 - heldout.documents, heldout=heldout)
+    data = SimpleNamespace(train_documents=13, heldout=heldout)
     cuts = pretraining_cuts(OmegaConf.create({"max_documents": max_documents}), data)
     expected = {"corpus": {"examples": 16, "of": None}} if max_documents == 16 else {}
     assert cuts == expected
