@@ -294,6 +294,9 @@ def test_tied_weights_are_not_reported_missing_and_a_real_missing_key_is(caplog)
 
 SIGINT_DRIVER = """
 import os, signal, sys
+# A terminal's Ctrl-C: a test started in the background by a non-interactive shell inherits
+# SIGINT ignored (kept across exec and new sessions), which bertkit rightly leaves ignored.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from bertkit.training.trainer import BertkitTrainer
 at, times = int(sys.argv[1]), int(sys.argv[2])
 original, calls = BertkitTrainer.training_step, {"n": 0}
@@ -317,7 +320,6 @@ def bertkit(args: list[str], cwd: Path, ctrl_c: tuple[int, int] | None = None):
     env.pop("HYDRA_FULL_ERROR", None)
     command = [sys.executable, "-m", "bertkit", *args] if ctrl_c is None else \
         [sys.executable, "-c", SIGINT_DRIVER, *map(str, ctrl_c), *args]
-    # start_new_session: SIGINT is not ignored there even when the test runs in the background
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=600, start_new_session=True)
 
