@@ -78,7 +78,7 @@ run_all_begin = failed=""; run_noting_failure() { "$$@" || \
 run_all_end = if [ -n "$$failed" ]; then \
   printf 'make $@: these commands failed:%s\n' "$$failed" >&2; exit 1; fi
 
-.PHONY: install demo test test-all lint glue glue-grid $(addprefix glue-,$(GLUE_TASKS)) bench-glue squad \
+.PHONY: install demo job-files test test-all lint glue glue-grid $(addprefix glue-,$(GLUE_TASKS)) bench-glue squad \
 	squad2 swag ner pretrain pretrain-ablation bench-pretrain-data bench-masking bench-pretrain bench-step bench-pretrain-quality minilm bench-parity bench-parity-calibrated methods-table bench-sweep bench-grid \
 	squad-dev-halves clean
 
@@ -93,6 +93,11 @@ $(VENV)/.installed: pyproject.toml
 
 demo: install
 	$(LAUNCH) $(O)
+
+# How many of bertkit's files the demo finetune and the small pretraining run go through from the
+# `bertkit` command to Trainer.train (tests/job_files.py says how they are counted).
+job-files: install
+	$(BIN)/python tests/job_files.py
 
 # The fast tests: those not marked slow (pyproject.toml's markers say what slow means).
 test: install
