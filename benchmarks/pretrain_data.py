@@ -342,8 +342,10 @@ def _table(result: dict, path: Path) -> str:
     return "\n".join(lines)
 
 
-# What `python -m benchmarks.pretrain_data` runs (benchmarks/conf/bench_pretrain_data.yaml).
+# What `python -m benchmarks.pretrain_data` runs: its job on its primary config,
+# benchmarks/conf/bench_pretrain_data.yaml.
+CONFIG = "bench_pretrain_data"
 JOB = Job("benchmarks.pretrain_data:benchmark_pretrain_data", RESULT_FILE)
 
 if __name__ == "__main__":
-    main(JOB, "bench_pretrain_data")
+    main(JOB, CONFIG)

@@ -402,9 +402,11 @@ def benchmark_pretrain_quality(cfg: DictConfig, run_dir: Path | None = None) -> 
     return result
 
 
-# What `python -m benchmarks.pretrain_quality` runs (benchmarks/conf/bench_pretrain_quality.yaml).
+# What `python -m benchmarks.pretrain_quality` runs: its job on its primary config,
+# benchmarks/conf/bench_pretrain_quality.yaml.
+CONFIG = "bench_pretrain_quality"
 JOB = Job("benchmarks.pretrain_quality:benchmark_pretrain_quality", RESULT_FILE,
           reuses_its_runs=True)
 
 if __name__ == "__main__":
-    main(JOB, "bench_pretrain_quality")
+    main(JOB, CONFIG)

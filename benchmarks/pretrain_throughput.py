@@ -441,8 +441,10 @@ def table(result: dict, path: Path | None = None) -> str:
     return "\n".join(lines)
 
 
-# What `python -m benchmarks.pretrain_throughput` runs (benchmarks/conf/bench_pretrain.yaml).
+# What `python -m benchmarks.pretrain_throughput` runs: its job on its primary config,
+# benchmarks/conf/bench_pretrain.yaml.
+CONFIG = "bench_pretrain"
 JOB = Job("benchmarks.pretrain_throughput:benchmark_pretrain_throughput", RESULT_FILE)
 
 if __name__ == "__main__":
-    main(JOB, "bench_pretrain")
+    main(JOB, CONFIG)

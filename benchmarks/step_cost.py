@@ -499,8 +499,10 @@ def packing_lines(workloads: dict) -> list[str]:
             f"{per_ms['packed'] / per_ms['padded']:.3f}x the real tokens per ms of bertkit's step"]
 
 
-# What `python -m benchmarks.step_cost` runs (benchmarks/conf/bench_step.yaml).
+# What `python -m benchmarks.step_cost` runs: its job on its primary config,
+# benchmarks/conf/bench_step.yaml.
+CONFIG = "bench_step"
 JOB = Job("benchmarks.step_cost:benchmark_step_cost", RESULT_FILE)
 
 if __name__ == "__main__":
-    main(JOB, "bench_step")
+    main(JOB, CONFIG)

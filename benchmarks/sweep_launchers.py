@@ -105,8 +105,10 @@ def _table(result: dict, path: Path) -> str:
         str(path)])
 
 
-# What `python -m benchmarks.sweep_launchers` runs (benchmarks/conf/bench_sweep.yaml).
+# What `python -m benchmarks.sweep_launchers` runs: its job on its primary config,
+# benchmarks/conf/bench_sweep.yaml.
+CONFIG = "bench_sweep"
 JOB = Job("benchmarks.sweep_launchers:benchmark_sweep_launchers", RESULT_FILE)
 
 if __name__ == "__main__":
-    main(JOB, "bench_sweep")
+    main(JOB, CONFIG)

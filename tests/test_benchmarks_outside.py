@@ -29,6 +29,11 @@ def test_nothing_in_the_package_names_the_benchmarks():
     assert named == []
 
 
+def test_the_installed_package_leaves_the_benchmarks_out():
+    pyproject = (PACKAGE.parent / "pyproject.toml").read_text(encoding="utf-8")
+    assert 'packages = ["bertkit", "hydra_plugins"]' in pyproject.splitlines()
+
+
 def test_the_jobs_are_bertkits_own():
     assert set(JOBS) == {"finetune", "pretrain"}
     assert all(job.entry is None or job.entry.startswith("bertkit.") for job in JOBS.values())

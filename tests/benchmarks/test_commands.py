@@ -25,13 +25,9 @@ from bertkit.registry import imported
 from tests.conftest import PROTOCOLS
 from tests.doc_commands import REPO
 
-# module -> its primary config, read from the module's own command (`main(JOB, "<config>")`).
-COMMANDS = {}
-for info in pkgutil.iter_modules(benchmarks.__path__):
-    module = importlib.import_module(f"benchmarks.{info.name}")
-    if hasattr(module, "JOB"):
-        source = Path(module.__file__).read_text(encoding="utf-8")
-        COMMANDS[info.name] = source.split("main(JOB, \"", 1)[1].split("\"", 1)[0]
+# module -> its primary config: every module of benchmarks/ that is a command (has a JOB).
+COMMANDS = {info.name: module.CONFIG for info in pkgutil.iter_modules(benchmarks.__path__)
+            if hasattr(module := importlib.import_module(f"benchmarks.{info.name}"), "JOB")}
 
 
 def test_every_benchmark_config_has_its_command():
