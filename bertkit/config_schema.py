@@ -212,7 +212,7 @@ class EarlyStoppingSchema:
 
 @dataclass
 class BertConfigSchema:
-    """model.config (a model trained from scratch: BertConfig's keys) and bench.model."""
+    """model.config (a model trained from scratch: BertConfig's keys)."""
 
     vocab_size: int = _setting(COUNT)
     hidden_size: int = _setting(COUNT)
@@ -422,77 +422,6 @@ class TokenizerTrainingSchema:
 
 
 @dataclass
-class BenchSchema:
-    """bench.* of the benchmark recipes."""
-
-    steps: int = _setting(COUNT)
-    warmup_steps: int = _setting("[0, inf)")
-    steady_skip: int = _setting("[0, inf)")
-    repeats: int = _setting(COUNT)
-    sync_steps: int = _setting("[2, inf)", "at least 2 (the last step logs, and is not counted)")
-    batch_size: int = _setting(COUNT)
-    baseline_max_length: int = _setting("[3, inf)")
-    eval_instances: int = _setting(COUNT)
-    instances: int = _setting(COUNT)  # bench_masking
-    mlm_probability: float = _setting("(0, 1)")
-    num_proc: int | None = _setting(COUNT)  # null: in the main process
-    num_threads: int | None = _setting(COUNT)
-
-
-@dataclass
-class BenchWorkloadSchema:
-    """bench.glue, bench.pretraining and bench.pretraining_packed (bench_step's synthetic
-    batches)."""
-
-    batch_size: int = _setting(COUNT)
-    batches: int = _setting(COUNT)
-    seq_length: int = _setting("[3, inf)")
-    min_length: int = _setting("[3, inf)")
-    padded_share: float = _setting(PROBABILITY)
-    num_labels: int = _setting(COUNT)
-    mlm_slots: int = _setting(COUNT)
-    mlm_used: int = _setting(COUNT)
-    # pretraining_packed's: pretraining.sequence_slot_headroom's bounds
-    sequence_slot_headroom: float = _setting("[1, inf)")
-
-
-@dataclass
-class BenchPlainSchema:
-    """bench.plain: the plain Hugging Face pretraining bench_pretrain_quality compares with."""
-
-    batch_size: int = _setting(COUNT)
-    warmup_ratio: float = _setting(PROBABILITY)
-    weight_decay: float = _setting("[0, inf)")
-    dropout: float = _setting(PROBABILITY)
-    mlm_probability: float = _setting("(0, 1)")
-    timing_steps: int = _setting(COUNT)
-    learning_rates: list[float] = _setting(LEARNING_RATE, each=True)
-    logging_steps: int = _setting(COUNT)
-
-
-@dataclass
-class ParitySchema:
-    baseline_max_length: int = _setting("[3, inf)")
-    alpha: float = _setting("(0, 1)")
-    max_difference: float = _setting("[0, inf)")
-    seeds: list[int] = _setting(SEED, "seeds in [0, 2**32 - 1]", each=True)
-
-
-@dataclass
-class BenchSweepSchema:
-    n_jobs: int = _setting(COUNT)
-    seeds: list[int] = _setting(SEED, "seeds in [0, 2**32 - 1]", each=True)
-
-
-@dataclass
-class BenchGridSchema:
-    learning_rates: list[float] = _setting(LEARNING_RATE, each=True)
-    seeds: list[int] = _setting(SEED, "seeds in [0, 2**32 - 1]", each=True)
-    jobs_per_gpu: int = _setting(COUNT)
-    baseline_max_length: int = _setting("[3, inf)")
-
-
-@dataclass
 class PeakTflopsSchema:
     """throughput.peak_tflops.<GPU>: a card's dense peak by precision (MFU's denominator)."""
 
@@ -519,10 +448,7 @@ SETTINGS = {
     "pretraining.long_phase": LongPhaseSchema, "heldout": HeldoutSchema,
     "heldout.masking": MaskingSchema, "corpus": CorpusSchema, "corpus.hub": CorpusHubSchema,
     "corpus.synthetic": SyntheticSchema, "tokenizer_training": TokenizerTrainingSchema,
-    "bench": BenchSchema, "bench.model": BertConfigSchema, "bench.glue": BenchWorkloadSchema,
-    "bench.pretraining": BenchWorkloadSchema, "bench.pretraining_packed": BenchWorkloadSchema,
-    "bench.plain": BenchPlainSchema, "parity": ParitySchema, "bench_sweep": BenchSweepSchema,
-    "bench_grid": BenchGridSchema, "throughput.peak_tflops.*": PeakTflopsSchema}
+    "throughput.peak_tflops.*": PeakTflopsSchema}
 
 
 def register_schemas() -> None:

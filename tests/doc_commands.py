@@ -1,7 +1,8 @@
 """The commands the docs show (README.md, docs/*.md, cards/*.md), read as a
 shell would read them when a user pastes them: `bertkit ...` (also behind python -m,
-torchrun -m, accelerate launch -m, taskset, environment assignments), `bertkit-report ...` and
-`make ...`, from code blocks (fenced, or indented) and inline code spans.
+torchrun -m, accelerate launch -m, taskset, environment assignments), `bertkit-report ...`,
+`make ...` and a benchmark's `python -m benchmarks.<module> ...`, from code blocks (fenced,
+or indented) and inline code spans.
 
 Shell rules kept: a trailing backslash continues the line, `#` starts a comment, quotes group,
 `;` `&&` `|` `&` separate commands, `NAME=value` lines set variables a later `$NAME` of the
@@ -22,6 +23,9 @@ DOC_FILES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")),
              *sorted((REPO / "cards").glob("*.md"))]
 
 PROGRAMS = ("bertkit", "bertkit-report", "make")
+# A benchmark beside bertkit (benchmarks/): `python -m benchmarks.<module>` (torchrun -m too);
+# its program is the module, benchmarks.<module>.
+BENCHMARK = re.compile(r"benchmarks\.\w+")
 # Programs that run a command given later on their line: `taskset -c 0 bertkit ...`, and
 # the Makefile's run_noting_failure (its targets that run several commands, make --dry-run).
 # (python -m, torchrun -m and accelerate launch -m are recognised by their `-m bertkit`.)
@@ -67,7 +71,8 @@ _ASSIGNMENT = re.compile(r"^[A-Za-z_]\w*=")
 _SEPARATOR = re.compile(r"^[;&|]+$")
 # A line holding a command even where the shell lexer gives up (unbalanced quotes).
 _LOOKS_LIKE_COMMAND = re.compile(
-    r"(^|[;&|]\s*)(\w+=\S*\s+)*(\S*/)?(bertkit|bertkit-report|make)(\s|$)|-m bertkit(\s|$)")
+    r"(^|[;&|]\s*)(\w+=\S*\s+)*(\S*/)?(bertkit|bertkit-report|make)(\s|$)"
+    r"|-m (bertkit|benchmarks\.\w+)(\s|$)")
 # A dotted Hydra override opening an indented line that no backslash joined to a command.
 _ORPHAN_OVERRIDE = re.compile(r"^\s+[+~]*[\w-]+\.[\w.-]+=")
 
@@ -75,7 +80,7 @@ _ORPHAN_OVERRIDE = re.compile(r"^\s+[+~]*[\w-]+\.[\w.-]+=")
 @dataclass(frozen=True)
 class Command:
     source: str                 # "README.md:83", "[cola]" appended for a choice's alternative
-    program: str                # bertkit | bertkit-report | make
+    program: str                # bertkit | bertkit-report | make | benchmarks.<module>
     args: tuple[str, ...]
     text: str                   # as written, for messages
     error: str | None = None    # why it could not be read as a command
@@ -138,10 +143,12 @@ def _program_at(words: list[str]) -> int | None:
         return None
     for index in range(first, len(words)):
         name = words[index].rsplit("/", 1)[-1]
+        after_m = index > first and words[index - 1] == "-m"
+        if BENCHMARK.fullmatch(words[index]) and after_m:
+            return index
         if name not in PROGRAMS:
             continue
-        if index == first or (name == "bertkit" and words[index - 1] == "-m") \
-                or words[first] in WRAPPERS:
+        if index == first or (name == "bertkit" and after_m) or words[first] in WRAPPERS:
             return index
     return None
 

@@ -189,14 +189,13 @@ def test_each_calibrated_task_has_a_protocol():
     assert PROTOCOLS == ["minilm_cola", "minilm_mrpc", "minilm_sst2", "minilm_stsb"]
 
 
-@pytest.mark.parametrize("recipe", ["glue", "bench_parity"])
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_a_protocol_sets_its_task_and_wins_over_the_recipe(recipe, protocol):
+def test_a_protocol_sets_its_task_and_wins_over_the_recipe(protocol):
     written = OmegaConf.load(Path(recipes_dir()) / "experiment" / f"{protocol}.yaml").trainer
-    cfg = compose_config([f"recipe={recipe}", f"experiment={protocol}"])
+    cfg = compose_config(["recipe=glue", f"experiment={protocol}"])
     assert cfg.task.name == protocol.removeprefix("minilm_")
     assert cfg.model.name_or_path.endswith("all-MiniLM-L6-v2")
-    assert cfg.recipe.name == recipe
+    assert cfg.recipe.name == "glue"
     for key, value in written.items():
         assert cfg.trainer[key] == value, key
     # Its settings are not the paper's, so this checks that the protocol is applied last.
@@ -205,7 +204,7 @@ def test_a_protocol_sets_its_task_and_wins_over_the_recipe(recipe, protocol):
     assert cfg.trainer.warmup_steps == PAPER_FINETUNING["warmup_steps"]
     assert cfg.trainer.weight_decay == PAPER_FINETUNING["weight_decay"]
     # A command-line setting still wins over the protocol's.
-    assert compose_config([f"recipe={recipe}", f"experiment={protocol}",
+    assert compose_config(["recipe=glue", f"experiment={protocol}",
                            "trainer.learning_rate=3e-5"]).trainer.learning_rate == 3e-5
 
 

@@ -1,8 +1,10 @@
 """Every command the docs show works as written, as far as it can without data or a GPU:
 each `bertkit ...` composes with Hydra as `bertkit ... --cfg job` would (a multirun's sweeps
 parse, and each alternative of a swept config group composes) and passes the checks a job
-makes before it reads anything; each `bertkit-report ...` parses; each `make ...` names a
-target, and the bertkit commands it would run (`make --dry-run`) compose too.
+makes before it reads anything; each `python -m benchmarks.<module> ...` composes that
+benchmark's config (benchmarks.command) and passes the same checks and the benchmarks' own;
+each `bertkit-report ...` parses; each `make ...` names a target, and the bertkit commands it
+would run (`make --dry-run`) compose too.
 
 A new page or command is picked up by itself (tests/doc_commands.py reads them); a
 placeholder the docs start using has to be listed there."""
@@ -12,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import importlib
 import io
 import os
 import shutil
@@ -26,6 +29,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from benchmarks.command import compose_config as compose_benchmark
+from benchmarks.settings import check_settings
 from bertkit.cli import register_resolvers
 from bertkit.config_schema import check_ranges
 from bertkit.config_tree import config_dir
@@ -156,6 +161,46 @@ def bertkit_problem(args: tuple[str, ...]) -> str | None:
     return None
 
 
+def benchmark_problem(module: str, args: tuple[str, ...]) -> str | None:
+    """`python -m benchmarks.<module> <overrides>`: a benchmark's command, whose config composes
+    and passes the checks its job makes before it reads anything."""
+    flags = [arg for arg in args if arg.startswith("-")]
+    if flags:
+        return f"not a Hydra flag the docs should need: {flags}"
+    try:
+        config = importlib.import_module(module).CONFIG
+    except (ImportError, AttributeError) as err:
+        return f"not a benchmark's command: {_first_line(err)}"
+    return _benchmark_composed(config, args)
+
+
+@functools.cache
+def _benchmark_composed(config: str, overrides: tuple[str, ...]) -> str | None:
+    """The benchmark's own composition, outside the module's Hydra of bertkit's config tree
+    (set aside meanwhile, then put back)."""
+    outer = GlobalHydra.instance().hydra
+    GlobalHydra.instance().clear()
+    try:
+        cfg = compose_benchmark(config, list(overrides))
+        check_task_family(OmegaConf.select(cfg, "recipe"), OmegaConf.select(cfg, "task"))
+        check_ranges(cfg)
+        check_settings(cfg)
+    except Exception as err:  # noqa: BLE001 - any failure is the finding
+        return f"{type(err).__name__}: {_first_line(err)}"
+    finally:  # Hydra's initialisation restores its state as a new instance: fetched anew
+        GlobalHydra.instance().clear()
+        if outer is not None:
+            GlobalHydra.instance().initialize(outer)
+    return None
+
+
+def check_of(checks: dict, program: str):
+    """The check of a command's program (a benchmark's module: its composition)."""
+    if program.startswith("benchmarks."):
+        return functools.partial(benchmark_problem, program)
+    return checks[program]
+
+
 def report_problem(args: tuple[str, ...]) -> str | None:
     stderr = io.StringIO()
     try:
@@ -200,7 +245,7 @@ def make_problem(args: tuple[str, ...], compose_what_it_runs: bool = False) -> s
         return problem
     checks = {**CHECKS, "bertkit": bertkit_problem if compose_what_it_runs else _overrides_parse}
     problems = [f"{command}: {problem}" for command in commands
-                if (problem := command.error or checks[command.program](command.args))]
+                if (problem := command.error or check_of(checks, command.program)(command.args))]
     return "\n  ".join(problems) or None
 
 
@@ -213,7 +258,7 @@ MAKE_COMMANDS = sorted({command.args: command for command in COMMANDS
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda command: command.source)
 def test_documented_command_works(command):
     assert command.error is None, f"{command}\n  {command.error}"
-    problem = CHECKS[command.program](command.args)
+    problem = check_of(CHECKS, command.program)(command.args)
     assert problem is None, f"{command}\n  {problem}"
 
 
@@ -228,8 +273,8 @@ def test_every_page_with_commands_is_read():
     pages = {command.source.split(":", 1)[0] for command in COMMANDS}
     assert {"README.md", "docs/finetuning.md", "docs/scale.md",
             "docs/reports.md", "cards/glue.md", "cards/minilm.md"} <= pages
-    programs = {command.program for command in COMMANDS}
-    assert programs == {"bertkit", "bertkit-report", "make"}
+    programs = {command.program.split(".")[0] for command in COMMANDS}
+    assert programs == {"bertkit", "bertkit-report", "make", "benchmarks"}
 
 
 def test_the_reader_follows_the_shell_and_the_docs_conventions(tmp_path):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import importlib
 import json
 import os
 import subprocess
@@ -175,13 +174,6 @@ def test_resume_with_a_longer_schedule_continues_a_finished_run(job, tmp_path):
     (run_dir / RUN_CONFIG_FILE).unlink()  # no record of its schedule: finished for any
     assert check_finished_run(job_config(job, "resume=true", f"trainer.max_steps={steps + 2}"),
                               run_dir) == FINISHED
-
-
-def test_the_registry_names_the_file_each_benchmark_writes():
-    for name, job in JOBS.items():
-        if name.startswith("bench_"):
-            module = importlib.import_module(job.entry.split(":")[0])
-            assert module.RESULT_FILE == job.result_file, name
 
 
 def test_run_job_refuses_before_it_reads_or_writes_anything(glue_dir, vocab_dir, tmp_path):

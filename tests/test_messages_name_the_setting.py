@@ -25,10 +25,6 @@ MODEL_PRESETS = sorted(path.stem for path in (Path(config_dir()) / "model").glob
      1024, 512),
     (["recipe=pretrain", "model.config.max_position_embeddings=256"],
      "pretraining.long_phase.max_seq_length", 512, 256),
-    # bench_step's workloads: was "bench.glue: expected 3 <= min_length (8) < seq_length ..."
-    (["recipe=bench_step", "bench.glue.seq_length=1024"], "bench.glue.seq_length", 1024, 512),
-    (["recipe=bench_step", "bench.pretraining.seq_length=600"], "bench.pretraining.seq_length",
-     600, 512),
 ])
 def test_a_length_beyond_the_model_positions_names_the_key_the_user_set(
         overrides, key, length, positions, tmp_path):
@@ -37,7 +33,7 @@ def test_a_length_beyond_the_model_positions_names_the_key_the_user_set(
         run_job(cfg, run_dir=tmp_path / "run")
     message = str(error.value)
     assert re.match(rf"^{re.escape(key)}={length} exceeds the {positions} positions of "
-                    rf"(model\.config|bench\.model)\.max_position_embeddings: ", message), message
+                    rf"model\.config\.max_position_embeddings: ", message), message
     assert f"lower {key} to at most {positions}" in message and "\n" not in message
     assert not (tmp_path / "cache").exists()
 
@@ -50,21 +46,14 @@ def test_pretraining_phases_in_the_wrong_order_name_the_key_the_user_set(tmp_pat
         run_job(cfg, run_dir=tmp_path / "run")
 
 
-def test_bench_step_names_the_shorter_key_of_a_contradiction(tmp_path):
-    cfg = compose_config(["recipe=bench_step", "bench.glue.min_length=200"])
-    with pytest.raises(BertkitError, match=r"^bench\.glue\.min_length=200: expected less than "
-                                           r"bench\.glue\.seq_length=128$"):
-        run_job(cfg, run_dir=tmp_path / "run")
-
-
 def test_a_value_taken_from_another_key_names_that_key(tmp_path):
-    """A recipe's trainer.per_device_train_batch_size: ${bench.batch_size} (bench_glue): when
-    the value is refused where it lands, the message says which key it came from (here one the
+    """A trainer.per_device_train_batch_size: ${...} interpolated from another key: when the
+    value is refused where it lands, the message says which key it came from (here one the
     schema does not know itself, so the landing key's check is the one that fires)."""
-    cfg = compose_config(["recipe=bench_glue", "+bench.my_batch=0",
-                          "trainer.per_device_train_batch_size=${bench.my_batch}"])
+    cfg = compose_config(["recipe=glue", "+my.batch=0",
+                          "trainer.per_device_train_batch_size=${my.batch}"])
     with pytest.raises(BertkitError, match=r"^trainer\.per_device_train_batch_size=0 \(set by "
-                                           r"\$\{bench\.my_batch\}\): expected a number >= 1$"):
+                                           r"\$\{my\.batch\}\): expected a number >= 1$"):
         run_job(cfg, run_dir=tmp_path / "run")
 
 

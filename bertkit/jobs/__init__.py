@@ -3,8 +3,9 @@ what tests and notebooks call with a config of their own (the lightning-hydra-te
 `train(cfg)`).
 
 recipe.job picks the job: finetune (the task family of task.family, through the one
-finetune job; two_stage.py when finetuning.intermediate.task is set), pretrain, or a
-benchmark. Sits above the families: nothing below imports it.
+finetune job; two_stage.py when finetuning.intermediate.task is set) or pretrain. A script of
+one's own runs its job (a Job of its own, passed as `job`) through the same steps. Sits above
+the families: nothing below imports it.
 
 A directory that holds a finished run (the result file some job writes when it is done) is
 never written into by a new job unless asked (check_finished_run): run_job makes the check
@@ -50,13 +51,14 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Job:
-    """A job of recipe.job, and how its run directory says it is finished."""
+    """A job of recipe.job (or a script's own, given to run_job), and how its run directory
+    says it is finished."""
 
     entry: str | None  # "module:function(cfg, run_dir)"; None: finetune (run_job's own dispatch)
     result_file: str  # written when the job is done: its directory then holds a finished run
     resumes: bool = False  # resume=true continues a finished run from its newest checkpoint
     # Relaunched into its own finished run, it reuses what is done (seeds, arms) and adds what
-    # is missing, so that relaunch is let through (recipes/recipe/bench_parity.yaml).
+    # is missing, so that relaunch is let through.
     reuses_its_runs: bool = False
 
 
@@ -64,29 +66,23 @@ class Job:
 JOBS = {
     "finetune": Job(None, METRICS_FILE, resumes=True),
     "pretrain": Job("bertkit.pretraining.run:pretrain", METRICS_FILE, resumes=True),
-    "bench_glue": Job("bertkit.benchmarks.glue_padding:benchmark_glue_padding", "bench.json"),
-    "bench_parity": Job("bertkit.benchmarks.glue_parity:benchmark_glue_parity", "parity.json",
-                        reuses_its_runs=True),
-    "bench_pretrain_data": Job("bertkit.benchmarks.pretrain_data:benchmark_pretrain_data",
-                               "bench.json"),
-    "bench_masking": Job("bertkit.benchmarks.masking_fidelity:benchmark_masking",
-                         "masking.json"),
-    "bench_pretrain": Job("bertkit.benchmarks.pretrain_throughput:benchmark_pretrain_throughput",
-                          "bench_pretrain.json"),
-    "bench_pretrain_quality": Job(
-        "bertkit.benchmarks.pretrain_quality:benchmark_pretrain_quality",
-        "bench_pretrain_quality.json", reuses_its_runs=True),
-    "bench_sweep": Job("bertkit.benchmarks.sweep_launchers:benchmark_sweep_launchers",
-                       "sweep_bench.json"),
-    "bench_step": Job("bertkit.benchmarks.step_cost:benchmark_step_cost", "bench_step.json"),
-    "bench_grid": Job("bertkit.benchmarks.glue_grid:benchmark_glue_grid", "grid_bench.json"),
 }
 RESULT_FILES = tuple(dict.fromkeys(job.result_file for job in JOBS.values()))
 
 
-def finished_run(run_dir: Path) -> str | None:
-    """The result file that makes run_dir a finished run (of any job), or None."""
-    return next((name for name in RESULT_FILES if (Path(run_dir) / name).is_file()), None)
+def job_of(cfg: DictConfig, job: Job | None = None) -> Job:
+    """The job a config runs: `job` when a script gives its own, else recipe.job's."""
+    return job if job is not None else JOBS[cfg.recipe.job]
+
+
+def result_files(job: Job | None = None) -> tuple[str, ...]:
+    """The files that make a directory a finished run: every job's of JOBS, and `job`'s."""
+    return RESULT_FILES if job is None else tuple(dict.fromkeys((*RESULT_FILES, job.result_file)))
+
+
+def finished_run(run_dir: Path, job: Job | None = None) -> str | None:
+    """The result file that makes run_dir a finished run (of any job, or `job`), or None."""
+    return next((name for name in result_files(job) if (Path(run_dir) / name).is_file()), None)
 
 
 # What a new job does with what its run directory holds (check_finished_run's answer).
@@ -100,8 +96,8 @@ HYDRA_DIR = ".hydra"
 RUN_MARKERS = frozenset({*RESULT_FILES, FAILED_FILE, CHECKPOINTS_DIR, HYDRA_DIR})
 
 
-def check_finished_run(cfg: DictConfig, run_dir: Path, keep: frozenset[str] = frozenset()
-                       ) -> str | None:
+def check_finished_run(cfg: DictConfig, run_dir: Path, keep: frozenset[str] = frozenset(),
+                       job: Job | None = None) -> str | None:
     """What a job started in run_dir does with what is there (`keep`: the entries a sweep
     job's Hydra has just written, not an earlier run's):
 
@@ -117,13 +113,13 @@ def check_finished_run(cfg: DictConfig, run_dir: Path, keep: frozenset[str] = fr
 
     Refuses a finished run otherwise, in one line naming the run and the ways on, and
     overwrite=true with resume=true on a finished run (the two ask opposite things)."""
-    job = JOBS[cfg.recipe.job]
-    found = finished_run(run_dir)
+    job = job_of(cfg, job)
+    found = finished_run(run_dir, job)
     overwrite = OmegaConf.select(cfg, "overwrite", default=False) is True
     resume = OmegaConf.select(cfg, "resume", default=False)
     resuming = job.resumes and resume in (True, "auto")
     if found is None:
-        return SET_ASIDE if overwrite and not resuming and holds_earlier_run(run_dir, keep) \
+        return SET_ASIDE if overwrite and not resuming and holds_earlier_run(run_dir, keep, job) \
             else START
     if overwrite and resuming and resume is True:
         raise BertkitError(f"{run_dir} holds a finished run ({found}): resume=true leaves it as "
@@ -198,11 +194,14 @@ def extends_schedule(cfg: DictConfig, run_dir: Path) -> bool:
     return longer
 
 
-def holds_earlier_run(run_dir: Path, keep: frozenset[str] = frozenset()) -> bool:
-    """Whether run_dir, but `keep`, holds anything that only a run leaves (RUN_MARKERS)."""
+def holds_earlier_run(run_dir: Path, keep: frozenset[str] = frozenset(),
+                      job: Job | None = None) -> bool:
+    """Whether run_dir, but `keep`, holds anything that only a run leaves (RUN_MARKERS, and
+    `job`'s result file)."""
     run_dir = Path(run_dir)
     names = {path.name for path in run_dir.iterdir()} if run_dir.is_dir() else set()
-    return bool((names - keep) & RUN_MARKERS)
+    markers = RUN_MARKERS if job is None else RUN_MARKERS | {job.result_file}
+    return bool((names - keep) & markers)
 
 
 def finished_message(run_dir: Path, found: str, resume) -> str:
@@ -246,17 +245,19 @@ def check_task_family(recipe: DictConfig | None, task: DictConfig | None) -> Non
             f"recipe={family}")
 
 
-def run_job(cfg: DictConfig, run_dir: Path | None = None) -> dict:
-    """The job's result record (a finetune's is its metrics.json)."""
-    job = check_job(cfg.recipe, OmegaConf.select(cfg, "task"))
+def run_job(cfg: DictConfig, run_dir: Path | None = None, job: Job | None = None) -> dict:
+    """The job's result record (a finetune's is its metrics.json). `job`: a script's own job,
+    run in place of recipe.job's, through the same checks."""
+    name = check_job(cfg.recipe, OmegaConf.select(cfg, "task"), known=job is None)
     # The schemas (bertkit.config_schema), once for the whole job: finetune and
     # check_pretraining_config do not check this config again.
     with checked_once(cfg):
-        finished = prepare_job(cfg, run_dir)
+        finished = prepare_job(cfg, run_dir, job)
         if finished is not None:
             return finished
         try:
-            result = _run(job, cfg, run_dir)
+            result = _run(name, cfg, run_dir) if job is None \
+                else imported(job.entry)(cfg, run_dir)
         except BaseException:
             forget_set_aside()  # kept where the line said: the new run did not start
             raise
@@ -272,25 +273,26 @@ def _run(job: str, cfg: DictConfig, run_dir: Path | None) -> dict:
     return imported(JOBS[job].entry)(cfg, run_dir)
 
 
-def check_job(recipe: DictConfig, task: DictConfig | None) -> str:
-    """recipe.job, known; the task of the recipe's family (first: another family's task leaves
-    the recipe's ${task.*} unset, and the schema's check would stumble on it)."""
-    if recipe.job not in JOBS:
+def check_job(recipe: DictConfig, task: DictConfig | None, known: bool = True) -> str:
+    """recipe.job, known (unless a script runs its own job); the task of the recipe's family
+    (first: another family's task leaves the recipe's ${task.*} unset, and the schema's check
+    would stumble on it)."""
+    if known and recipe.job not in JOBS:
         raise BertkitError(f"recipe.job={recipe.job!r}: expected {', '.join(JOBS)}")
     check_task_family(recipe, task)
     return recipe.job
 
 
-def prepare_job(cfg: DictConfig, run_dir: Path | None) -> dict | None:
+def prepare_job(cfg: DictConfig, run_dir: Path | None, job: Job | None = None) -> dict | None:
     """Before anything is read or written (the checks before only read the settings): a
     finished run in run_dir refused, or, with resume=true|auto, its result returned (not
     None: nothing is left to do), or with overwrite=true the earlier run set aside; a
     fetched-only model present, the progress bars decided once for the job."""
     run_dir = Path(run_dir or hydra_run_dir())
     keep = launch_files(run_dir)
-    action = check_finished_run(cfg, run_dir, keep)
+    action = check_finished_run(cfg, run_dir, keep, job)
     if action == FINISHED:
-        found = finished_run(run_dir)
+        found = finished_run(run_dir, job)
         logger.warning(finished_message(run_dir, found, cfg.resume))
         return read_json(run_dir / found, expect=dict)
     if action == SET_ASIDE and is_main_process():

@@ -564,7 +564,8 @@ def build_training_arguments(
 ) -> TrainingArguments:
     options = copy.deepcopy(settings.trainer)
     # auto: eager here; a finetune decides once it knows its length (decide_compile), so the
-    # benchmarks and pretraining, which build their arguments here, compile only when asked.
+    # other callers (pretraining, a script's own job), which build their arguments here, compile
+    # only when asked.
     options["torch_compile"] = options.get("torch_compile", False) is True
     check_sharding_launch(options)
     if options.get("disable_tqdm") is None:  # progress_bars decides (training.progress)

@@ -118,7 +118,7 @@ def attach_padding_masks(model: torch.nn.Module) -> None:
 #
 # On a GPU, anything that reads a device value on the host (`.item()`, `bool(tensor)`, a
 # data-dependent shape) stops Python until the GPU has run every kernel queued before it, so the
-# next step's kernels start late. Counted with bertkit.benchmarks.host_syncs, Trainer's own step
+# next step's kernels start late. Counted by `make bench-step`, Trainer's own step
 # made three or four per step; each is moved here to the device, or to logging steps only:
 #
 # - the NaN/Inf filter of the logged loss (trainer.logging_nan_inf_filter): Trainer asks

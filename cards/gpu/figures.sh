@@ -51,10 +51,11 @@ step() {
   pack
 }
 
-BK="python3 -m bertkit"
+# The benchmarks beside bertkit (benchmarks/), run from the repository root.
+BK="python3 -m"
 BASE="corpus=wikitext2 model=$MODEL trainer.dataloader_num_workers=auto logger=none"
-P128="recipe=bench_pretrain $BASE bench.batch_size=256 bench.steps=50 bench.repeats=1"
-GLUE="recipe=bench_glue model=$MODEL model.tokenizer=.gpudata/vocab/bert-base-uncased bench.batch_size=32 bench.steps=100 logger=none"
+P128="benchmarks.pretrain_throughput $BASE bench.batch_size=256 bench.steps=50 bench.repeats=1"
+GLUE="benchmarks.glue_padding model=$MODEL model.tokenizer=.gpudata/vocab/bert-base-uncased bench.batch_size=32 bench.steps=100 logger=none"
 MRPC="task=mrpc task.data_dir=.gpudata/glue/MRPC"
 SST2="task=sst2 task.data_dir=.gpudata/glue/SST-2"
 # Compiled runs: no untimed warm-up run (the steady figures leave out the first steps, where

@@ -1,6 +1,7 @@
 """One torch.profiler trace of bertkit's training steps, to see what bounds a step: the bertkit
 way of bench_pretrain (the default) or of bench_glue (`recipe=bench_glue` first among the
-overrides). How the profiles beside it were taken (cards/gpu.md), on the GPU machine:
+overrides: benchmarks/conf/bench_glue.yaml). How the profiles beside it were taken
+(cards/gpu.md), on the GPU machine:
     python3 cards/gpu/profile_step.py OUTFILE corpus=wikitext2 model=scratch_base \
         bench.batch_size=256 bench.steps=14
     python3 cards/gpu/profile_step.py OUTFILE recipe=bench_glue task=mrpc \
@@ -16,7 +17,8 @@ from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile, schedule
 from transformers import TrainerCallback
 
-from bertkit.config_tree import compose_config
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/, beside bertkit
+from benchmarks.command import compose_config  # noqa: E402
 
 WAIT, WARMUP, ACTIVE = 5, 3, 5
 # Runtime and driver calls that start one kernel, or replay a whole recorded graph.
@@ -26,12 +28,11 @@ GRAPH_LAUNCHES = ("cudaGraphLaunch",)
 out, overrides = Path(sys.argv[1]), sys.argv[2:]
 recipe = next((item.split("=", 1)[1] for item in overrides if item.startswith("recipe=")),
               "bench_pretrain")
-cfg = compose_config([*([] if any(item.startswith("recipe=") for item in overrides)
-                         else ["recipe=bench_pretrain"]), *overrides])
+cfg = compose_config(recipe, [item for item in overrides if not item.startswith("recipe=")])
 run_dir = Path("/tmp/profile_step")
 steps = int(cfg.bench.steps)
 if recipe == "bench_glue":
-    from bertkit.benchmarks import glue_padding as glue
+    from benchmarks import glue_padding as glue
 
     tokenizer, train, build_model = glue.prepare(cfg.task, cfg.model, cfg.data_source,
                                                  cfg.cache_dir, cfg.preprocessing_num_workers)
@@ -42,7 +43,7 @@ if recipe == "bench_glue":
         job, "bertkit", steps, run_dir, build_model, train,
         glue.collator(job, tokenizer, "bertkit", precision), tokenizer)
 else:
-    from bertkit.benchmarks import pretrain_throughput as bench
+    from benchmarks import pretrain_throughput as bench
 
     job = bench.throughput_job(cfg)
     data = bench._prepare(job, run_dir, steps)

@@ -10,11 +10,23 @@ import pytest
 from hydra.core.hydra_config import HydraConfig
 from transformers import AutoModel
 
-from bertkit.benchmarks.glue_grid import _bertkit_command, benchmark_glue_grid, starting_weights
+from benchmarks.command import compose_config as compose_benchmark
+from benchmarks.glue_grid import JOB, _bertkit_command, benchmark_glue_grid, starting_weights
 from bertkit.errors import BertkitError
-from bertkit.jobs import run_job
+from bertkit.jobs import run_job as run_bertkit_job
 from bertkit.training.models import load_tokenizer
-from tests.conftest import compose_config
+
+
+def compose_config(overrides: list[str], with_hydra: bool = False):
+    """The config `python -m benchmarks.glue_grid <overrides>` runs."""
+    return compose_benchmark("bench_grid", overrides, with_hydra)
+
+
+def run_job(cfg, run_dir=None) -> dict:
+    """What `python -m benchmarks.glue_grid` runs: bertkit's run_job, the
+    benchmark's job."""
+    return run_bertkit_job(cfg, run_dir, job=JOB)
+
 
 # The bench's default launcher (gpu_pack): that the packed grid equals the grid run one job at a
 # time with Hydra's basic launcher is tests/sweeps/test_gpu_pack.py's.
@@ -25,7 +37,7 @@ def grid_overrides(data_dir, vocab_dir, tmp_path, launcher="basic") -> list[str]
     """2 learning rates x 1 seed of a 2-layer BERT, 24 MRPC pairs, dropout off (so that both
     ways train the very same model: their only difference left is padding, which the attention
     mask hides)."""
-    return ["recipe=bench_grid", f"task.data_dir={data_dir}", f"model.tokenizer={vocab_dir}",
+    return [f"task.data_dir={data_dir}", f"model.tokenizer={vocab_dir}",
             "model.config.hidden_size=32", "model.config.intermediate_size=64",
             "model.hidden_dropout_prob=0.0", "model.attention_probs_dropout_prob=0.0",
             "task.max_seq_length=32", "bench_grid.baseline_max_length=48",
@@ -143,7 +155,7 @@ def test_a_grid_it_cannot_run_is_refused_naming_the_setting(glue_dir, vocab_dir,
 
 
 def test_the_recipe_holds_the_papers_glue_protocol():
-    cfg = compose_config(["recipe=bench_grid", "model.tokenizer=unused"])
+    cfg = compose_config(["model.tokenizer=unused"])
     assert list(cfg.bench_grid.learning_rates) == [5e-5, 4e-5, 3e-5, 2e-5]
     assert list(cfg.bench_grid.seeds) == [1, 2]
     assert cfg.trainer.per_device_train_batch_size == 32 and cfg.trainer.num_train_epochs == 3

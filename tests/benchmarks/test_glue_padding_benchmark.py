@@ -6,22 +6,32 @@ from __future__ import annotations
 import json
 
 import pytest
-from omegaconf import OmegaConf
 
-from bertkit.benchmarks.glue_padding import benchmark_glue_padding, pad_to_max_length
+from benchmarks.command import compose_config as compose_benchmark
+from benchmarks.glue_padding import JOB, benchmark_glue_padding, pad_to_max_length
 from bertkit.errors import BertkitError
-from bertkit.jobs import run_job
+from bertkit.jobs import run_job as run_bertkit_job
 from bertkit.tasks.glue.data import load_glue_splits
 from bertkit.tasks.glue.features import tokenize_splits
 from bertkit.training.models import load_tokenizer
-from tests.conftest import compose_config
+
+
+def compose_config(overrides: list[str], with_hydra: bool = False):
+    """The config `python -m benchmarks.glue_padding <overrides>` runs."""
+    return compose_benchmark("bench_glue", overrides, with_hydra)
+
+
+def run_job(cfg, run_dir=None) -> dict:
+    """What `python -m benchmarks.glue_padding` runs: bertkit's run_job, the
+    benchmark's job."""
+    return run_bertkit_job(cfg, run_dir, job=JOB)
+
 
 N_TRAIN, BATCH, WARMUP, STEPS = 24, 8, 1, 3  # the timed steps feed exactly one epoch
 
 
 def bench_overrides(data_dir, vocab, **extra) -> list[str]:
     overrides = {
-        "recipe": "bench_glue",
         "task": "mrpc",
         "task.data_dir": str(data_dir),
         "model.tokenizer": str(vocab),
@@ -128,12 +138,6 @@ def test_baseline_shorter_than_truncation_is_refused(glue_dir, vocab_dir, tmp_pa
                                          **{"bench.baseline_max_length": 64}))
     with pytest.raises(BertkitError, match="baseline_max_length=64"):
         benchmark_glue_padding(cfg, run_dir=tmp_path / "run")
-
-
-def test_unknown_job_names_bench_glue():
-    cfg = OmegaConf.create({"recipe": {"job": "nope"}, "task": {"family": "glue"}})
-    with pytest.raises(BertkitError, match="recipe.job='nope'.*bench_glue"):
-        run_job(cfg)
 
 
 @pytest.mark.slow

@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 from transformers import BertConfig, BertModel, BertTokenizerFast
 
-from bertkit.benchmarks.glue_parity import benchmark_glue_parity
+from benchmarks.command import compose_config as compose_benchmark
+from benchmarks.glue_parity import JOB, benchmark_glue_parity
 from bertkit.errors import BertkitError
-from bertkit.jobs import run_job
+from bertkit.jobs import run_job as run_bertkit_job
 from bertkit.reporting.collect import collect_runs
 from bertkit.reporting.statistics import (
     aso_epsilon,
@@ -21,7 +22,17 @@ from bertkit.reporting.statistics import (
     seeds_needed,
     summarize,
 )
-from tests.conftest import compose_config
+
+
+def compose_config(overrides: list[str], with_hydra: bool = False):
+    """The config `python -m benchmarks.glue_parity <overrides>` runs."""
+    return compose_benchmark("bench_parity", overrides, with_hydra)
+
+
+def run_job(cfg, run_dir=None) -> dict:
+    """What `python -m benchmarks.glue_parity` runs: bertkit's run_job, the
+    benchmark's job."""
+    return run_bertkit_job(cfg, run_dir, job=JOB)
 
 
 @pytest.fixture
@@ -38,7 +49,6 @@ def checkpoint(tmp_path, vocab_dir):
 
 def parity_overrides(data_dir, checkpoint, **extra) -> list[str]:
     overrides = {
-        "recipe": "bench_parity",
         "task": "mrpc",
         "task.data_dir": str(data_dir),
         "task.max_seq_length": 32,

@@ -7,9 +7,14 @@ from __future__ import annotations
 import json
 import random
 
-from bertkit.benchmarks.masking_fidelity import benchmark_masking, google_masking
+from benchmarks.command import compose_config as compose_benchmark
+from benchmarks.masking_fidelity import benchmark_masking, google_masking
 from tests.benchmarks.test_pretrain_data_benchmark import write_corpus
-from tests.conftest import compose_config
+
+
+def compose_config(overrides: list[str], with_hydra: bool = False):
+    """The config `python -m benchmarks.masking_fidelity <overrides>` runs."""
+    return compose_benchmark("bench_masking", overrides, with_hydra)
 
 
 def test_google_side_counts_and_never_chooses_cls_or_sep():
@@ -28,7 +33,7 @@ def test_google_side_counts_and_never_chooses_cls_or_sep():
 def test_bench_masking_writes_the_comparison(vocab_dir, tmp_path):
     corpus = tmp_path / "corpus.txt"
     write_corpus(corpus)
-    cfg = compose_config(["recipe=bench_masking", "corpus=files", f"corpus.files=['{corpus}']",
+    cfg = compose_config(["corpus=files", f"corpus.files=['{corpus}']",
                           f"model.tokenizer={vocab_dir}", f"cache_dir={tmp_path / 'cache'}",
                           "pretraining.max_seq_length=32", "bench.instances=300"])
     result = benchmark_masking(cfg, tmp_path / "run")

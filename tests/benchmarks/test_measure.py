@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from bertkit.benchmarks import measure
-from bertkit.benchmarks.measure import SteadyClock, steady_figures, steady_skip
+from benchmarks import measure
+from benchmarks.measure import SteadyClock, steady_figures, steady_skip
 
 
 def test_the_clock_spans_the_steps_after_the_skipped_ones(monkeypatch):

@@ -12,7 +12,8 @@ import pyarrow as pa
 import pytest
 import torch
 
-from bertkit.benchmarks.pretrain_data import (
+from benchmarks.command import compose_config as compose_benchmark
+from benchmarks.pretrain_data import (
     PREPROCESSING,
     STAGES,
     benchmark_pretrain_data,
@@ -27,8 +28,14 @@ from bertkit.pretraining.instances import (
 )
 from bertkit.pretraining.phases import Phase, PhasedSampler
 from bertkit.training.models import load_tokenizer
-from tests.conftest import compose_config, real_data_dir
+from tests.conftest import real_data_dir
 from tests.glue_fixtures import WORDS
+
+
+def compose_config(overrides: list[str], with_hydra: bool = False):
+    """The config `python -m benchmarks.pretrain_data <overrides>` runs."""
+    return compose_benchmark("bench_pretrain_data", overrides, with_hydra)
+
 
 N_DOCUMENTS, BATCH, REPEATS, MAX_LENGTH = 24, 4, 2, 32
 
@@ -44,7 +51,6 @@ def write_corpus(path, n_documents: int = N_DOCUMENTS) -> None:
 
 def bench_overrides(corpus_file, vocab, tmp_path, **extra) -> list[str]:
     overrides = {
-        "recipe": "bench_pretrain_data",
         "corpus": "files",
         "corpus.files": f"['{corpus_file}']",
         "model.tokenizer": str(vocab),
@@ -191,7 +197,8 @@ def test_bench_settings_below_one_are_refused(setting, vocab_dir, tmp_path):
     corpus = tmp_path / "corpus.txt"
     write_corpus(corpus)
     cfg = compose_config([*bench_overrides(corpus, vocab_dir, tmp_path), setting])
-    with pytest.raises(BertkitError, match="must be at least 1"):
+    # The settings' ranges (benchmarks/settings.py), checked first, as the command does.
+    with pytest.raises(BertkitError, match=rf"^{setting}: expected a number >= 1$"):
         benchmark_pretrain_data(cfg, run_dir=tmp_path / "run")
 
 
@@ -206,7 +213,7 @@ def test_hub_corpus_is_refused_before_any_download(vocab_dir, tmp_path):
 @pytest.mark.real_data
 def test_wikitext2_throughput_is_plausible(tmp_path, monkeypatch):
     monkeypatch.setenv("BERTKIT_DATA", str(real_data_dir()))
-    cfg = compose_config(["recipe=bench_pretrain_data", f"cache_dir={tmp_path / 'cache'}",
+    cfg = compose_config([f"cache_dir={tmp_path / 'cache'}",
                           "bench.repeats=1"])
     result = benchmark_pretrain_data(cfg, run_dir=tmp_path / "run")
 

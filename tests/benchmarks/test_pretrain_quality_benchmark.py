@@ -11,8 +11,9 @@ import pytest
 from huggingface_hub import ModelCard
 from transformers import BertTokenizerFast, Trainer
 
-from bertkit.benchmarks import pretrain_quality
-from bertkit.benchmarks.pretrain_quality import (
+from benchmarks import pretrain_quality
+from benchmarks.command import compose_config as compose_benchmark
+from benchmarks.pretrain_quality import (
     FIGURE_FILE,
     RESULT_FILE,
     arm_directory,
@@ -23,7 +24,12 @@ from bertkit.benchmarks.pretrain_quality import (
 from bertkit.errors import BertkitError
 from bertkit.training import run as run_module
 from bertkit.training.budget import TrainingClock
-from tests.conftest import compose_config
+
+
+def compose_config(overrides: list[str], with_hydra: bool = False):
+    """The config `python -m benchmarks.pretrain_quality <overrides>` runs."""
+    return compose_benchmark("bench_pretrain_quality", overrides, with_hydra)
+
 
 STEP_SECONDS = 2.0
 BUDGET_MINUTES = 1.0  # 30 fake steps

@@ -12,8 +12,10 @@ import torch
 from torch.nn import functional
 from transformers import BertForPreTraining, set_seed
 
-from bertkit.benchmarks import pretrain_throughput
-from bertkit.benchmarks.pretrain_throughput import (
+from benchmarks import pretrain_throughput
+from benchmarks.command import compose_config as compose_benchmark
+from benchmarks.pretrain_throughput import (
+    JOB,
     RESULT_FILE,
     PlainBertForPreTraining,
     benchmark_pretrain_throughput,
@@ -21,20 +23,30 @@ from bertkit.benchmarks.pretrain_throughput import (
     training_indices,
 )
 from bertkit.errors import BertkitError
-from bertkit.jobs import run_job
+from bertkit.jobs import run_job as run_bertkit_job
 from bertkit.pretraining.demo_corpus import ensure_demo_corpus
 from bertkit.pretraining.model import load_pretraining_model
 from bertkit.training.models import load_tokenizer
 from bertkit.training.throughput import training_flops
 from tests.benchmarks.test_pretrain_data_benchmark import pipeline_lengths
-from tests.conftest import compose_config
+
+
+def compose_config(overrides: list[str], with_hydra: bool = False):
+    """The config `python -m benchmarks.pretrain_throughput <overrides>` runs."""
+    return compose_benchmark("bench_pretrain", overrides, with_hydra)
+
+
+def run_job(cfg, run_dir=None) -> dict:
+    """What `python -m benchmarks.pretrain_throughput` runs: bertkit's run_job, the
+    benchmark's job."""
+    return run_bertkit_job(cfg, run_dir, job=JOB)
+
 
 BATCH, STEPS, WARMUP, REPEATS, MAX_LENGTH = 8, 3, 1, 2, 128
 
 
 def bench_overrides(tmp_path, **extra) -> list[str]:
     overrides = {
-        "recipe": "bench_pretrain",
         "cache_dir": str(tmp_path / "cache"),
         "corpus.synthetic.num_documents": 40,
         # The demo corpus's own whole-word vocabulary, written beside it.
@@ -183,7 +195,7 @@ def test_the_plain_model_starts_from_bertkits_weights_with_transformers_loss(tmp
 @pytest.mark.parametrize(("override", "message"), [
     ("masking=static", "masking=dynamic"),
     ("pretraining.long_phase.fraction=0.1", "long_phase.fraction=0"),
-    ("bench.steps=0", "at least 1"),
+    ("bench.steps=0", r"^bench\.steps=0: expected a number >= 1$"),  # the range, first
 ])
 def test_settings_the_comparison_cannot_use_are_refused(override, message, tmp_path):
     cfg = compose_config([*bench_overrides(tmp_path), override])

@@ -9,7 +9,9 @@ import json
 import pytest
 import torch
 
-from bertkit.benchmarks.step_cost import (
+from benchmarks.command import compose_config as compose_benchmark
+from benchmarks.step_cost import (
+    JOB,
     RATIOS,
     RESULT_FILE,
     WAYS,
@@ -19,16 +21,26 @@ from bertkit.benchmarks.step_cost import (
     table,
 )
 from bertkit.errors import BertkitError
-from bertkit.jobs import run_job
+from bertkit.jobs import run_job as run_bertkit_job
 from bertkit.pretraining.masking import IGNORE_INDEX
-from tests.conftest import compose_config
+
+
+def compose_config(overrides: list[str], with_hydra: bool = False):
+    """The config `python -m benchmarks.step_cost <overrides>` runs."""
+    return compose_benchmark("bench_step", overrides, with_hydra)
+
+
+def run_job(cfg, run_dir=None) -> dict:
+    """What `python -m benchmarks.step_cost` runs: bertkit's run_job, the
+    benchmark's job."""
+    return run_bertkit_job(cfg, run_dir, job=JOB)
+
 
 STEPS, BATCH, LENGTH, SLOTS, USED = 3, 8, 32, 6, 5
 
 
 def bench_overrides(**extra) -> list[str]:
     overrides = {
-        "recipe": "bench_step",
         "bench.steps": STEPS,
         "bench.warmup_steps": 1,
         "bench.repeats": 1,

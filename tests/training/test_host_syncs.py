@@ -1,5 +1,5 @@
 """No host sync between logging steps: counted per optimizer step on the CPU
-(bertkit.benchmarks.host_syncs), for pretraining (static and dynamic masking, NSP and MLM alone)
+(benchmarks.host_syncs), for pretraining (static and dynamic masking, NSP and MLM alone)
 and for a GLUE finetune. Trainer's own step made 3 (GLUE) and 7 (pretraining) per step."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 import bertkit.training.run as lifecycle
-from bertkit.benchmarks.host_syncs import HostSyncCounter
+from benchmarks.host_syncs import HostSyncCounter
 from bertkit.jobs import run_job
 from bertkit.pretraining.run import pretrain
 from bertkit.tasks.glue.family import FAMILY

@@ -23,7 +23,8 @@ from transformers import (
 )
 from transformers.data.data_collator import pad_without_fast_tokenizer_warning
 
-from bertkit.benchmarks.measure import (
+from benchmarks.command import main
+from benchmarks.measure import (
     device_name,
     median_seconds,
     ratio,
@@ -31,8 +32,9 @@ from bertkit.benchmarks.measure import (
     steady_skip,
     utilisation,
 )
-from bertkit.benchmarks.report import optional, publish
-from bertkit.benchmarks.side_by_side import (
+from benchmarks.report import optional, publish
+from benchmarks.settings import check_settings
+from benchmarks.side_by_side import (
     Schedule,
     check_steps,
     one_batch_a_step,
@@ -43,6 +45,7 @@ from bertkit.benchmarks.side_by_side import (
     train_timed,
 )
 from bertkit.errors import BertkitError
+from bertkit.jobs import Job
 from bertkit.tasks.glue.family import FAMILY as GLUE
 from bertkit.training.models import count_parameters, load_tokenizer
 from bertkit.training.run import (
@@ -60,7 +63,7 @@ from bertkit.training.static_shapes import (
 )
 from bertkit.training.trainer import BertkitTrainer
 
-RESULT_FILE = "bench.json"  # written last (bertkit.jobs.JOBS names it)
+RESULT_FILE = "bench.json"  # written last (JOB names it)
 
 logger = logging.getLogger(__name__)
 
@@ -279,6 +282,7 @@ def _result(job: PaddingJob, probe, precision: str, ways: dict, runs: dict,
 
 
 def benchmark_glue_padding(cfg: DictConfig, run_dir: Path | None = None) -> dict:
+    check_settings(cfg)
     run_dir = Path(run_dir or hydra_run_dir())
     bench = cfg.bench
     schedule = _check(bench, cfg.task, cfg.trainer)
@@ -332,3 +336,12 @@ def _table(result: dict, path: Path) -> str:
                      f"ratio {result['steady_ratio']:.2f}x")
     lines.append(f"  result: {path}")
     return "\n".join(lines)
+
+
+# What `python -m benchmarks.glue_padding` runs: its job on its primary config,
+# benchmarks/conf/bench_glue.yaml.
+CONFIG = "bench_glue"
+JOB = Job("benchmarks.glue_padding:benchmark_glue_padding", RESULT_FILE)
+
+if __name__ == "__main__":
+    main(JOB, CONFIG)

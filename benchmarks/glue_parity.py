@@ -25,12 +25,15 @@ from transformers import (
     set_seed,
 )
 
-from bertkit.benchmarks.measure import ratio, timed
-from bertkit.benchmarks.report import publish
-from bertkit.benchmarks.side_by_side import alternating, release
+from benchmarks.command import main
+from benchmarks.measure import ratio, timed
+from benchmarks.report import publish
+from benchmarks.settings import check_settings
+from benchmarks.side_by_side import alternating, release
 from bertkit.data.atomic_files import write_json_atomic
 from bertkit.data.readback import read_json
 from bertkit.errors import BertkitError
+from bertkit.jobs import Job
 from bertkit.reporting.statistics import (
     aso_epsilon,
     bootstrap_difference_ci,
@@ -46,7 +49,7 @@ from bertkit.training.finetune import finetune
 from bertkit.training.models import from_pretrained, load_tokenizer, trusts_remote_code
 from bertkit.training.run import hydra_run_dir
 
-RESULT_FILE = "parity.json"  # written last (bertkit.jobs.JOBS names it)
+RESULT_FILE = "parity.json"  # written last (JOB names it)
 
 logger = logging.getLogger(__name__)
 
@@ -259,6 +262,7 @@ def _verdict(parity: DictConfig, comparison: dict) -> dict:
 
 
 def benchmark_glue_parity(cfg: DictConfig, run_dir: Path | None = None) -> dict:
+    check_settings(cfg)
     run_dir = Path(run_dir or hydra_run_dir())
     seeds, ways = _check(cfg.parity, cfg.task, cfg.model)
     GLUE.generate_data(cfg.task)
@@ -353,3 +357,11 @@ def _table(result: dict, path: Path) -> str:
     ]
     return "\n".join(lines)
 
+
+# What `python -m benchmarks.glue_parity` runs: its job on its primary config,
+# benchmarks/conf/bench_parity.yaml.
+CONFIG = "bench_parity"
+JOB = Job("benchmarks.glue_parity:benchmark_glue_parity", RESULT_FILE, reuses_its_runs=True)
+
+if __name__ == "__main__":
+    main(JOB, CONFIG)

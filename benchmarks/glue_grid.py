@@ -17,20 +17,23 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from transformers import BertConfig, BertModel, PreTrainedTokenizerBase, set_seed
 
-from bertkit.benchmarks.glue_parity import PADDINGS, metric_names, plain_trainer
-from bertkit.benchmarks.measure import PeakMemory, device_name, ratio, timed, utilisation
-from bertkit.benchmarks.report import optional, publish
-from bertkit.benchmarks.side_by_side import release, remove_if_empty
-from bertkit.benchmarks.sweep_launchers import launch
+from benchmarks.command import main
+from benchmarks.glue_parity import PADDINGS, metric_names, plain_trainer
+from benchmarks.measure import PeakMemory, device_name, ratio, timed, utilisation
+from benchmarks.report import optional, publish
+from benchmarks.settings import check_settings
+from benchmarks.side_by_side import release, remove_if_empty
+from benchmarks.sweep_launchers import launch
 from bertkit.data.metrics_file import METRICS_FILE
 from bertkit.data.readback import read_json
 from bertkit.errors import BertkitError
+from bertkit.jobs import Job
 from bertkit.tasks.glue.family import FAMILY as GLUE
 from bertkit.training.models import load_tokenizer
 from bertkit.training.run import argument_settings, build_training_arguments, hydra_run_dir
 from bertkit.training.throughput import GIB, add_throughput
 
-RESULT_FILE = "grid_bench.json"  # written last (bertkit.jobs.JOBS names it)
+RESULT_FILE = "grid_bench.json"  # written last (JOB names it)
 
 logger = logging.getLogger(__name__)
 
@@ -229,6 +232,7 @@ def _way_summary(way: dict, jobs: list[str]) -> dict:
 
 
 def benchmark_glue_grid(cfg: DictConfig, run_dir: Path | None = None) -> dict:
+    check_settings(cfg)
     run_dir = Path(run_dir or hydra_run_dir())
     run_dir.mkdir(parents=True, exist_ok=True)
     jobs = _check(cfg.bench_grid, cfg.task)
@@ -333,3 +337,12 @@ def _table(result: dict, path: Path) -> str:
         lines.append(f"  note: {result['note']}")
     lines.append(f"  result: {path}")
     return "\n".join(lines)
+
+
+# What `python -m benchmarks.glue_grid` runs: its job on its primary config,
+# benchmarks/conf/bench_grid.yaml.
+CONFIG = "bench_grid"
+JOB = Job("benchmarks.glue_grid:benchmark_glue_grid", RESULT_FILE)
+
+if __name__ == "__main__":
+    main(JOB, CONFIG)

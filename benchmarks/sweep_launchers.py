@@ -13,13 +13,16 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from bertkit.benchmarks.measure import ratio, timed
-from bertkit.benchmarks.report import markdown_head, publish
+from benchmarks.command import main
+from benchmarks.measure import ratio, timed
+from benchmarks.report import markdown_head, publish
+from benchmarks.settings import check_settings
 from bertkit.data.metrics_file import METRICS_FILE
 from bertkit.data.readback import read_json
 from bertkit.errors import BertkitError
+from bertkit.jobs import Job
 
-RESULT_FILE = "sweep_bench.json"  # written last (bertkit.jobs.JOBS names it)
+RESULT_FILE = "sweep_bench.json"  # written last (JOB names it)
 
 WAYS = ("sequential", "parallel")
 
@@ -54,6 +57,7 @@ def _scores(sweep_dir: Path) -> dict[str, float]:
 
 
 def benchmark_sweep_launchers(cfg: DictConfig, run_dir: Path | None = None) -> dict:
+    check_settings(cfg)
     run_dir = Path(run_dir or HydraConfig.get().runtime.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     job = _job_overrides(cfg.bench_sweep, cfg.cache_dir)
@@ -99,3 +103,12 @@ def _table(result: dict, path: Path) -> str:
         f"speed-up: {result['speedup']:.2f}x; largest score difference between the ways: "
         f"{result['max_score_difference']:.2g}",
         str(path)])
+
+
+# What `python -m benchmarks.sweep_launchers` runs: its job on its primary config,
+# benchmarks/conf/bench_sweep.yaml.
+CONFIG = "bench_sweep"
+JOB = Job("benchmarks.sweep_launchers:benchmark_sweep_launchers", RESULT_FILE)
+
+if __name__ == "__main__":
+    main(JOB, CONFIG)

@@ -27,10 +27,13 @@ from transformers import (
     set_seed,
 )
 
-from bertkit.benchmarks.measure import device_name
-from bertkit.benchmarks.report import markdown_head
+from benchmarks.command import main
+from benchmarks.measure import device_name
+from benchmarks.report import markdown_head
+from benchmarks.settings import check_settings
 from bertkit.data.atomic_files import write_json_atomic
 from bertkit.errors import BertkitError
+from bertkit.jobs import Job
 from bertkit.pretraining.heldout import build_heldout, heldout_fingerprint
 from bertkit.pretraining.heldout_evaluation import HeldoutEvaluation, heldout_curve
 from bertkit.pretraining.objective import objective_of
@@ -347,6 +350,7 @@ def _read_result(path: Path) -> dict:
 
 
 def benchmark_pretrain_quality(cfg: DictConfig, run_dir: Path | None = None) -> dict:
+    check_settings(cfg)
     run_dir = Path(run_dir or hydra_run_dir())
     check_bench(OmegaConf.select(cfg, "budget.minutes"), cfg.objective, cfg.bench, cfg.heldout)
     path = run_dir / RESULT_FILE
@@ -396,3 +400,13 @@ def benchmark_pretrain_quality(cfg: DictConfig, run_dir: Path | None = None) -> 
                 f"held-out MLM loss, {cfg.budget.minutes:g}-minute budget ({cfg.corpus.name})")
     print(table(result))
     return result
+
+
+# What `python -m benchmarks.pretrain_quality` runs: its job on its primary config,
+# benchmarks/conf/bench_pretrain_quality.yaml.
+CONFIG = "bench_pretrain_quality"
+JOB = Job("benchmarks.pretrain_quality:benchmark_pretrain_quality", RESULT_FILE,
+          reuses_its_runs=True)
+
+if __name__ == "__main__":
+    main(JOB, CONFIG)

@@ -19,10 +19,13 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerBase
 
-from bertkit.benchmarks.measure import median_seconds, ratio, timed
-from bertkit.benchmarks.report import publish
-from bertkit.benchmarks.side_by_side import alternating
+from benchmarks.command import main
+from benchmarks.measure import median_seconds, ratio, timed
+from benchmarks.report import publish
+from benchmarks.settings import check_settings
+from benchmarks.side_by_side import alternating
 from bertkit.errors import BertkitError
+from bertkit.jobs import Job
 from bertkit.pretraining.batches import ArrowRows
 from bertkit.pretraining.corpora import corpus_documents, corpus_files
 from bertkit.pretraining.demo_corpus import ensure_demo_corpus
@@ -35,7 +38,7 @@ from bertkit.pretraining.static_masking import static_masked_copies
 from bertkit.training.models import load_tokenizer
 from bertkit.training.run import hydra_run_dir
 
-RESULT_FILE = "bench.json"  # written last (bertkit.jobs.JOBS names it)
+RESULT_FILE = "bench.json"  # written last (JOB names it)
 
 logger = logging.getLogger(__name__)
 
@@ -227,6 +230,7 @@ def _timed_repeats(stages: _Stages, tokenizer, collators: dict, num_proc: int, b
 
 
 def benchmark_pretrain_data(cfg: DictConfig, run_dir: Path | None = None) -> dict:
+    check_settings(cfg)
     run_dir = Path(run_dir or hydra_run_dir())
     batch_size, num_proc, repeats = _check(
         cfg.bench, cfg.corpus, OmegaConf.select(cfg, "tokenizer_training.enabled", default=False))
@@ -336,3 +340,12 @@ def _table(result: dict, path: Path) -> str:
                  f"{share['random']['real_token_share']:.1%}")
     lines.append(f"  result: {path}")
     return "\n".join(lines)
+
+
+# What `python -m benchmarks.pretrain_data` runs: its job on its primary config,
+# benchmarks/conf/bench_pretrain_data.yaml.
+CONFIG = "bench_pretrain_data"
+JOB = Job("benchmarks.pretrain_data:benchmark_pretrain_data", RESULT_FILE)
+
+if __name__ == "__main__":
+    main(JOB, CONFIG)

@@ -27,8 +27,11 @@ import datasets
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from bertkit.benchmarks.report import markdown_head, publish
+from benchmarks.command import main
+from benchmarks.report import markdown_head, publish
+from benchmarks.settings import check_settings
 from bertkit.errors import BertkitError
+from bertkit.jobs import Job
 from bertkit.pretraining.corpora import corpus_documents
 from bertkit.pretraining.instances import tokenize_documents
 from bertkit.pretraining.masking import (
@@ -42,7 +45,7 @@ from bertkit.pretraining.objective import objective_of
 from bertkit.training.models import load_tokenizer
 from bertkit.training.run import hydra_run_dir
 
-RESULT_FILE = "masking.json"  # written last (bertkit.jobs.JOBS names it)
+RESULT_FILE = "masking.json"  # written last (JOB names it)
 DIFFERENCES = (-3, -2, -1, 0, 1, 2, 3)  # instances at each count difference from Google's
 
 logger = logging.getLogger(__name__)
@@ -138,6 +141,7 @@ def _instances(corpus: DictConfig, objective_cfg: DictConfig, pretraining: DictC
 
 
 def benchmark_masking(cfg: DictConfig, run_dir: Path | None = None) -> dict:
+    check_settings(cfg)
     run_dir = Path(run_dir or hydra_run_dir())
     wanted = int(cfg.bench.instances)  # at least 1 (config_schema's BenchSchema)
     if cfg.masking.unit != "token":
@@ -246,3 +250,12 @@ def _table(result: dict, path: Path) -> str:
                                    or "none" for n in order])
     lines.append(f"\nresult: {path}")
     return "\n".join(lines)
+
+
+# What `python -m benchmarks.masking_fidelity` runs: its job on its primary config,
+# benchmarks/conf/bench_masking.yaml.
+CONFIG = "bench_masking"
+JOB = Job("benchmarks.masking_fidelity:benchmark_masking", RESULT_FILE)
+
+if __name__ == "__main__":
+    main(JOB, CONFIG)

@@ -16,7 +16,7 @@ import torch
 from omegaconf import DictConfig
 from transformers import PrinterCallback
 
-from bertkit.benchmarks.measure import SteadyClock, steady_skip, timed
+from benchmarks.measure import SteadyClock, steady_skip, timed
 from bertkit.errors import BertkitError
 from bertkit.training.throughput import add_throughput
 

@@ -30,10 +30,12 @@ from transformers import (
     set_seed,
 )
 
-from bertkit.benchmarks.host_syncs import HostSyncCounter
-from bertkit.benchmarks.measure import StepSpan, device_name, ratio, timed
-from bertkit.benchmarks.report import markdown_head, publish
-from bertkit.benchmarks.side_by_side import (
+from benchmarks.command import main
+from benchmarks.host_syncs import HostSyncCounter
+from benchmarks.measure import StepSpan, device_name, ratio, timed
+from benchmarks.report import markdown_head, publish
+from benchmarks.settings import check_setting, check_settings
+from benchmarks.side_by_side import (
     Schedule,
     check_steps,
     one_batch_a_step,
@@ -42,8 +44,8 @@ from bertkit.benchmarks.side_by_side import (
     remove_if_empty,
     run_ways,
 )
-from bertkit.config_schema import check_setting
 from bertkit.errors import BertkitError
+from bertkit.jobs import Job
 from bertkit.pretraining import padding_free
 from bertkit.pretraining.masking import IGNORE_INDEX
 from bertkit.pretraining.model import MaskedOnlyBertForPreTraining, use_padding_free_attention
@@ -408,6 +410,7 @@ def _workload(job: _Job, workload: str, schedule: Schedule, run_dir: Path) -> di
 
 
 def benchmark_step_cost(cfg: DictConfig, run_dir: Path | None = None) -> dict:
+    check_settings(cfg)
     run_dir = Path(run_dir or hydra_run_dir())
     schedule, workloads = _check(cfg.bench, cfg.trainer)
     job = _Job(argument_settings(cfg), cfg.bench, cfg.seed, OmegaConf.select(cfg, "throughput"),
@@ -438,7 +441,7 @@ def benchmark_step_cost(cfg: DictConfig, run_dir: Path | None = None) -> dict:
                   "median over repeats in "
                   "alternating order; each way first ran warmup_steps steps on a throwaway "
                   "copy (not timed)",
-        "syncs": "host syncs (bertkit.benchmarks.host_syncs) per optimizer step in one "
+        "syncs": "host syncs (benchmarks.host_syncs) per optimizer step in one "
                  "separate untimed run of sync_steps steps per way, the collator's own work "
                  "and the Trainers' last (logging) step left out",
         "workloads": results,
@@ -494,3 +497,12 @@ def packing_lines(workloads: dict) -> list[str]:
             f"tokens per step (padding {1 - padded['real_token_share']:.1%} -> "
             f"{1 - packed['real_token_share']:.1%}); on this device "
             f"{per_ms['packed'] / per_ms['padded']:.3f}x the real tokens per ms of bertkit's step"]
+
+
+# What `python -m benchmarks.step_cost` runs: its job on its primary config,
+# benchmarks/conf/bench_step.yaml.
+CONFIG = "bench_step"
+JOB = Job("benchmarks.step_cost:benchmark_step_cost", RESULT_FILE)
+
+if __name__ == "__main__":
+    main(JOB, CONFIG)

@@ -29,8 +29,9 @@ from transformers import (
     set_seed,
 )
 
-from bertkit.benchmarks.glue_padding import pad_to_max_length
-from bertkit.benchmarks.measure import (
+from benchmarks.command import main
+from benchmarks.glue_padding import pad_to_max_length
+from benchmarks.measure import (
     BatchCounter,
     PeakMemory,
     device_name,
@@ -40,8 +41,9 @@ from bertkit.benchmarks.measure import (
     steady_skip,
     utilisation,
 )
-from bertkit.benchmarks.report import markdown_head, optional, publish
-from bertkit.benchmarks.side_by_side import (
+from benchmarks.report import markdown_head, optional, publish
+from benchmarks.settings import check_setting, check_settings
+from benchmarks.side_by_side import (
     Schedule,
     check_steps,
     one_batch_a_step,
@@ -51,8 +53,8 @@ from bertkit.benchmarks.side_by_side import (
     run_ways,
     train_timed,
 )
-from bertkit.config_schema import check_setting
 from bertkit.errors import BertkitError
+from bertkit.jobs import Job
 from bertkit.pretraining.batches import per_position_labels
 from bertkit.pretraining.masking import IGNORE_INDEX, masking_rule_from_config, most_predictions
 from bertkit.pretraining.model import load_pretraining_model
@@ -335,6 +337,7 @@ def _peak(table: DictConfig | None, name: str, precision: str) -> float | None:
 
 
 def benchmark_pretrain_throughput(cfg: DictConfig, run_dir: Path | None = None) -> dict:
+    check_settings(cfg)
     run_dir = Path(run_dir or hydra_run_dir())
     schedule = _check(cfg)
     job = throughput_job(cfg)
@@ -436,3 +439,12 @@ def table(result: dict, path: Path | None = None) -> str:
     if path is not None:
         lines.append(f"result: {path}")
     return "\n".join(lines)
+
+
+# What `python -m benchmarks.pretrain_throughput` runs: its job on its primary config,
+# benchmarks/conf/bench_pretrain.yaml.
+CONFIG = "bench_pretrain"
+JOB = Job("benchmarks.pretrain_throughput:benchmark_pretrain_throughput", RESULT_FILE)
+
+if __name__ == "__main__":
+    main(JOB, CONFIG)
