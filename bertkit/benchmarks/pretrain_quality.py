@@ -36,7 +36,6 @@ from bertkit.pretraining.heldout_evaluation import HeldoutEvaluation, heldout_cu
 from bertkit.pretraining.objective import objective_of
 from bertkit.pretraining.run import pretrain
 from bertkit.pretraining.training_data import (
-    data_settings,
     pretraining_tokenizer,
     split_corpus,
 )
@@ -358,7 +357,7 @@ def benchmark_pretrain_quality(cfg: DictConfig, run_dir: Path | None = None) -> 
                           "plain": OmegaConf.to_container(cfg.bench.plain, resolve=True)}
     budget_seconds = float(cfg.budget.minutes) * 60
     # The plain way's data: the same split and vocabulary as the bertkit way's run.
-    train_docs, heldout_docs = split_corpus(data_settings(cfg))
+    train_docs, heldout_docs = split_corpus(cfg)
     tokenizer = pretraining_tokenizer(cfg.tokenizer_training, cfg.model, cfg.corpus,
                                       cfg.cache_dir, train_docs)
     heldout = build_heldout(cfg.heldout, cfg.pretraining, cfg.objective, tokenizer, heldout_docs)

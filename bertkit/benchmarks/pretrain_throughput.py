@@ -60,8 +60,6 @@ from bertkit.pretraining.padding_free import PackingPlan
 from bertkit.pretraining.phases import Phase
 from bertkit.pretraining.run import build_pretraining_trainer, check_pretraining_config
 from bertkit.pretraining.training_data import (
-    DataSettings,
-    data_settings,
     is_streaming,
     prepare_pretraining_data,
 )
@@ -156,7 +154,7 @@ class _Job:
     """What the benchmark's steps read of its config, taken once at its entry."""
 
     arguments: ArgumentSettings
-    data: DataSettings  # the pretraining pipeline's nodes (corpus, model, masking, ...)
+    data: DictConfig  # the pretraining pipeline's nodes (corpus, model, masking, ...)
     bench: DictConfig
     throughput: DictConfig | None
     recipe: str
@@ -165,7 +163,7 @@ class _Job:
 
 def throughput_job(cfg: DictConfig) -> _Job:
     """The benchmark's _Job, from its config."""
-    return _Job(argument_settings(cfg), data_settings(cfg), cfg.bench,
+    return _Job(argument_settings(cfg), cfg, cfg.bench,
                 OmegaConf.select(cfg, "throughput"), cfg.recipe.name, cfg.pad_to_multiple_of)
 
 

@@ -38,7 +38,7 @@ def corpus_documents(corpus: DictConfig, cache_dir: str,
                      num_proc: int | None = None) -> datasets.Dataset | datasets.IterableDataset:
     """The documents of corpus.source (local | hub), the first corpus.max_documents if set
     (the values' types and choices are the schema's: bertkit.config_schema.CorpusSchema)."""
-    max_documents = corpus.get("max_documents")
+    max_documents = corpus.max_documents
     if corpus.source == "hub":
         return hub_documents(corpus, num_proc, max_documents)
     return local_documents(corpus, cache_dir, num_proc, max_documents)
@@ -213,8 +213,8 @@ def hub_documents(corpus: DictConfig, num_proc: int | None = None,
     if not hub.path:
         raise BertkitError("corpus.source=hub needs corpus.hub.path (a Hub dataset id, "
                            "e.g. wikimedia/wikipedia)")
-    rows = hub.get("rows_per_document", 1)
-    streaming = bool(hub.get("streaming", False))
+    rows = hub.rows_per_document
+    streaming = hub.streaming
     raw = _load_hub(hub, streaming)
     text_column = hub.text_column
     columns = raw.column_names

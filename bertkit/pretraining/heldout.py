@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import datasets
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from torch.nn import functional
 from transformers import PreTrainedTokenizerBase
 
@@ -48,14 +48,6 @@ MASKING_KEYS = ("mlm_probability", "mask_token_fraction", "random_token_fraction
 
 
 # Settings
-
-
-def heldout_settings(cfg: DictConfig) -> DictConfig:
-    settings = OmegaConf.select(cfg, "heldout")
-    if settings is None:
-        raise BertkitError("heldout: missing from the config (recipes/recipe/pretrain.yaml "
-                           "defines it; heldout.fraction=0 turns the held-out set off)")
-    return settings
 
 
 def heldout_enabled(heldout: DictConfig) -> bool:
@@ -206,7 +198,7 @@ def build_heldout(heldout: DictConfig, pretraining: DictConfig, objective_cfg: D
     objective.sentence_task and heldout.* only: not on the arm's masking, seed or process
     count (packing and masking run in one process, each row seeded by heldout.seed). A
     sentence task is scored on the objective's own instances of the held-out documents.
-    heldout: the heldout node (heldout_settings'), pretraining and objective_cfg: those nodes."""
+    heldout: the heldout node, pretraining and objective_cfg: those nodes."""
     rule, vocab = heldout_rule(heldout), Vocabulary.from_tokenizer(tokenizer)
     length = pretraining.max_seq_length
     tokenized = tokenize_documents(heldout_docs, tokenizer)

@@ -16,7 +16,7 @@ import random
 from collections.abc import Sequence
 
 import datasets
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from transformers import PreTrainedTokenizerBase
 
 from bertkit.errors import BertkitError
@@ -116,7 +116,7 @@ def objective_of(node: DictConfig) -> Objective:
     objective = objective_named(node.name)
     for key in DESCRIBED_BY:
         own = getattr(objective, key)
-        value = OmegaConf.select(node, key, default=own)
+        value = node[key]
         if value != own:
             others = [name for name, cls in registered().items() if getattr(cls, key) == value]
             advice = f"objective={others[0]} has it" if others else "no objective has it"

@@ -28,25 +28,14 @@ from bertkit.data.limited_samples import LIMITED_SAMPLES, cut, cut_line, describ
 from bertkit.data.metrics_file import INPUT_FINGERPRINTS, METRICS_FILE
 from bertkit.errors import BertkitError
 from bertkit.pretraining.corpora import corpus_input_fingerprints
-from bertkit.pretraining.downstream import (
-    DownstreamSettings,
-    check_downstream,
-    downstream_settings,
-    finetune_downstream,
-)
-from bertkit.pretraining.heldout import (
-    check_heldout_config,
-    heldout_enabled,
-    heldout_settings,
-)
+from bertkit.pretraining.downstream import check_downstream, finetune_downstream
+from bertkit.pretraining.heldout import check_heldout_config, heldout_enabled
 from bertkit.pretraining.heldout_evaluation import HeldoutEvaluation, heldout_record
 from bertkit.pretraining.model import load_pretraining_model, use_padding_free_attention
 from bertkit.pretraining.objective import objective_of
 from bertkit.pretraining.trainer import PretrainingTrainer
 from bertkit.pretraining.training_data import (
-    DataSettings,
     PretrainingData,
-    data_settings,
     is_streaming,
     phase_settings,
     prepare_pretraining_data,
@@ -100,8 +89,8 @@ def check_pretraining_config(cfg: DictConfig) -> None:
                            f"lower it, raise the long phase's, or set "
                            f"pretraining.long_phase.fraction=0")
     # the GLUE finetunes after it, against the same model.config
-    check_downstream(downstream_settings(cfg))
-    check_heldout_config(heldout_settings(cfg))
+    check_downstream(cfg)
+    check_heldout_config(cfg.heldout)
     if is_streaming(cfg.corpus):
         if cfg.masking.kind == "static":
             raise BertkitError("masking=static with corpus.hub.streaming=true: static masks are "
@@ -117,7 +106,7 @@ def check_pretraining_config(cfg: DictConfig) -> None:
                                "each phase, which a stream does not have; set "
                                "pretraining.padding_free=auto or false, or "
                                "corpus.hub.streaming=false")
-        if heldout_enabled(heldout_settings(cfg)):
+        if heldout_enabled(cfg.heldout):
             raise BertkitError("heldout.fraction>0 with corpus.hub.streaming=true: the held-out "
                                "documents are chosen from the stored corpus before training, "
                                "which a stream cannot do; set heldout.fraction=0 or "
@@ -178,24 +167,21 @@ def pretrain(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     """Pretrains from cfg.corpus; returns the metrics.json record (with the downstream
     finetunes' scores when downstream.tasks is set)."""
     check_pretraining_config(cfg)
-    job = data_settings(cfg)
     setup = start_run(cfg, run_dir)
-    data, inputs = prepare_data(job, setup)
-    trainer, hyperparameters = build_pretraining_trainer(job, setup.args, data)
-    limited = pretraining_cuts(job.corpus, data)
+    data, inputs = prepare_data(cfg, setup)
+    trainer, hyperparameters = build_pretraining_trainer(cfg, setup.args, data)
+    limited = pretraining_cuts(cfg.corpus, data)
     run = train_run(cfg, setup, trainer, hyperparameters,
-                    heldout_callbacks(job.heldout, trainer, data, setup.clock), limited)
+                    heldout_callbacks(cfg.heldout, trainer, data, setup.clock), limited)
     save_model(trainer, setup.run_dir, run.main)
-    outcome = _outcome(cfg.recipe.name, job, trainer, data, run, setup.run_dir, inputs,
-                       limited)
+    outcome = _outcome(cfg, trainer, data, run, setup.run_dir, inputs, limited)
     publish(setup, run, outcome)
-    record = _downstream(downstream_settings(cfg), setup.card, outcome.record, setup.run_dir,
-                         run.main)
+    record = _downstream(cfg, setup.card, outcome.record, setup.run_dir, run.main)
     push_if_asked(setup, trainer, record)
     return record
 
 
-def prepare_data(job: DataSettings, setup: RunSetup) -> tuple[PretrainingData, dict]:
+def prepare_data(cfg: DictConfig, setup: RunSetup) -> tuple[PretrainingData, dict]:
     """The vocabulary, instances and held-out sets (the main process first, the others read
     its cache), and what the run read by content: bertkit-report tells its downstream
     finetunes apart by these, not by the paths they were given (bertkit.reporting.identity).
@@ -203,9 +189,9 @@ def prepare_data(job: DataSettings, setup: RunSetup) -> tuple[PretrainingData, d
     if setup.args.torch_compile:
         prepare_compile(setup.compile)
     with setup.args.main_process_first(desc="preparing the pretraining data"):
-        data = prepare_pretraining_data(job, setup.args)
-        inputs = {**model_input_fingerprints(job.model, data.tokenizer, job.cache_dir),
-                  **corpus_input_fingerprints(job.corpus, job.cache_dir)}
+        data = prepare_pretraining_data(cfg, setup.args)
+        inputs = {**model_input_fingerprints(cfg.model, data.tokenizer, cfg.cache_dir),
+                  **corpus_input_fingerprints(cfg.corpus, cfg.cache_dir)}
     return data, inputs
 
 
@@ -216,27 +202,26 @@ def save_model(trainer: PretrainingTrainer, run_dir: Path, main: bool) -> None:
         trainer.save_model(str(run_dir / "model"))
 
 
-def build_pretraining_trainer(job: DataSettings, args: TrainingArguments,
+def build_pretraining_trainer(cfg: DictConfig, args: TrainingArguments,
                               data: PretrainingData) -> tuple[PretrainingTrainer, dict]:
-    """(the trainer, the hyperparameters recorded in W&B and metrics.json); `job`: the
-    pretraining job's nodes (training_data.data_settings)."""
-    model = load_pretraining_model(job.model, data.tokenizer,
-                                   job.pretraining.pad_vocab_to_multiple_of)
+    """(the trainer, the hyperparameters recorded in W&B and metrics.json)."""
+    model = load_pretraining_model(cfg.model, data.tokenizer,
+                                   cfg.pretraining.pad_vocab_to_multiple_of)
     if data.packing is not None:
         use_padding_free_attention(model)
     trainer = PretrainingTrainer(
         model=model, args=args, train_dataset=data.train_dataset,
         data_collator=data.collator, processing_class=data.tokenizer,
-        phases=data.phases, sentence_task=objective_of(job.objective).sentence_task,
+        phases=data.phases, sentence_task=objective_of(cfg.objective).sentence_task,
         group_by_length=data.group_by_length, packing=data.packing)
-    return trainer, pretraining_hyperparameters(job.pretraining, job.masking, job.objective,
-                                                job.corpus, args, model)
+    return trainer, pretraining_hyperparameters(cfg.pretraining, cfg.masking, cfg.objective,
+                                                cfg.corpus, args, model)
 
 
 def heldout_callbacks(settings: DictConfig, trainer, data: PretrainingData,
                       clock: TrainingClock) -> list:
     """The held-out evaluation, on the run's training clock (paused while it scores);
-    settings: the heldout node (heldout_settings')."""
+    settings: the heldout node."""
     if data.heldout is None:
         return []
     return [HeldoutEvaluation(trainer, data.heldout, clock, batch_size=settings.batch_size,
@@ -250,7 +235,7 @@ def pretraining_cuts(corpus: DictConfig, data: PretrainingData) -> dict[str, dic
     counted). A corpus with fewer documents was read whole: no cut. heldout.max_sequences is
     not a cut: it is the size of the held-out sample every arm is scored on (512 by
     default), a setting that splits the report's rows like any other."""
-    limit = corpus.get("max_documents")
+    limit = corpus.max_documents
     if limit is None:
         return {}
     read = (limit if data.train_documents is None  # a stream stops at the limit
@@ -258,16 +243,16 @@ def pretraining_cuts(corpus: DictConfig, data: PretrainingData) -> dict[str, dic
     return {"corpus": cut(read, None)} if read >= limit else {}
 
 
-def _outcome(recipe: str, job: DataSettings, trainer, data: PretrainingData, run: TrainingRun,
+def _outcome(cfg: DictConfig, trainer, data: PretrainingData, run: TrainingRun,
              run_dir: Path, inputs: dict[str, str], limited: dict[str, dict]) -> Outcome:
     lines = _training_lines(trainer.state.log_history)
     phases = data.phases
     record = {
-        "recipe": recipe,
+        "recipe": cfg.recipe.name,
         "family": "pretraining",
-        "corpus": job.corpus.name,
-        "objective": job.objective.name,
-        "masking": job.masking.kind,
+        "corpus": cfg.corpus.name,
+        "objective": cfg.objective.name,
+        "masking": cfg.masking.kind,
         "seed": trainer.args.seed,
         # The share of the positions fed in training that were padding (across resumes).
         "padding_fraction": trainer.padding_fraction,
@@ -280,14 +265,14 @@ def _outcome(recipe: str, job: DataSettings, trainer, data: PretrainingData, run
                 {"max_seq_length": length, "instances": len(phase.lengths),
                  "mean_length": float(np.mean(phase.lengths)) if len(phase.lengths) else 0.0,
                  "samples": phase.num_samples}
-                for (length, _, _), phase in zip(phase_settings(job.pretraining, job.masking),
+                for (length, _, _), phase in zip(phase_settings(cfg.pretraining, cfg.masking),
                                                  phases, strict=False)],
             "preprocessing_seconds": round(data.seconds, 2),
         },
         "hyperparameters": run.hyperparameters,
         "heldout": None if data.heldout is None else heldout_record(
             data.heldout, data.train_documents, trainer.state.log_history,
-            job.heldout),
+            cfg.heldout),
         "log": lines,  # every training log line, for curves without W&B
         "details": {INPUT_FINGERPRINTS: inputs,
                     **({LIMITED_SAMPLES: limited} if limited else {})},
@@ -298,17 +283,17 @@ def _outcome(recipe: str, job: DataSettings, trainer, data: PretrainingData, run
     window = trainer.last_logging_window
 
     def printout(where: str) -> str:
-        sentence = objective_of(job.objective).sentence_task
+        sentence = objective_of(cfg.objective).sentence_task
         scores = f"MLM loss {last.get('mlm_loss', float('nan')):.4f}, MLM accuracy " \
                  f"{last.get('mlm_accuracy', float('nan')):.4f}"
         if sentence:
             scores += (f", {sentence.upper()} accuracy "
                        f"{last.get(f'{sentence}_accuracy', 0.0):.4f}")
         model_dir = run_dir / "model"
-        return (f"\npretraining on {job.corpus.name}: {scores} "
+        return (f"\npretraining on {cfg.corpus.name}: {scores} "
                 f"{_window_words(window)}, after {run.output.global_step} steps\n"
                 f"{_heldout_line(record['heldout'], sentence)}"
-                f"{cut_line(limited, job.corpus.name)}"
+                f"{cut_line(limited, cfg.corpus.name)}"
                 f"  metrics:  {run_dir / METRICS_FILE}\n"
                 f"  model:    {model_dir}\n"
                 f"  finetune: bertkit recipe=glue task=mrpc model.name_or_path={model_dir}"
@@ -320,14 +305,14 @@ def _outcome(recipe: str, job: DataSettings, trainer, data: PretrainingData, run
     return Outcome(record, final, None, printout)
 
 
-def _downstream(settings: DownstreamSettings, card: CardSettings, record: dict, run_dir: Path,
+def _downstream(cfg: DictConfig, card: CardSettings, record: dict, run_dir: Path,
                 main: bool) -> dict:
     """The downstream finetunes, once the pretraining W&B run is closed (they open their
     own), on every process (a finetune under torchrun needs all of them); their scores go
     into metrics.json and the model's card."""
-    if not settings.downstream.tasks:
+    if not cfg.downstream.tasks:
         return record
-    downstream = finetune_downstream(settings, run_dir / "model", run_dir)
+    downstream = finetune_downstream(cfg, run_dir / "model", run_dir)
     if not main:
         return record
     record = {**record, "downstream": downstream}

@@ -28,7 +28,6 @@ from bertkit.pretraining.heldout import (
     build_heldout,
     check_corpus_size,
     check_training_share,
-    heldout_settings,
     split_documents,
 )
 from bertkit.pretraining.instances import streaming_instances, tokenize_documents
@@ -70,41 +69,6 @@ class PretrainingData:
     group_by_length: bool = True
 
 
-@dataclass(frozen=True)
-class DataSettings:
-    """The nodes and keys a pretraining job's data preparation reads, taken once at its entry
-    (data_settings)."""
-
-    corpus: DictConfig
-    model: DictConfig | None
-    tokenizer_training: DictConfig | None
-    pretraining: DictConfig | None
-    masking: DictConfig | None
-    objective: DictConfig
-    heldout: DictConfig
-    cache_dir: str
-    preprocessing_num_workers: int | None
-    seed: int | None
-    pad_to_multiple_of: int | None
-    static_shapes: bool  # batches at their phase's length (static_shapes.static_shapes_pay)
-    library_bars: bool  # datasets' bars inside a stage too (progress.every_bar_shown)
-
-
-def data_settings(cfg: DictConfig) -> DataSettings:
-    """The job's DataSettings, from its config."""
-    return DataSettings(
-        corpus=cfg.corpus, model=OmegaConf.select(cfg, "model"),
-        tokenizer_training=OmegaConf.select(cfg, "tokenizer_training"),
-        pretraining=OmegaConf.select(cfg, "pretraining"),
-        masking=OmegaConf.select(cfg, "masking"), objective=cfg.objective,
-        heldout=heldout_settings(cfg), cache_dir=cfg.cache_dir,
-        preprocessing_num_workers=cfg.preprocessing_num_workers,
-        seed=OmegaConf.select(cfg, "seed"),
-        pad_to_multiple_of=OmegaConf.select(cfg, "pad_to_multiple_of"),
-        static_shapes=static_shapes_pay(compile_settings(cfg)),
-        library_bars=every_bar_shown(progress_setting(cfg)))
-
-
 # The stages of the data preparation, in order: each prints one line when it ends (its count
 # and time) in place of datasets' bars for each of its maps (bertkit.training.progress).
 READING, HOLDING_OUT, VOCABULARY, TOKENIZING, INSTANCES, HELDOUT_SET = STAGES = (
@@ -117,32 +81,39 @@ READING, HOLDING_OUT, VOCABULARY, TOKENIZING, INSTANCES, HELDOUT_SET = STAGES = 
 )
 
 
-def prepare_pretraining_data(job: DataSettings, args: TrainingArguments) -> PretrainingData:
+def static_shapes(cfg: DictConfig) -> bool:
+    """Batches at their phase's length (bertkit.training.static_shapes.static_shapes_pay)."""
+    return static_shapes_pay(compile_settings(cfg))
+
+
+def prepare_pretraining_data(cfg: DictConfig, args: TrainingArguments) -> PretrainingData:
+    """Built from the pretraining job's config (corpus, model, tokenizer_training,
+    pretraining, masking, objective, heldout and the job's top-level keys)."""
     started = time.perf_counter()
     # Held-out documents never reach the vocabulary nor the training data.
-    documents, heldout_docs = split_corpus(job)
-    with stage(job, VOCABULARY) as made:
-        tokenizer = pretraining_tokenizer(job.tokenizer_training, job.model, job.corpus,
-                                          job.cache_dir, documents)
+    documents, heldout_docs = split_corpus(cfg)
+    with stage(cfg, VOCABULARY) as made:
+        tokenizer = pretraining_tokenizer(cfg.tokenizer_training, cfg.model, cfg.corpus,
+                                          cfg.cache_dir, documents)
         made.count, made.unit = len(tokenizer), "tokens" + (
-            "" if job.tokenizer_training.enabled else f" ({job.model.tokenizer}, as given)")
-    train_dataset, phases, collator, packing = build_training_data(job, documents, tokenizer,
+            "" if cfg.tokenizer_training.enabled else f" ({cfg.model.tokenizer}, as given)")
+    train_dataset, phases, collator, packing = build_training_data(cfg, documents, tokenizer,
                                                                    args)
     heldout = None
     if heldout_docs is not None:
-        with stage(job, HELDOUT_SET) as made:
-            heldout = build_heldout(job.heldout, job.pretraining, job.objective,
+        with stage(cfg, HELDOUT_SET) as made:
+            heldout = build_heldout(cfg.heldout, cfg.pretraining, cfg.objective,
                                     tokenizer, heldout_docs)
             made.count = len(heldout.mlm) + (0 if heldout.pairs is None else len(heldout.pairs))
             made.unit = "sequences"
     train_documents = len(documents) if isinstance(documents, datasets.Dataset) else None
     return PretrainingData(tokenizer, train_dataset, phases, collator,
                            time.perf_counter() - started, heldout, train_documents, packing,
-                           group_by_length=not job.static_shapes)
+                           group_by_length=not static_shapes(cfg))
 
 
 def is_streaming(corpus: DictConfig) -> bool:
-    return corpus.source == "hub" and bool(OmegaConf.select(corpus, "hub.streaming"))
+    return corpus.source == "hub" and corpus.hub.streaming
 
 
 def _corpus_fingerprint(corpus: DictConfig, documents) -> str:
@@ -170,10 +141,10 @@ def pretraining_documents(corpus: DictConfig, cache_dir: str, num_proc: int | No
     return documents
 
 
-def stage(job: DataSettings, name: str):
+def stage(cfg: DictConfig, name: str):
     """One of STAGES: one line at its end; datasets' bars of its maps with progress_bars=true
     only."""
-    return preprocessing_stage(name, library_bars=job.library_bars,
+    return preprocessing_stage(name, library_bars=every_bar_shown(progress_setting(cfg)),
                                log=logger)
 
 
@@ -181,23 +152,23 @@ def _size(dataset) -> int | None:
     return len(dataset) if isinstance(dataset, datasets.Dataset) else None  # a stream: unknown
 
 
-def split_corpus(job: DataSettings):
+def split_corpus(cfg: DictConfig):
     """(training documents, held-out documents or None): the corpus split by heldout.fraction,
     as every pretraining run (and a benchmark scoring another model alike) splits it."""
-    with stage(job, READING) as made:
-        documents = pretraining_documents(job.corpus, job.cache_dir,
-                                          job.preprocessing_num_workers)
+    with stage(cfg, READING) as made:
+        documents = pretraining_documents(cfg.corpus, cfg.cache_dir,
+                                          cfg.preprocessing_num_workers)
         made.count, made.unit = _size(documents), "documents"
-    heldout = job.heldout
+    heldout = cfg.heldout
     if isinstance(documents, datasets.Dataset):  # a stream's size is not known ahead
-        check_corpus_size(len(documents), job.objective, heldout.fraction)
-    with stage(job, HOLDING_OUT) as made:
+        check_corpus_size(len(documents), cfg.objective, heldout.fraction)
+    with stage(cfg, HOLDING_OUT) as made:
         train, held = split_documents(documents, heldout.fraction, heldout.min_documents,
-                                      num_proc=job.preprocessing_num_workers)
+                                      num_proc=cfg.preprocessing_num_workers)
         made.count = 0 if held is None else len(held)
         made.unit = f"documents held out (heldout.fraction={heldout.fraction})"
     if held is not None:
-        check_training_share(len(train), len(held), job.objective, heldout.fraction)
+        check_training_share(len(train), len(held), cfg.objective, heldout.fraction)
     return train, held
 
 
@@ -236,16 +207,16 @@ def _rule(masking: DictConfig, max_predictions: int):
         OmegaConf.merge(masking, {"max_predictions_per_seq": max_predictions}))
 
 
-def build_training_data(job: DataSettings, documents, tokenizer: PreTrainedTokenizerBase,
+def build_training_data(cfg: DictConfig, documents, tokenizer: PreTrainedTokenizerBase,
                         args: TrainingArguments):
     """(train dataset, phases for the sampler or None when streaming, collator, the
     padding-free batches' plan or None)."""
-    num_proc = job.preprocessing_num_workers
-    pad_to = job.pad_to_multiple_of if (args.bf16 or args.fp16) else None
-    settings = phase_settings(job.pretraining, job.masking)
-    static = job.masking.kind == "static"
+    num_proc = cfg.preprocessing_num_workers
+    pad_to = cfg.pad_to_multiple_of if (args.bf16 or args.fp16) else None
+    settings = phase_settings(cfg.pretraining, cfg.masking)
+    static = cfg.masking.kind == "static"
     # Batches at their phase's length where static shapes pay (bertkit.training.run).
-    widths = job.static_shapes
+    widths = static_shapes(cfg)
 
     def collator(shapes=None):  # shapes: padding-free batches' (PackShape per phase)
         if static:
@@ -254,69 +225,69 @@ def build_training_data(job: DataSettings, documents, tokenizer: PreTrainedToken
                 pad_to, static=widths, packed=shapes)
         return DynamicMaskingCollator(
             tokenizer,
-            [(length, _rule(job.masking, predictions)) for length, predictions, _ in settings],
+            [(length, _rule(cfg.masking, predictions)) for length, predictions, _ in settings],
             pad_to_multiple_of=pad_to, static=widths, packed=shapes)
 
-    if is_streaming(job.corpus):  # padding-free needs stored instances: padded batches
-        with stage(job, TOKENIZING) as made:  # lazily: as training reads the stream
+    if is_streaming(cfg.corpus):  # padding-free needs stored instances: padded batches
+        with stage(cfg, TOKENIZING) as made:  # lazily: as training reads the stream
             tokenized = tokenize_documents(documents, tokenizer)
             made.unit = "(a stream: tokenized as training reads it)"
         stream = streaming_instances(
-            tokenized, tokenizer, objective=job.objective.name,
-            max_seq_length=job.pretraining.max_seq_length,
-            short_seq_prob=job.pretraining.short_seq_prob, seed=job.seed,
-            buffer_documents=job.pretraining.streaming_buffer_documents)
+            tokenized, tokenizer, objective=cfg.objective.name,
+            max_seq_length=cfg.pretraining.max_seq_length,
+            short_seq_prob=cfg.pretraining.short_seq_prob, seed=cfg.seed,
+            buffer_documents=cfg.pretraining.streaming_buffer_documents)
         return stream.remove_columns(["length"]), None, collator(), None
 
-    with stage(job, TOKENIZING) as made:
+    with stage(cfg, TOKENIZING) as made:
         tokenized = tokenize_documents(documents, tokenizer, num_proc=num_proc)
         made.count, made.unit = len(tokenized), "documents"
-    with stage(job, INSTANCES) as made:
-        parts, phases = _phase_instances(job, tokenized, tokenizer, args, static)
+    with stage(cfg, INSTANCES) as made:
+        parts, phases = _phase_instances(cfg, tokenized, tokenizer, args, static)
         made.count = sum(len(part) for part in parts)
         made.unit = (f"instances in {len(parts)} phase(s)"
                      + (", statically masked" if static else ""))
     packing = None
-    if padding_free_wanted(job.pretraining.padding_free, job.model.attention_probs_dropout_prob):
+    if padding_free_wanted(cfg.pretraining.padding_free, cfg.model.attention_probs_dropout_prob):
         shapes = pack_shapes([(length, predictions, float(np.mean(phase.lengths)))
                               for phase, (length, predictions, _) in zip(phases, settings,
                                                                           strict=True)],
                              args.per_device_train_batch_size,
-                             job.pretraining.sequence_slot_headroom)
+                             cfg.pretraining.sequence_slot_headroom)
         packing = PackingPlan(shapes, [
-            most_predictions(phase.lengths, _rule(job.masking, predictions))
+            most_predictions(phase.lengths, _rule(cfg.masking, predictions))
             for phase, (_, predictions, _) in zip(phases, settings, strict=True)])
     return (datasets.concatenate_datasets(parts), phases,
             collator(None if packing is None else packing.shapes), packing)
 
 
-def _phase_instances(job: DataSettings, tokenized: datasets.Dataset,
+def _phase_instances(cfg: DictConfig, tokenized: datasets.Dataset,
                      tokenizer: PreTrainedTokenizerBase, args: TrainingArguments,
                      static: bool) -> tuple[list[datasets.Dataset], list[Phase]]:
     """Each phase's instances (masked when static) and its Phase for the sampler."""
-    num_proc = job.preprocessing_num_workers
-    settings = phase_settings(job.pretraining, job.masking)
+    num_proc = cfg.preprocessing_num_workers
+    settings = phase_settings(cfg.pretraining, cfg.masking)
     vocab = Vocabulary.from_tokenizer(tokenizer)
-    objective = objective_of(job.objective)
+    objective = objective_of(cfg.objective)
     # Pairs: each duplicate cuts the documents anew (as Google's dupe_factor does); packed
     # sequences are cut one way, and the duplicates differ by their masks only.
     cut_anew = objective.cuts_each_copy
-    dupe_factor = job.masking.dupe_factor if static else 1
+    dupe_factor = cfg.masking.dupe_factor if static else 1
     samples_per_step = (args.per_device_train_batch_size * args.gradient_accumulation_steps
                         * args.world_size)
-    steps = phase_steps(args.max_steps, job.pretraining.long_phase.fraction)
+    steps = phase_steps(args.max_steps, cfg.pretraining.long_phase.fraction)
     parts, phases, offset = [], [], 0
     for (length, predictions, _), phase_step_count in zip(settings, steps, strict=False):
         instances = objective.instances(
             tokenized, tokenizer, max_seq_length=length,
-            short_seq_prob=job.pretraining.short_seq_prob, seed=job.seed,
+            short_seq_prob=cfg.pretraining.short_seq_prob, seed=cfg.seed,
             copies=dupe_factor if cut_anew else 1, num_proc=num_proc)
         if static:
             instances = static_masked_copies(
-                instances, vocab, _rule(job.masking, predictions), seed=job.seed, num_proc=num_proc,
+                instances, vocab, _rule(cfg.masking, predictions), seed=cfg.seed, num_proc=num_proc,
                 dupe_factor=1 if cut_anew else dupe_factor)
         if len(instances) == 0:
-            raise BertkitError(f"corpus {job.corpus.name}: no training instance of up to "
+            raise BertkitError(f"corpus {cfg.corpus.name}: no training instance of up to "
                                f"{length} tokens could be built (is the corpus empty?)")
         lengths = np.asarray(instances.with_format("numpy")["length"])
         phases.append(Phase(offset, lengths, phase_step_count * samples_per_step))

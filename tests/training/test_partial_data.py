@@ -182,7 +182,7 @@ def test_downstream_finetunes_carry_their_cuts_into_the_pretraining_record(monke
 
     monkeypatch.setattr(downstream, "finetune", finetune)
     cfg = compose_config(["experiment=pretrain_small", "downstream.tasks={rte: [], mrpc: []}"])
-    results = downstream.finetune_downstream(downstream.downstream_settings(cfg),
+    results = downstream.finetune_downstream(cfg,
                                              tmp_path / "model", tmp_path)
     assert results["rte"][LIMITED_SAMPLES] == cuts
     assert LIMITED_SAMPLES not in results["mrpc"]
