@@ -19,8 +19,7 @@ from bertkit.config_paths import recipes_dir
 from bertkit.config_schema import check_ranges
 from bertkit.jobs import run_job
 from bertkit.jobs.two_stage import stage_configs
-from bertkit.pretraining.downstream import downstream_configs
-from bertkit.pretraining.run import pretrain
+from bertkit.pretraining.run import downstream_configs, pretrain
 from bertkit.tasks import FAMILIES
 from tests.conftest import compose_config
 from tests.family_fixtures import tiny_family_run

@@ -31,11 +31,15 @@ from bertkit.benchmarks.measure import device_name
 from bertkit.benchmarks.report import markdown_head
 from bertkit.data.atomic_files import write_json_atomic
 from bertkit.errors import BertkitError
-from bertkit.pretraining.heldout import build_heldout, heldout_fingerprint
-from bertkit.pretraining.heldout_evaluation import HeldoutEvaluation, heldout_curve
+from bertkit.pretraining.heldout import (
+    HeldoutEvaluation,
+    build_heldout,
+    heldout_curve,
+    heldout_fingerprint,
+)
 from bertkit.pretraining.objective import objective_of
-from bertkit.pretraining.run import pretrain
-from bertkit.pretraining.training_data import (
+from bertkit.pretraining.run import (
+    pretrain,
     pretraining_tokenizer,
     split_corpus,
 )

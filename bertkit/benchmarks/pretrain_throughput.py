@@ -53,13 +53,13 @@ from bertkit.benchmarks.side_by_side import (
 )
 from bertkit.config_schema import check_setting
 from bertkit.errors import BertkitError
-from bertkit.pretraining.batches import per_position_labels
+from bertkit.pretraining.batches import Phase, per_position_labels
 from bertkit.pretraining.masking import IGNORE_INDEX, masking_rule_from_config, most_predictions
 from bertkit.pretraining.model import load_pretraining_model
 from bertkit.pretraining.padding_free import PackingPlan
-from bertkit.pretraining.phases import Phase
-from bertkit.pretraining.run import build_pretraining_trainer, check_pretraining_config
-from bertkit.pretraining.training_data import (
+from bertkit.pretraining.run import (
+    build_pretraining_trainer,
+    check_pretraining_config,
     is_streaming,
     prepare_pretraining_data,
 )

@@ -22,10 +22,8 @@ import pytest
 
 from bertkit.data.compressed_files import _zstd_open
 from bertkit.errors import BertkitError
-from bertkit.pretraining.corpora import corpus_documents, files_fingerprint
-from bertkit.pretraining.demo_corpus import ensure_demo_corpus
-from bertkit.pretraining.run import pretrain
-from bertkit.pretraining.training_data import prepare_pretraining_data
+from bertkit.pretraining.corpora import corpus_documents, ensure_demo_corpus, files_fingerprint
+from bertkit.pretraining.run import prepare_pretraining_data, pretrain
 from bertkit.training.run import argument_settings, build_training_arguments
 from tests.conftest import compose_config
 from tests.pretraining.test_corpus_source import corpus_config, documents

@@ -24,20 +24,22 @@ from transformers import (
 
 from bertkit.errors import BertkitError
 from bertkit.pretraining.heldout import (
+    HeldoutEvaluation,
     build_heldout,
     document_keys,
     heldout_collator,
+    heldout_curve,
     heldout_fingerprint,
     score_heldout,
     split_documents,
 )
-from bertkit.pretraining.heldout_evaluation import HeldoutEvaluation, heldout_curve
 from bertkit.pretraining.instances import documents_dataset
 from bertkit.pretraining.masking import IGNORE_INDEX
 from bertkit.pretraining.model import MaskedOnlyBertForPreTraining
-from bertkit.pretraining.run import check_pretraining_config, pretrain
-from bertkit.pretraining.training_data import (
+from bertkit.pretraining.run import (
+    check_pretraining_config,
     prepare_pretraining_data,
+    pretrain,
     split_corpus,
 )
 from bertkit.training import run as training_run

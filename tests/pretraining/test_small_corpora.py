@@ -14,8 +14,7 @@ from bertkit.config_tree import config_dir
 from bertkit.errors import BertkitError
 from bertkit.pretraining.heldout import document_keys
 from bertkit.pretraining.instances import documents_dataset
-from bertkit.pretraining.run import pretrain
-from bertkit.pretraining.training_data import split_corpus
+from bertkit.pretraining.run import pretrain, split_corpus
 from tests.conftest import compose_config
 from tests.pretraining.test_heldout import generated_documents, texts, write_corpus
 from tests.pretraining.test_heldout import vocab as vocab  # noqa: F401 (the fixture)

@@ -172,7 +172,7 @@ def test_two_stage_targets_carry_the_first_stages_cuts(monkeypatch, tmp_path):
 
 def test_downstream_finetunes_carry_their_cuts_into_the_pretraining_record(monkeypatch,
                                                                           tmp_path):
-    from bertkit.pretraining import downstream
+    from bertkit.pretraining import run as downstream
 
     cuts = {"validation": {"examples": 16, "of": 277}}
 
