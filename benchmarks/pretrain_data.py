@@ -26,15 +26,16 @@ from benchmarks.settings import check_settings
 from benchmarks.side_by_side import alternating
 from bertkit.errors import BertkitError
 from bertkit.jobs import Job
-from bertkit.pretraining.batches import ArrowRows
-from bertkit.pretraining.corpora import corpus_documents, corpus_files
-from bertkit.pretraining.demo_corpus import ensure_demo_corpus
-from bertkit.pretraining.dynamic_masking import DynamicMaskingCollator
+from bertkit.pretraining.batches import ArrowRows, Phase, PhasedSampler
+from bertkit.pretraining.corpora import corpus_documents, corpus_files, ensure_demo_corpus
 from bertkit.pretraining.instances import tokenize_documents
-from bertkit.pretraining.masking import Vocabulary, masking_rule_from_config
+from bertkit.pretraining.masking import (
+    DynamicMaskingCollator,
+    Vocabulary,
+    masking_rule_from_config,
+    static_masked_copies,
+)
 from bertkit.pretraining.objective import objective_of
-from bertkit.pretraining.phases import Phase, PhasedSampler
-from bertkit.pretraining.static_masking import static_masked_copies
 from bertkit.training.models import load_tokenizer
 from bertkit.training.run import hydra_run_dir
 

@@ -34,12 +34,15 @@ from benchmarks.settings import check_settings
 from bertkit.data.atomic_files import write_json_atomic
 from bertkit.errors import BertkitError
 from bertkit.jobs import Job
-from bertkit.pretraining.heldout import build_heldout, heldout_fingerprint
-from bertkit.pretraining.heldout_evaluation import HeldoutEvaluation, heldout_curve
+from bertkit.pretraining.heldout import (
+    HeldoutEvaluation,
+    build_heldout,
+    heldout_curve,
+    heldout_fingerprint,
+)
 from bertkit.pretraining.objective import objective_of
-from bertkit.pretraining.run import pretrain
-from bertkit.pretraining.training_data import (
-    data_settings,
+from bertkit.pretraining.run import (
+    pretrain,
     pretraining_tokenizer,
     split_corpus,
 )
@@ -362,7 +365,7 @@ def benchmark_pretrain_quality(cfg: DictConfig, run_dir: Path | None = None) -> 
                           "plain": OmegaConf.to_container(cfg.bench.plain, resolve=True)}
     budget_seconds = float(cfg.budget.minutes) * 60
     # The plain way's data: the same split and vocabulary as the bertkit way's run.
-    train_docs, heldout_docs = split_corpus(data_settings(cfg))
+    train_docs, heldout_docs = split_corpus(cfg)
     tokenizer = pretraining_tokenizer(cfg.tokenizer_training, cfg.model, cfg.corpus,
                                       cfg.cache_dir, train_docs)
     heldout = build_heldout(cfg.heldout, cfg.pretraining, cfg.objective, tokenizer, heldout_docs)

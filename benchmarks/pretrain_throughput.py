@@ -55,15 +55,13 @@ from benchmarks.side_by_side import (
 )
 from bertkit.errors import BertkitError
 from bertkit.jobs import Job
-from bertkit.pretraining.batches import per_position_labels
+from bertkit.pretraining.batches import Phase, per_position_labels
 from bertkit.pretraining.masking import IGNORE_INDEX, masking_rule_from_config, most_predictions
 from bertkit.pretraining.model import load_pretraining_model
 from bertkit.pretraining.padding_free import PackingPlan
-from bertkit.pretraining.phases import Phase
-from bertkit.pretraining.run import build_pretraining_trainer, check_pretraining_config
-from bertkit.pretraining.training_data import (
-    DataSettings,
-    data_settings,
+from bertkit.pretraining.run import (
+    build_pretraining_trainer,
+    check_pretraining_config,
     is_streaming,
     prepare_pretraining_data,
 )
@@ -158,7 +156,7 @@ class _Job:
     """What the benchmark's steps read of its config, taken once at its entry."""
 
     arguments: ArgumentSettings
-    data: DataSettings  # the pretraining pipeline's nodes (corpus, model, masking, ...)
+    data: DictConfig  # the pretraining pipeline's nodes (corpus, model, masking, ...)
     bench: DictConfig
     throughput: DictConfig | None
     recipe: str
@@ -167,7 +165,7 @@ class _Job:
 
 def throughput_job(cfg: DictConfig) -> _Job:
     """The benchmark's _Job, from its config."""
-    return _Job(argument_settings(cfg), data_settings(cfg), cfg.bench,
+    return _Job(argument_settings(cfg), cfg, cfg.bench,
                 OmegaConf.select(cfg, "throughput"), cfg.recipe.name, cfg.pad_to_multiple_of)
 
 

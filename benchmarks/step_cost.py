@@ -47,9 +47,9 @@ from benchmarks.side_by_side import (
 from bertkit.errors import BertkitError
 from bertkit.jobs import Job
 from bertkit.pretraining import padding_free
+from bertkit.pretraining.batches import Phase
 from bertkit.pretraining.masking import IGNORE_INDEX
 from bertkit.pretraining.model import MaskedOnlyBertForPreTraining, use_padding_free_attention
-from bertkit.pretraining.phases import Phase
 from bertkit.pretraining.trainer import PretrainingTrainer
 from bertkit.training.budget import ClockCallback, TrainingClock
 from bertkit.training.checkpoints import PreemptionCallback

@@ -362,7 +362,7 @@ class CorpusSchema:
     source: str = _setting(choices=("local", "hub"))
     # Local files only (null for a Hub corpus); corpus.parts' own formats are checked where
     # they are read (bertkit.pretraining.corpora), a list's items being out of a schema's reach.
-    format: str | None = _setting(choices="bertkit.pretraining.corpus_formats:FORMATS")
+    format: str | None = _setting(choices="bertkit.pretraining.corpora:FORMATS")
     # A list of files or glob patterns (or one), and parts: [{format, files}]; whether the files
     # exist is checked when they are read.
     files: Any = _setting(reads="files")

@@ -1,8 +1,7 @@
 """The one way bertkit finds the parts a setting names: a table of name -> "module:attribute"
 in the package that holds them, imported on first use. The task families
-(bertkit.tasks.FAMILIES), the jobs (bertkit.jobs.JOBS), the finetuning methods
-(bertkit.finetuning.methods.METHODS) and the pretraining objectives
-(bertkit.pretraining.objectives.OBJECTIVES) are such tables: a reader sees every choice in one
+(bertkit.tasks.FAMILIES), the jobs (bertkit.jobs.JOBS) and the finetuning methods
+(bertkit.finetuning.methods.METHODS) are such tables: a reader sees every choice in one
 place, and picking one imports only its module (the CLI starts without importing every
 benchmark and family)."""
 

@@ -19,8 +19,7 @@ from bertkit.config_paths import recipes_dir
 from bertkit.config_schema import check_ranges
 from bertkit.jobs import run_job
 from bertkit.jobs.two_stage import stage_configs
-from bertkit.pretraining.downstream import downstream_configs, downstream_settings
-from bertkit.pretraining.run import pretrain
+from bertkit.pretraining.run import downstream_configs, pretrain
 from bertkit.tasks import FAMILIES
 from tests.conftest import compose_config
 from tests.family_fixtures import tiny_family_run
@@ -82,7 +81,7 @@ def test_the_configs_a_job_composes_for_itself_are_smoke_runs_when_it_is(tmp_pat
         first, _ = stage_configs(compose_config(
             ["recipe=glue", "task=mrpc", "finetuning=stilts", "finetuning.intermediate.task=rte",
              *debug]), tmp_path)
-        downstream = downstream_configs(downstream_settings(pretraining), tmp_path / "model")
+        downstream = downstream_configs(pretraining, tmp_path / "model")
         for cfg in (downstream["rte"], first):
             assert cfg.task.name == "rte"
             assert cfg.trainer.max_steps == (smoke_steps() if smoke else -1)

@@ -6,33 +6,29 @@ Each document's pair instances come from a generator seeded by (seed, copy, docu
 so they do not depend on the process count or batch size.
 
 A corpus larger than memory is read as a datasets.IterableDataset (streaming=True); there is
-no random access to other documents, so streaming_instances draws NotNext segments from the
-other documents of a buffer of consecutive documents.
+no random access to other documents, so a stream's instances (objective.streaming_instances)
+draw NotNext segments from the other documents of a buffer of consecutive documents.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 
 import datasets
 import pyarrow as pa
 from transformers import PreTrainedTokenizerBase
 
-from bertkit.pretraining.full_sentences import pack_full_sentences
-from bertkit.pretraining.objective import objective_named
-from bertkit.pretraining.sentence_pairs import (
-    check_sentence_task,
-    model_inputs,
-    pair_instances_from_document,
-)
+from bertkit.errors import BertkitError
 
 PAIR_COLUMNS = ("input_ids", "token_type_ids", "next_sentence_label", "length")
 PACKED_COLUMNS = ("input_ids", "token_type_ids", "length")
 
 
 def documents_dataset(documents: Iterable[list[str]]) -> datasets.Dataset:
-    """In memory; a corpus larger than memory goes through streaming_instances instead."""
+    """In memory; a corpus larger than memory goes through objective.streaming_instances
+    instead."""
     return datasets.Dataset.from_dict({"sentences": list(documents)})
 
 
@@ -161,28 +157,194 @@ def packed_sequences_dataset(tokenized: datasets.Dataset, tokenizer: PreTrainedT
                          remove_columns=tokenized.column_names, desc="Packing full sentences")
 
 
-def streaming_instances(tokenized: datasets.IterableDataset, tokenizer: PreTrainedTokenizerBase,
-                        *, objective: str, max_seq_length: int, short_seq_prob: float, seed: int,
-                        buffer_documents: int = 1000) -> datasets.IterableDataset:
-    """Training inputs built lazily, buffer_documents tokenised documents at a time.
 
-    The objective (its name) builds each buffer's rows (Objective.buffer_rows): for NSP,
-    NotNext segments come from the other documents of the same buffer, so a buffer of a single
-    document (the last one of a stream, say) gives no NSP instances; MLM alone packs full
-    sentences across the documents of a buffer. Each buffer's generator is seeded by (seed,
-    index of its first document in the stream this process reads), so iteration is
-    reproducible; with several DataLoader workers each worker counts from 0 over its own
-    shards."""
-    chosen = objective_named(objective)
-    chosen.check_stream(buffer_documents)
-    cls_id, sep_id = tokenizer.cls_token_id, tokenizer.sep_token_id
+# Sentence-pair training instances for MLM + next sentence prediction, following Google's
+# create_pretraining_data.py (create_instances_from_document), or sentence order prediction
+# (ALBERT, Lan et al. 2020).
+#
+# Sentences of a document are packed up to a target length (max_seq_length - 3, or with
+# probability short_seq_prob a random shorter one); the packed chunk is split at a random
+# sentence boundary into A and B; half the time B is replaced by a span of another document and
+# the unused sentences go back into the stream; an over-long pair loses tokens from the front or
+# the back of its longer segment at random.
+#
+# Sentence order prediction packs and splits the same way but B always is the text that follows
+# A; half the time the two are swapped. ALBERT's code makes a one-sentence chunk a NotNext pair
+# even under SOP; here it is cut at a random token instead, so every pair stays in one document.
+#
+# Documents are lists of sentences; a sentence is a list of token ids.
 
-    def build(batch: dict, indices: list[int]) -> dict:
-        return chosen.buffer_rows(batch["sentence_ids"],
-                                  random.Random(f"{seed}-stream-{indices[0]}"),
-                                  max_seq_length=max_seq_length, short_seq_prob=short_seq_prob,
-                                  cls_id=cls_id, sep_id=sep_id)
 
-    return tokenized.select_columns(["sentence_ids"]).map(
-        build, batched=True, batch_size=buffer_documents, with_indices=True,
-        remove_columns=["sentence_ids"])
+Document = Sequence[Sequence[int]]
+IS_NEXT, NOT_NEXT = 0, 1  # BertForPreTraining's next_sentence_label convention
+IN_ORDER, SWAPPED = 0, 1  # AlbertForPreTraining's sentence_order_label convention
+SENTENCE_TASKS = ("nsp", "sop")
+
+
+@dataclass
+class PairInstance:
+    tokens_a: list[int]
+    tokens_b: list[int]
+    is_random_next: bool  # the negative class: NotNext for NSP, swapped segments for SOP
+
+
+def check_sentence_task(sentence_task: str) -> None:
+    if sentence_task not in SENTENCE_TASKS:
+        raise BertkitError(f"objective.sentence_task must be one of {', '.join(SENTENCE_TASKS)}, "
+                           f"not {sentence_task!r}")
+
+
+def truncate_pair(tokens_a: list[int], tokens_b: list[int], max_tokens: int,
+                  rng: random.Random) -> None:
+    """Trim the longer segment, one token at a time, from its front or back at random."""
+    while len(tokens_a) + len(tokens_b) > max_tokens:
+        longer = tokens_a if len(tokens_a) > len(tokens_b) else tokens_b
+        if rng.random() < 0.5:
+            del longer[0]
+        else:
+            longer.pop()
+
+
+def _random_other_document(documents: Sequence[Document], index: int,
+                           rng: random.Random) -> int:
+    # Google's code tries 10 times and may fall back to the same document; drawing from the
+    # others directly guarantees that NotNext text comes from another document.
+    other = rng.randrange(len(documents) - 1)
+    return other if other < index else other + 1
+
+
+def _nsp_pair(chunk: list[Sequence[int]], documents: Sequence[Document], index: int,
+              target: int, rng: random.Random) -> tuple[PairInstance, int]:
+    """Google's split of a chunk, and how many of its sentences go back into the stream."""
+    a_end = rng.randint(1, len(chunk) - 1) if len(chunk) >= 2 else 1
+    tokens_a = [token for sentence in chunk[:a_end] for token in sentence]
+    tokens_b: list[int] = []
+    is_random_next = len(chunk) == 1 or rng.random() < 0.5
+    if not is_random_next:
+        tokens_b = [token for sentence in chunk[a_end:] for token in sentence]
+        return PairInstance(tokens_a, tokens_b, False), 0
+    other = documents[_random_other_document(documents, index, rng)]
+    # Sentence by sentence: a lazy document (e.g. a whole book in Arrow) is read only as far
+    # as B needs, not to its end.
+    for position in range(rng.randrange(len(other)), len(other)):
+        tokens_b.extend(other[position])
+        if len(tokens_b) >= target - len(tokens_a):
+            break
+    return PairInstance(tokens_a, tokens_b, True), len(chunk) - a_end
+
+
+def _sop_pair(chunk: list[Sequence[int]], rng: random.Random) -> PairInstance | None:
+    """A and the text after it, swapped half the time; a lone sentence is cut at a token."""
+    if len(chunk) >= 2:
+        a_end = rng.randint(1, len(chunk) - 1)
+        tokens_a = [token for sentence in chunk[:a_end] for token in sentence]
+        tokens_b = [token for sentence in chunk[a_end:] for token in sentence]
+    elif len(chunk[0]) >= 2:
+        cut = rng.randint(1, len(chunk[0]) - 1)
+        tokens_a, tokens_b = list(chunk[0][:cut]), list(chunk[0][cut:])
+    else:
+        return None  # one token cannot make two segments
+    swapped = rng.random() < 0.5
+    if swapped:
+        tokens_a, tokens_b = tokens_b, tokens_a
+    return PairInstance(tokens_a, tokens_b, swapped)
+
+
+def pair_instances_from_document(documents: Sequence[Document], index: int, *,
+                                 max_seq_length: int, short_seq_prob: float,
+                                 rng: random.Random,
+                                 sentence_task: str = "nsp") -> list[PairInstance]:
+    """Pairs from documents[index]; the other documents only supply NSP's NotNext segments."""
+    check_sentence_task(sentence_task)
+    if sentence_task == "nsp" and len(documents) < 2:
+        raise BertkitError("next sentence prediction needs at least 2 documents in the corpus "
+                           "(blank lines separate documents)")
+    document = list(documents[index])
+    max_tokens = max_seq_length - 3  # [CLS] A [SEP] B [SEP]
+    target = max_tokens
+    if rng.random() < short_seq_prob:
+        target = rng.randint(2, max_tokens)
+
+    instances: list[PairInstance] = []
+    chunk: list[Sequence[int]] = []
+    chunk_length = 0
+    i = 0
+    while i < len(document):
+        chunk.append(document[i])
+        chunk_length += len(document[i])
+        if i == len(document) - 1 or chunk_length >= target:
+            if sentence_task == "sop":
+                instance = _sop_pair(chunk, rng)
+            else:
+                instance, unused = _nsp_pair(chunk, documents, index, target, rng)
+                i -= unused  # the unused sentences go back into the stream
+            if instance is not None:
+                truncate_pair(instance.tokens_a, instance.tokens_b, max_tokens, rng)
+                if instance.tokens_a and instance.tokens_b:
+                    instances.append(instance)
+            chunk, chunk_length = [], 0
+        i += 1
+    return instances
+
+
+def model_inputs(instance: PairInstance, cls_id: int, sep_id: int) -> dict:
+    """[CLS] A [SEP] B [SEP] with segment ids 0 then 1, and the NSP or SOP label.
+
+    The key is next_sentence_label for either task: BertForPreTraining's NSP head serves as
+    the SOP head, and 1 means NotNext or swapped."""
+    a, b = instance.tokens_a, instance.tokens_b
+    return {
+        "input_ids": [cls_id, *a, sep_id, *b, sep_id],
+        "token_type_ids": [0] * (len(a) + 2) + [1] * (len(b) + 1),
+        "next_sentence_label": NOT_NEXT if instance.is_random_next else IS_NEXT,
+    }
+
+
+# MLM-only inputs packed with whole sentences: RoBERTa's FULL-SENTENCES (Liu et al. 2019,
+# section 4.2).
+#
+# Each sequence is [CLS] tokens [SEP] with consecutive whole sentences up to max_seq_length - 2
+# tokens. Packing goes on across documents, with an extra [SEP] between two documents that
+# share a sequence (counted in the length), so no sequence is left short because its document
+# ended. A sentence longer than the budget is cut into budget-sized pieces, the remainder last;
+# no token is dropped. A sequence is closed only when the next sentence (or piece, with its
+# document separator) does not fit, so all but the last are nearly full.
+#
+# Documents are lists of sentences; a sentence is a list of token ids.
+
+
+def _pieces(sentence: Sequence[int], budget: int) -> Iterator[list[int]]:
+    """The sentence whole when it fits, else budget-sized pieces in order."""
+    for start in range(0, len(sentence), budget):
+        yield list(sentence[start:start + budget])
+
+
+def _sequence(tokens: list[int], cls_id: int, sep_id: int) -> dict:
+    input_ids = [cls_id, *tokens, sep_id]
+    return {"input_ids": input_ids, "token_type_ids": [0] * len(input_ids),
+            "length": len(input_ids)}
+
+
+def pack_full_sentences(documents: Sequence[Sequence[Sequence[int]]], *, max_seq_length: int,
+                        cls_id: int, sep_id: int) -> list[dict]:
+    """input_ids, token_type_ids (all 0) and length per packed sequence, in corpus order."""
+    budget = max_seq_length - 2  # [CLS] ... [SEP]
+    if budget < 1:
+        raise BertkitError(f"max_seq_length must be at least 3 to pack sentences, "
+                           f"not {max_seq_length}")
+    sequences: list[dict] = []
+    current: list[int] = []
+    for document in documents:
+        new_document = bool(current)  # a separator is due before this document's first token
+        for sentence in document:
+            for piece in _pieces(sentence, budget):
+                if len(current) + new_document + len(piece) > budget:
+                    sequences.append(_sequence(current, cls_id, sep_id))
+                    current, new_document = [], False
+                if new_document:
+                    current.append(sep_id)
+                    new_document = False
+                current.extend(piece)
+    if current:
+        sequences.append(_sequence(current, cls_id, sep_id))
+    return sequences

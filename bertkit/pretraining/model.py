@@ -24,7 +24,7 @@ from transformers import BertConfig, BertForPreTraining, PreTrainedTokenizerBase
 from transformers.utils import ModelOutput
 
 from bertkit.pretraining import padding_free
-from bertkit.pretraining.masking import IGNORE_INDEX
+from bertkit.pretraining.batches import IGNORE_INDEX
 from bertkit.training.models import (
     attention_setting,
     check_vocabulary,

@@ -1,9 +1,9 @@
-"""A pretraining objective as one registry entry, as the finetuning methods are
-(bertkit.finetuning.method): an Objective subclass in its own module of
-bertkit/pretraining/objectives/, named in its OBJECTIVES table (bertkit.registry), and a preset
-conf/objective/<name>.yaml that `objective=<name>` picks. The rest of pretraining asks the
-objective what it does (its instances, its sentence task, the documents it needs) instead of
-comparing its name.
+"""The pretraining objectives in one plain table, OBJECTIVES: masked LM alone (mlm), with next
+sentence prediction (mlm_nsp, the paper's) or with sentence order prediction (sop). Each is an
+Objective, picked by a preset conf/objective/<name>.yaml (`objective=<name>`); the rest of
+pretraining asks the objective what it does (its instances, its sentence task, the documents
+it needs) instead of comparing its name. Adding an objective: a class here, its line in
+OBJECTIVES and a preset (or, outside bertkit, a class decorated with @register).
 
 The preset's keys stay what users override and runs record (objective.name,
 objective.sentence_task, objective.packing); they are the class's, and a value the class does
@@ -16,11 +16,17 @@ import random
 from collections.abc import Sequence
 
 import datasets
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from transformers import PreTrainedTokenizerBase
 
 from bertkit.errors import BertkitError
-from bertkit.registry import imported
+from bertkit.pretraining.instances import (
+    PAIR_COLUMNS,
+    add_pair_rows,
+    packed_columns,
+    packed_sequences_dataset,
+    pair_instances_dataset,
+)
 
 # The preset's keys besides name that say what the objective is (recorded in config.yaml).
 DESCRIBED_BY = ("sentence_task", "packing")
@@ -29,7 +35,7 @@ DESCRIBED_BY = ("sentence_task", "packing")
 class Objective:
     """What differs between pretraining objectives. Stateless: an instance per lookup."""
 
-    name: str = ""  # its module's name, set by @register: objective.name and objective=<name>
+    name: str = ""  # objective.name and objective=<name>: its key in OBJECTIVES
     title: str = ""  # what it trains, in messages ("next sentence prediction")
     summary: str = ""  # what it trains on, for a message that suggests it instead
     # The sentence-level task trained beside MLM on BertForPreTraining's sentence head, or None
@@ -72,34 +78,108 @@ class Objective:
                 f"({self.documents_reason})")
 
 
-_REGISTRY: dict[str, type[Objective]] = {}
+
+class MaskedLM(Objective):
+    """Masked LM alone (RoBERTa, Liu et al. 2019): sequences packed with whole consecutive
+    sentences, across documents (FULL-SENTENCES). No sentence task: the sentence head gets no
+    label and no loss."""
+
+    name = "mlm"
+    title = "masked LM alone"
+    summary = "full sentences packed across documents"
+    packing = "full_sentences"
+
+    def instances(self, tokenized: datasets.Dataset, tokenizer: PreTrainedTokenizerBase, *,
+                  max_seq_length: int, short_seq_prob: float, seed: int, copies: int = 1,
+                  num_proc: int | None = None) -> datasets.Dataset:
+        """Cut one way (no randomness): copies differ by their masks only."""
+        return packed_sequences_dataset(tokenized, tokenizer, max_seq_length=max_seq_length,
+                                        num_proc=num_proc)
+
+    def buffer_rows(self, documents: Sequence, rng: random.Random, *, max_seq_length: int,
+                    short_seq_prob: float, cls_id: int, sep_id: int) -> dict:
+        return packed_columns(documents, max_seq_length=max_seq_length, cls_id=cls_id,
+                              sep_id=sep_id)
+
+
+class SentencePairObjective(Objective):
+    """What the sentence-pair objectives (NSP, SOP) share: Google's packing of a document into
+    `[CLS] A [SEP] B [SEP]` pairs (bertkit.pretraining.instances), labelled by the objective's
+    sentence task in the next_sentence_label column."""
+
+    packing = "pairs"
+    second_segment = True  # segment A, then B (token type 1)
+    cuts_each_copy = True  # each duplicate cuts the documents anew, as Google's dupe_factor
+
+    def instances(self, tokenized: datasets.Dataset, tokenizer: PreTrainedTokenizerBase, *,
+                  max_seq_length: int, short_seq_prob: float, seed: int, copies: int = 1,
+                  num_proc: int | None = None) -> datasets.Dataset:
+        return pair_instances_dataset(
+            tokenized, tokenizer, max_seq_length=max_seq_length, short_seq_prob=short_seq_prob,
+            seed=seed, copies=copies, num_proc=num_proc, sentence_task=self.sentence_task)
+
+    def buffer_rows(self, documents: Sequence, rng: random.Random, *, max_seq_length: int,
+                    short_seq_prob: float, cls_id: int, sep_id: int) -> dict:
+        """A buffer of fewer documents than needed (the last of a stream, say) gives none."""
+        out = {key: [] for key in PAIR_COLUMNS}
+        if len(documents) < self.documents_needed:
+            return out
+        for index in range(len(documents)):
+            add_pair_rows(out, documents, index, rng, sentence_task=self.sentence_task,
+                          max_seq_length=max_seq_length, short_seq_prob=short_seq_prob,
+                          cls_id=cls_id, sep_id=sep_id)
+        return out
+
+
+class NextSentencePrediction(SentencePairObjective):
+    """The paper's objective: masked LM + next sentence prediction on sentence pairs, B the
+    true continuation half the time and a span of another document otherwise."""
+
+    name = "mlm_nsp"
+    title = "next sentence prediction"
+    summary = "sentence pairs, half of them with B from another document"
+    sentence_task = "nsp"
+    documents_needed = 2
+    documents_reason = "a NotNext segment comes from another document"
+    fewer_documents = "sop"
+
+
+class SentenceOrderPrediction(SentencePairObjective):
+    """Masked LM + sentence order prediction (ALBERT, Lan et al. 2020): A and B are consecutive
+    text of one document, swapped half the time. The NSP head of BertForPreTraining serves as
+    the two-way SOP head."""
+
+    name = "sop"
+    title = "sentence order prediction"
+    summary = "sentence order within a document"
+    sentence_task = "sop"
+
+
+# objective.name -> its Objective: every objective, in one place.
+OBJECTIVES: dict[str, type[Objective]] = {
+    cls.name: cls for cls in (MaskedLM, NextSentencePrediction, SentenceOrderPrediction)}
 
 
 def register(cls: type[Objective]) -> type[Objective]:
-    """Class decorator of an objective module: the class is its registry entry, by module
-    name (the preset's name)."""
+    """Class decorator for an objective defined outside bertkit (a user's module, a test's):
+    it joins OBJECTIVES under its module's name (the preset's name)."""
     name = cls.__module__.rsplit(".", 1)[-1]
-    if name in _REGISTRY and _REGISTRY[name] is not cls:
+    if name in OBJECTIVES and OBJECTIVES[name] is not cls:
         raise BertkitError(f"objective {name} is registered twice "
-                           f"({_REGISTRY[name].__qualname__} and {cls.__qualname__})")
+                           f"({OBJECTIVES[name].__qualname__} and {cls.__qualname__})")
     cls.name = name
-    _REGISTRY[name] = cls
+    OBJECTIVES[name] = cls
     return cls
 
 
 def registered() -> dict[str, type[Objective]]:
-    """name -> class of every objective of bertkit/pretraining/objectives/ (and of any other
-    module that registered one, a test's), sorted by name."""
-    from bertkit.pretraining.objectives import OBJECTIVES
-
-    for entry in OBJECTIVES.values():
-        imported(entry)  # its @register enters it
-    return dict(sorted(_REGISTRY.items()))
+    """name -> class of every objective, sorted by name."""
+    return dict(sorted(OBJECTIVES.items()))
 
 
 def objective_named(name: str) -> Objective:
-    """The registered objective of that name (objective.name)."""
-    found = registered().get(name)
+    """The objective of that name (objective.name)."""
+    found = OBJECTIVES.get(name)
     if found is None:
         raise BertkitError(f"objective={name}: no objective of that name (objective.name); "
                            f"expected one of {', '.join(registered())}")
@@ -116,7 +196,7 @@ def objective_of(node: DictConfig) -> Objective:
     objective = objective_named(node.name)
     for key in DESCRIBED_BY:
         own = getattr(objective, key)
-        value = OmegaConf.select(node, key, default=own)
+        value = node[key]
         if value != own:
             others = [name for name, cls in registered().items() if getattr(cls, key) == value]
             advice = f"objective={others[0]} has it" if others else "no objective has it"
@@ -139,3 +219,30 @@ class _Values:
 
 
 NAMES, SENTENCE_TASKS, PACKINGS = _Values("name"), _Values("sentence_task"), _Values("packing")
+
+
+def streaming_instances(tokenized: datasets.IterableDataset, tokenizer: PreTrainedTokenizerBase,
+                        *, objective: str, max_seq_length: int, short_seq_prob: float, seed: int,
+                        buffer_documents: int) -> datasets.IterableDataset:
+    """Training inputs built lazily, buffer_documents tokenised documents at a time.
+
+    The objective (its name) builds each buffer's rows (Objective.buffer_rows): for NSP,
+    NotNext segments come from the other documents of the same buffer, so a buffer of a single
+    document (the last one of a stream, say) gives no NSP instances; MLM alone packs full
+    sentences across the documents of a buffer. Each buffer's generator is seeded by (seed,
+    index of its first document in the stream this process reads), so iteration is
+    reproducible; with several DataLoader workers each worker counts from 0 over its own
+    shards."""
+    chosen = objective_named(objective)
+    chosen.check_stream(buffer_documents)
+    cls_id, sep_id = tokenizer.cls_token_id, tokenizer.sep_token_id
+
+    def build(batch: dict, indices: list[int]) -> dict:
+        return chosen.buffer_rows(batch["sentence_ids"],
+                                  random.Random(f"{seed}-stream-{indices[0]}"),
+                                  max_seq_length=max_seq_length, short_seq_prob=short_seq_prob,
+                                  cls_id=cls_id, sep_id=sep_id)
+
+    return tokenized.select_columns(["sentence_ids"]).map(
+        build, batched=True, batch_size=buffer_documents, with_indices=True,
+        remove_columns=["sentence_ids"])

@@ -43,9 +43,7 @@ from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 from transformers.trainer_pt_utils import BatchRebalanceSampler
 
 from bertkit.errors import BertkitError
-from bertkit.pretraining.batches import Columns, slots_of
-from bertkit.pretraining.masking import IGNORE_INDEX
-from bertkit.pretraining.phases import Phase
+from bertkit.pretraining.batches import IGNORE_INDEX, Columns, Phase, slots_of
 from bertkit.training.trainer import SEQUENCE_LENGTHS
 
 SETTINGS = ("auto", True, False)  # pretraining.padding_free's choices (config_schema)

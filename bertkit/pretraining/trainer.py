@@ -18,15 +18,13 @@ from __future__ import annotations
 import datasets
 import torch
 
-from bertkit.pretraining.batches import ArrowRows
-from bertkit.pretraining.masking import IGNORE_INDEX
+from bertkit.pretraining.batches import IGNORE_INDEX, ArrowRows, Phase, PhasedSampler
 from bertkit.pretraining.padding_free import (
     MAX_LENGTH,
     SEQUENCE_LENGTHS,
     PackedBatches,
     PackingPlan,
 )
-from bertkit.pretraining.phases import Phase, PhasedSampler
 from bertkit.training.trainer import BertkitTrainer
 
 # The instance columns the collators read (the rest, e.g. "length", is not fetched).
@@ -39,7 +37,7 @@ class PretrainingTrainer(BertkitTrainer):
     def __init__(self, *args, phases: list[Phase] | None = None,
                  sentence_task: str | None = "nsp", group_by_length: bool = True,
                  packing: PackingPlan | None = None, **kwargs):
-        """group_by_length: the padded batches' order (bertkit.pretraining.phases); packing:
+        """group_by_length: the padded batches' order (bertkit.pretraining.batches); packing:
         padding-free batches, in a plain shuffle."""
         train_dataset = kwargs.get("train_dataset")
         if isinstance(train_dataset, datasets.Dataset):  # batches as Arrow tables

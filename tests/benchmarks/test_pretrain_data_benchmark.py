@@ -20,13 +20,13 @@ from benchmarks.pretrain_data import (
     time_collators,
 )
 from bertkit.errors import BertkitError
+from bertkit.pretraining.batches import Phase, PhasedSampler
 from bertkit.pretraining.corpora import corpus_documents
 from bertkit.pretraining.instances import (
     packed_sequences_dataset,
     pair_instances_dataset,
     tokenize_documents,
 )
-from bertkit.pretraining.phases import Phase, PhasedSampler
 from bertkit.training.models import load_tokenizer
 from tests.conftest import real_data_dir
 from tests.glue_fixtures import WORDS

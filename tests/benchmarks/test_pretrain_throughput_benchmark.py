@@ -24,7 +24,7 @@ from benchmarks.pretrain_throughput import (
 )
 from bertkit.errors import BertkitError
 from bertkit.jobs import run_job as run_bertkit_job
-from bertkit.pretraining.demo_corpus import ensure_demo_corpus
+from bertkit.pretraining.corpora import ensure_demo_corpus
 from bertkit.pretraining.model import load_pretraining_model
 from bertkit.training.models import load_tokenizer
 from bertkit.training.throughput import training_flops

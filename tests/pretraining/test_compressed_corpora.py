@@ -22,10 +22,8 @@ import pytest
 
 from bertkit.data.compressed_files import _zstd_open
 from bertkit.errors import BertkitError
-from bertkit.pretraining.corpora import corpus_documents, files_fingerprint
-from bertkit.pretraining.demo_corpus import ensure_demo_corpus
-from bertkit.pretraining.run import pretrain
-from bertkit.pretraining.training_data import data_settings, prepare_pretraining_data
+from bertkit.pretraining.corpora import corpus_documents, ensure_demo_corpus, files_fingerprint
+from bertkit.pretraining.run import prepare_pretraining_data, pretrain
 from bertkit.training.run import argument_settings, build_training_arguments
 from tests.conftest import compose_config
 from tests.pretraining.test_corpus_source import corpus_config, documents
@@ -89,7 +87,7 @@ def prepared(tmp_path: Path, corpus: Path, vocab: Path):
         "corpus": "files", "corpus.files": f"[{corpus}]", "model.tokenizer": str(vocab),
         "masking": "static", "masking.dupe_factor": 2, "objective": "mlm_nsp",
         "heldout.fraction": 0.2, "cache_dir": str(tmp_path / "cache")}))
-    return prepare_pretraining_data(data_settings(cfg),
+    return prepare_pretraining_data(cfg,
                                     build_training_arguments(argument_settings(cfg), tmp_path, []))
 
 

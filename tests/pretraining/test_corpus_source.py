@@ -13,7 +13,7 @@ from bertkit.config_schema import check_ranges
 from bertkit.config_tree import config_dir
 from bertkit.errors import BertkitError
 from bertkit.pretraining import corpora as corpus_source
-from bertkit.pretraining import corpus_formats as pretrain_corpus
+from bertkit.pretraining import corpora as pretrain_corpus
 from bertkit.pretraining.corpora import corpus_documents
 from tests.conftest import real_data_dir
 

@@ -24,21 +24,22 @@ from transformers import (
 
 from bertkit.errors import BertkitError
 from bertkit.pretraining.heldout import (
+    HeldoutEvaluation,
     build_heldout,
     document_keys,
     heldout_collator,
+    heldout_curve,
     heldout_fingerprint,
     score_heldout,
     split_documents,
 )
-from bertkit.pretraining.heldout_evaluation import HeldoutEvaluation, heldout_curve
 from bertkit.pretraining.instances import documents_dataset
 from bertkit.pretraining.masking import IGNORE_INDEX
 from bertkit.pretraining.model import MaskedOnlyBertForPreTraining
-from bertkit.pretraining.run import check_pretraining_config, pretrain
-from bertkit.pretraining.training_data import (
-    data_settings,
+from bertkit.pretraining.run import (
+    check_pretraining_config,
     prepare_pretraining_data,
+    pretrain,
     split_corpus,
 )
 from bertkit.training import run as training_run
@@ -142,7 +143,7 @@ def test_nsp_on_a_small_corpus_is_scored_on_two_heldout_documents(tmp_path, voca
     cfg = config(**{"corpus": "files", "corpus.files": f"[{corpus}]", "model.tokenizer": vocab,
                     "masking": "dynamic", "objective": "mlm_nsp",
                     "cache_dir": tmp_path / "cache"})
-    prepared = prepare_pretraining_data(data_settings(cfg),
+    prepared = prepare_pretraining_data(cfg,
                                         build_training_arguments(argument_settings(cfg),
                                                                  tmp_path, []))
     assert prepared.heldout.documents == 2 and prepared.train_documents == 6
@@ -163,7 +164,7 @@ def test_training_data_holds_no_heldout_text(tmp_path, vocab, masking, objective
     cfg = config(**{"corpus": "files", "corpus.files": f"[{corpus}]", "model.tokenizer": vocab,
                     "masking": masking, "objective": objective, "heldout.fraction": 0.2,
                     "cache_dir": tmp_path / "cache", **extra})
-    prepared = prepare_pretraining_data(data_settings(cfg),
+    prepared = prepare_pretraining_data(cfg,
                                         build_training_arguments(argument_settings(cfg),
                                                                  tmp_path, []))
     marker_ids = dict(zip(MARKERS, prepared.tokenizer.convert_tokens_to_ids(MARKERS),
@@ -186,7 +187,7 @@ def test_training_data_holds_no_heldout_text(tmp_path, vocab, masking, objective
 
 def heldout_markers(cfg) -> set[str]:
     """The markers of the documents the run's own split holds out."""
-    return {row["sentences"][0].split()[0] for row in split_corpus(data_settings(cfg))[1]}
+    return {row["sentences"][0].split()[0] for row in split_corpus(cfg)[1]}
 
 
 def test_the_vocabulary_is_trained_without_the_heldout_documents(tmp_path):
@@ -196,7 +197,7 @@ def test_the_vocabulary_is_trained_without_the_heldout_documents(tmp_path):
     cfg = config(**{"corpus": "files", "corpus.files": f"[{corpus}]", "masking": "dynamic",
                     "objective": "mlm", "heldout.fraction": 0.2, "cache_dir": tmp_path / "cache",
                     "tokenizer_training.enabled": True, "tokenizer_training.vocab_size": 400})
-    prepared = prepare_pretraining_data(data_settings(cfg),
+    prepared = prepare_pretraining_data(cfg,
                                         build_training_arguments(argument_settings(cfg),
                                                                  tmp_path, []))
     held = heldout_markers(cfg)
@@ -339,7 +340,7 @@ def test_every_arm_is_scored_on_the_same_heldout_positions(tmp_path):
     assert first["pairs"]["sentence_task"] == "nsp"
     # The benchmark's way outside the job: the same split, set and fingerprint.
     cfg = compose_config(tiny_run())
-    _, heldout_docs = split_corpus(data_settings(cfg))
+    _, heldout_docs = split_corpus(cfg)
     tokenizer = BertTokenizerFast.from_pretrained(str(tmp_path / "static_nsp" / "model"))
     heldout = build_heldout(cfg.heldout, cfg.pretraining, cfg.objective, tokenizer, heldout_docs)
     assert heldout_fingerprint(heldout.mlm) == first["fingerprint"]

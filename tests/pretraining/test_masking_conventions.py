@@ -11,9 +11,9 @@ import torch
 from scipy import stats
 
 from bertkit.pretraining.batches import per_position_labels
-from bertkit.pretraining.dynamic_masking import DynamicMaskingCollator
 from bertkit.pretraining.masking import (
     IGNORE_INDEX,
+    DynamicMaskingCollator,
     Vocabulary,
     mask_sequence,
     most_predictions,

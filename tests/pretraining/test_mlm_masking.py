@@ -12,9 +12,15 @@ from transformers import BertTokenizerFast
 from bertkit.config_schema import check_ranges
 from bertkit.errors import BertkitError
 from bertkit.pretraining.batches import per_position_labels
-from bertkit.pretraining.dynamic_masking import DynamicMaskingCollator, padding_collator
-from bertkit.pretraining.masking import IGNORE_INDEX, MaskingRule, Vocabulary, mask_sequence
-from bertkit.pretraining.static_masking import static_masked_copies
+from bertkit.pretraining.masking import (
+    IGNORE_INDEX,
+    DynamicMaskingCollator,
+    MaskingRule,
+    Vocabulary,
+    mask_sequence,
+    padding_collator,
+    static_masked_copies,
+)
 from tests.conftest import compose_config
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]

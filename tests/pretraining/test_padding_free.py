@@ -11,16 +11,17 @@ import torch
 from transformers import BertConfig, BertForPreTraining
 
 from bertkit.pretraining import padding_free
-from bertkit.pretraining.dynamic_masking import DynamicMaskingCollator, StaticMasksCollator
+from bertkit.pretraining.batches import Phase, PhasedSampler
 from bertkit.pretraining.masking import (
     IGNORE_INDEX,
+    DynamicMaskingCollator,
     MaskingRule,
+    StaticMasksCollator,
     Vocabulary,
     mask_sequence,
     most_predictions,
 )
 from bertkit.pretraining.model import MaskedOnlyBertForPreTraining, use_padding_free_attention
-from bertkit.pretraining.phases import Phase, PhasedSampler
 from bertkit.pretraining.run import pretrain
 from tests.conftest import compose_config
 from tests.pretraining.test_mlm_masking import tokenizer  # noqa: F401 (fixture)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bertkit.errors import BertkitError
-from bertkit.pretraining.corpus_formats import read_documents, split_sentences
+from bertkit.pretraining.corpora import read_documents, split_sentences
 from tests.conftest import real_data_dir
 
 

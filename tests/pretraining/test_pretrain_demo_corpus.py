@@ -9,13 +9,13 @@ import pytest
 from transformers import BertTokenizerFast
 
 from bertkit.errors import BertkitError
-from bertkit.pretraining.corpus_formats import read_documents
-from bertkit.pretraining.demo_corpus import (
+from bertkit.pretraining.corpora import (
     FUNCTION_WORDS,
     SPECIAL_TOKENS,
     TOPICS,
     demo_vocabulary,
     ensure_demo_corpus,
+    read_documents,
     write_demo_corpus,
 )
 

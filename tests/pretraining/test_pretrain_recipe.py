@@ -13,8 +13,7 @@ from safetensors.torch import load_file
 from transformers import AutoTokenizer, BertForPreTraining
 
 from bertkit.errors import BertkitError
-from bertkit.pretraining.corpus_formats import read_documents
-from bertkit.pretraining.demo_corpus import ensure_demo_corpus
+from bertkit.pretraining.corpora import ensure_demo_corpus, read_documents
 from bertkit.pretraining.run import pretrain
 from bertkit.tasks.glue.models import load_sequence_classifier
 from bertkit.training.models import load_tokenizer

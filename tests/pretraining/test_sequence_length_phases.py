@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bertkit.pretraining.phases import Phase, PhasedSampler, phase_steps
+from bertkit.pretraining.batches import Phase, PhasedSampler, phase_steps
 
 
 def test_phase_steps_split_the_run():

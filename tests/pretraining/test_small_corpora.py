@@ -14,8 +14,7 @@ from bertkit.config_tree import config_dir
 from bertkit.errors import BertkitError
 from bertkit.pretraining.heldout import document_keys
 from bertkit.pretraining.instances import documents_dataset
-from bertkit.pretraining.run import pretrain
-from bertkit.pretraining.training_data import data_settings, split_corpus
+from bertkit.pretraining.run import pretrain, split_corpus
 from tests.conftest import compose_config
 from tests.pretraining.test_heldout import generated_documents, texts, write_corpus
 from tests.pretraining.test_heldout import vocab as vocab  # noqa: F401 (the fixture)
@@ -51,7 +50,7 @@ def test_a_small_corpus_trains_or_names_the_setting_that_works(tmp_path, vocab, 
         heldout = summary["heldout"]
         assert heldout["train_documents"] >= needed and heldout["documents"] >= 1
         assert heldout["train_documents"] + heldout["documents"] == documents
-        train, held = split_corpus(data_settings(cfg))  # the held-out set is the rest of the corpus
+        train, held = split_corpus(cfg)  # the held-out set is the rest of the corpus
         everything = texts({"sentences": d} for d in generated_documents(documents))
         assert texts(held) == everything - texts(train) and len(held) == heldout["documents"]
         return
@@ -79,12 +78,12 @@ def test_a_fraction_that_leaves_nsp_one_training_document_is_named(tmp_path, voc
     write_corpus(corpus, documents)
     fraction = float(np.max(document_keys(documents_dataset(documents))))
     settings = {"heldout.fraction": fraction}
-    train, held = split_corpus(data_settings(compose_config(overrides(
-        corpus, vocab, tmp_path / "cache", objective="mlm", **settings))))
+    train, held = split_corpus(compose_config(overrides(
+        corpus, vocab, tmp_path / "cache", objective="mlm", **settings)))
     assert (len(train), len(held)) == (1, 5)
     cfg = compose_config(overrides(corpus, vocab, tmp_path / "cache", objective="mlm_nsp",
                                    **settings))
     with pytest.raises(BertkitError, match=rf"^heldout.fraction={fraction} holds out 5 of the "
                                            r"corpus's 6 documents, leaving training 1; "
                                            r"objective=mlm_nsp needs 2: lower heldout.fraction$"):
-        split_corpus(data_settings(cfg))
+        split_corpus(cfg)

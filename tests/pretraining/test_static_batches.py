@@ -10,13 +10,15 @@ import pytest
 import torch
 
 from bertkit.pretraining.batches import ArrowRows, per_position_labels
-from bertkit.pretraining.dynamic_masking import (
+from bertkit.pretraining.masking import (
+    IGNORE_INDEX,
     DynamicMaskingCollator,
+    MaskingRule,
     StaticMasksCollator,
+    Vocabulary,
     _lowest,
+    static_masked_copies,
 )
-from bertkit.pretraining.masking import IGNORE_INDEX, MaskingRule, Vocabulary
-from bertkit.pretraining.static_masking import static_masked_copies
 from tests.pretraining.test_mlm_masking import sequences, tokenizer  # noqa: F401 (fixture)
 
 

@@ -172,7 +172,7 @@ def test_two_stage_targets_carry_the_first_stages_cuts(monkeypatch, tmp_path):
 
 def test_downstream_finetunes_carry_their_cuts_into_the_pretraining_record(monkeypatch,
                                                                           tmp_path):
-    from bertkit.pretraining import downstream
+    from bertkit.pretraining import run as downstream
 
     cuts = {"validation": {"examples": 16, "of": 277}}
 
@@ -182,7 +182,7 @@ def test_downstream_finetunes_carry_their_cuts_into_the_pretraining_record(monke
 
     monkeypatch.setattr(downstream, "finetune", finetune)
     cfg = compose_config(["experiment=pretrain_small", "downstream.tasks={rte: [], mrpc: []}"])
-    results = downstream.finetune_downstream(downstream.downstream_settings(cfg),
+    results = downstream.finetune_downstream(cfg,
                                              tmp_path / "model", tmp_path)
     assert results["rte"][LIMITED_SAMPLES] == cuts
     assert LIMITED_SAMPLES not in results["mrpc"]

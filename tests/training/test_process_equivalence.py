@@ -48,7 +48,7 @@ def _glue_regression(tmp_path: Path) -> list[str]:
 
 
 def _pretraining(tmp_path: Path) -> list[str]:
-    """Static masking: a dynamic mask is drawn per process (bertkit.pretraining.dynamic_masking),
+    """Static masking: a dynamic mask is drawn per process (bertkit.pretraining.masking),
     so two processes mask other positions than one by design."""
     return ["recipe=pretrain", "corpus=demo", "model=scratch_tiny", "masking=static",
             "tokenizer_training.enabled=true", "tokenizer_training.vocab_size=400",

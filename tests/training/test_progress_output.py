@@ -20,7 +20,7 @@ import huggingface_hub.utils
 import pytest
 import transformers.utils.logging
 
-from bertkit.pretraining.training_data import STAGES
+from bertkit.pretraining.run import STAGES
 from bertkit.training.progress import apply_progress_bars
 from bertkit.training.run import argument_settings, build_training_arguments
 from tests.conftest import compose_config, tiny_run_overrides

@@ -20,8 +20,8 @@ from transformers.trainer_utils import speed_metrics
 from transformers.utils import SAFE_WEIGHTS_NAME
 
 from bertkit.jobs import run_job
-from bertkit.pretraining.heldout_evaluation import ELAPSED
-from bertkit.pretraining.heldout_evaluation import PREFIX as HELDOUT_PREFIX
+from bertkit.pretraining.heldout import ELAPSED
+from bertkit.pretraining.heldout import PREFIX as HELDOUT_PREFIX
 from bertkit.training.checkpoints import RNG_PATTERN, file_fault, scan_checkpoints
 from bertkit.training.throughput import PREFIX as THROUGHPUT_PREFIX
 from bertkit.training.trainer import BertkitTrainer
@@ -176,7 +176,7 @@ def test_resume_auto_skips_a_checkpoint_with_any_file_the_resume_reads_cut(
 # .train_record), the pretraining record's data.preprocessing_seconds
 # (bertkit.pretraining.run); in a log line Trainer's speed metrics (speed_metrics), the
 # throughput meter's window (bertkit.training.throughput.PREFIX) and the training time of a
-# held-out evaluation (bertkit.pretraining.heldout_evaluation.ELAPSED).
+# held-out evaluation (bertkit.pretraining.heldout.ELAPSED).
 TIME_FIELDS = ("train.seconds", "train.training_seconds", "train.throughput",
                "data.preprocessing_seconds")
 SPEED_KEYS = tuple(speed_metrics("train", 0.0, num_samples=1, num_steps=1, num_tokens=1))
