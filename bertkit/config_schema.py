@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
-import importlib
 import operator
 import types
 import typing
@@ -34,11 +33,9 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, ListConfig, OmegaConf, ValidationError
-from transformers import TrainingArguments
 
 from bertkit.errors import BertkitError
 
-_ARGUMENTS = {f.name: f for f in dataclasses.fields(TrainingArguments)}
 # An unbounded integer is still held to 64 bits, what torch and numpy can hold
 # (torch.empty(10**30): "Overflow when unpacking").
 INT64 = 2**63
@@ -71,63 +68,100 @@ def _end(end: str) -> int | float | None:
     return None if end.lstrip("+-") == "inf" else float(end) if "." in end else int(end)
 
 
-def _training_arguments(schema: type) -> type:
-    """The dataclass of `schema`, each field's default TrainingArguments' own."""
-    for name in schema.__annotations__:
-        spec = schema.__dict__.get(name)
-        setattr(schema, name, field(default=_ARGUMENTS[name].default,
-                                    metadata=spec.metadata if spec is not None else {}))
-    return dataclass(schema)
+# The choices of keys whose values a library or bertkit's code reads, written out so that
+# checking a config imports neither torch nor transformers (`bertkit --help`, a refused
+# value); tests/test_config_schema.py holds each to the list its reader keeps (CHOICE_SOURCES).
+SCHEDULERS = ("linear", "cosine", "cosine_with_restarts", "polynomial", "constant",
+              "constant_with_warmup", "inverse_sqrt", "reduce_lr_on_plateau", "cosine_with_min_lr",
+              "cosine_warmup_with_min_lr", "warmup_stable_decay", "greedy")
+OPTIMIZERS = (
+    "adamw_torch", "adamw_torch_fused", "adamw_torch_xla", "adamw_torch_npu_fused", "adafactor",
+    "adamw_anyprecision", "adamw_torch_4bit", "adamw_torch_8bit", "ademamix", "sgd", "adagrad",
+    "adamw_bnb_8bit", "adamw_8bit", "ademamix_8bit", "lion_8bit", "lion_32bit",
+    "paged_adamw_32bit", "paged_adamw_8bit", "paged_ademamix_32bit", "paged_ademamix_8bit",
+    "paged_lion_32bit", "paged_lion_8bit", "rmsprop", "rmsprop_bnb", "rmsprop_bnb_8bit",
+    "rmsprop_bnb_32bit", "galore_adamw", "galore_adamw_8bit", "galore_adafactor",
+    "galore_adamw_layerwise", "galore_adamw_8bit_layerwise", "galore_adafactor_layerwise",
+    "lomo", "adalomo", "grokadamw", "schedule_free_radam", "schedule_free_adamw",
+    "schedule_free_sgd", "apollo_adamw", "apollo_adamw_layerwise", "stable_adamw")
+SAMPLING = ("random", "sequential", "group_by_length", "batch_rebalance")
+INTERVALS = ("no", "steps", "epoch")
+SAVE_INTERVALS = (*INTERVALS, "best")
+ACTIVATIONS = ("gelu", "gelu_10", "gelu_fast", "gelu_new", "gelu_python", "gelu_pytorch_tanh",
+               "gelu_python_tanh", "gelu_accurate", "hardswish", "laplace", "leaky_relu",
+               "linear", "mish", "quick_gelu", "relu", "relu2", "relu6", "sigmoid", "silu",
+               "sqrtsoftplus", "swish", "tanh", "prelu", "xielu")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+PRECISIONS = ("auto", "bf16", "fp16", "no")
+DATA_SOURCES = ("auto", "hub", "local")
+AUTO_OR_BOOL = ("auto", True, False)  # progress_bars, pretraining.padding_free
+ATTENTION = ("auto", "eager", "sdpa", "flash_attention_2", "flex_attention")
+TAG_SCHEMES = ("auto", "iob1", "iob2")
+NER_LAYERS = ("embeddings", "last", "second_to_last", "sum_last_four", "weighted_sum_last_four",
+              "concat_last_four", "sum_all", "weighted_sum_all")
+NER_CLASSIFIERS = ("linear", "bilstm")
+POOLING = ("cls", "mean")
+NOISE = ("normal", "uniform")
+MASKING_KINDS = ("static", "dynamic")
+MASKING_UNITS = ("token", "whole_word", "span")
+MASKING_CONVENTIONS = ("google", "non_special")
+OBJECTIVES = ("mlm", "mlm_nsp", "sop")
+PACKINGS = ("full_sentences", "pairs")
+SENTENCE_TASKS = ("nsp", "sop")
+CORPUS_FORMATS = ("google", "wikitext", "text")
 
 
-@_training_arguments
+@dataclass
 class TrainerSchema:
     """The trainer group (conf/trainer/): TrainingArguments by their own names, those that
-    bertkit's YAML files set. Any other TrainingArguments key can still be added with
-    +trainer.NAME=VALUE on a command line; a YAML that sets one must add it here."""
+    bertkit's YAML files set, each default TrainingArguments' own (so that a key a YAML leaves
+    out behaves as if it were not given; tests/test_config_schema.py holds them equal). Any
+    other TrainingArguments key can still be added with +trainer.NAME=VALUE on a command
+    line; a YAML that sets one must add it here."""
 
-    learning_rate: float = _setting(LEARNING_RATE)
-    per_device_train_batch_size: int = _setting(COUNT)
-    per_device_eval_batch_size: int = _setting(COUNT)
-    gradient_accumulation_steps: int = _setting(COUNT)
+    learning_rate: float = field(default=5e-05, metadata=_bounds(LEARNING_RATE))
+    per_device_train_batch_size: int = field(default=8, metadata=_bounds(COUNT))
+    per_device_eval_batch_size: int = field(default=8, metadata=_bounds(COUNT))
+    gradient_accumulation_steps: int = field(default=1, metadata=_bounds(COUNT))
     # Any, checked as a number by check_ranges: 2 stays 2 in sweep directory names (ep2).
-    num_train_epochs: Any = _setting("(0, inf)")
-    max_steps: int = _setting("[-1, inf)")  # -1: train by epochs
-    warmup_steps: float = _setting("[0, inf)")  # below 1: a share of all steps
-    lr_scheduler_type: str = _setting(choices="transformers.trainer_utils:SchedulerType")
-    weight_decay: float = _setting("[0, inf)")
-    adam_beta1: float = _setting(PROBABILITY)
-    adam_beta2: float = _setting(PROBABILITY)
-    adam_epsilon: float = _setting("(0, inf)")
-    max_grad_norm: float = _setting("[0, inf)")
-    optim: str = _setting(choices="transformers.training_args:OptimizerNames")
-    seed: int = _setting(SEED)
-    train_sampling_strategy: str = _setting(choices=tuple(
-        _ARGUMENTS["train_sampling_strategy"].metadata.get("choices", ())) or None)
-    eval_strategy: str = _setting(choices="transformers.trainer_utils:IntervalStrategy")
-    eval_steps: float | None = _setting("(0, inf)")
-    save_strategy: str = _setting(choices="transformers.trainer_utils:SaveStrategy")
-    save_steps: float = _setting("(0, inf)")
-    save_total_limit: int | None = _setting(COUNT)
-    metric_for_best_model: str | None
-    load_best_model_at_end: bool
-    logging_strategy: str = _setting(choices="transformers.trainer_utils:IntervalStrategy")
-    logging_steps: float = _setting("(0, inf)")
-    logging_first_step: bool
+    num_train_epochs: Any = field(default=3.0, metadata=_bounds("(0, inf)"))
+    max_steps: int = field(default=-1, metadata=_bounds("[-1, inf)"))  # -1: train by epochs
+    # below 1: a share of all steps
+    warmup_steps: float = field(default=0, metadata=_bounds("[0, inf)"))
+    lr_scheduler_type: str = field(default="linear", metadata=_bounds(choices=SCHEDULERS))
+    weight_decay: float = field(default=0.0, metadata=_bounds("[0, inf)"))
+    adam_beta1: float = field(default=0.9, metadata=_bounds(PROBABILITY))
+    adam_beta2: float = field(default=0.999, metadata=_bounds(PROBABILITY))
+    adam_epsilon: float = field(default=1e-08, metadata=_bounds("(0, inf)"))
+    max_grad_norm: float = field(default=1.0, metadata=_bounds("[0, inf)"))
+    optim: str = field(default="adamw_torch_fused", metadata=_bounds(choices=OPTIMIZERS))
+    seed: int = field(default=42, metadata=_bounds(SEED))
+    train_sampling_strategy: str = field(default="random", metadata=_bounds(choices=SAMPLING))
+    eval_strategy: str = field(default="no", metadata=_bounds(choices=INTERVALS))
+    eval_steps: float | None = field(default=None, metadata=_bounds("(0, inf)"))
+    save_strategy: str = field(default="steps", metadata=_bounds(choices=SAVE_INTERVALS))
+    save_steps: float = field(default=500, metadata=_bounds("(0, inf)"))
+    save_total_limit: int | None = field(default=None, metadata=_bounds(COUNT))
+    metric_for_best_model: str | None = None
+    load_best_model_at_end: bool = False
+    logging_strategy: str = field(default="steps", metadata=_bounds(choices=INTERVALS))
+    logging_steps: float = field(default=500, metadata=_bounds("(0, inf)"))
+    logging_first_step: bool = False
     # auto or a number of worker processes (bertkit.training.run checks it).
-    dataloader_num_workers: Any = _setting("[0, inf)", choices=("auto",))
-    dataloader_persistent_workers: bool
-    dataloader_prefetch_factor: int | None = _setting(COUNT)
-    include_num_input_tokens_seen: Any
+    dataloader_num_workers: Any = field(default=0,
+                                        metadata=_bounds("[0, inf)", choices=("auto",)))
+    dataloader_persistent_workers: bool = False
+    dataloader_prefetch_factor: int | None = field(default=None, metadata=_bounds(COUNT))
+    include_num_input_tokens_seen: Any = "no"
     # auto (finetuning's default): compiled on a GPU for runs of compile_min_steps or more
     # (bertkit.training.static_shapes.decide_compile); true or false as given.
-    torch_compile: Any = _setting(choices=("auto", True, False))
-    torch_compile_mode: str | None = _setting(
-        choices="bertkit.training.static_shapes:COMPILE_MODES")
-    ddp_find_unused_parameters: bool | None
-    disable_tqdm: bool | None
-    push_to_hub: bool
-    hub_model_id: str | None
+    torch_compile: Any = field(default=False, metadata=_bounds(choices=AUTO_OR_BOOL))
+    torch_compile_mode: str | None = field(default=None,
+                                           metadata=_bounds(choices=COMPILE_MODES))
+    ddp_find_unused_parameters: bool | None = None
+    disable_tqdm: bool | None = None
+    push_to_hub: bool = False
+    hub_model_id: str | None = None
 
 
 @dataclass
@@ -147,11 +181,11 @@ class RunSchema:
     compile_min_steps: int = _setting("[0, inf)", "a number of optimizer steps, 0 or more")
     train_fraction: float | None = _setting("(0, 1]",
                                             "a number in (0, 1], or null for the whole schedule")
-    mixed_precision: str = _setting(choices="bertkit.training.run:PRECISIONS")
-    data_source: str = _setting(choices="bertkit.data.sources:DATA_SOURCES")
+    mixed_precision: str = _setting(choices=PRECISIONS)
+    data_source: str = _setting(choices=DATA_SOURCES)
     hub_check_seconds: float = _setting("(0, inf)", "a positive number of seconds")
     # auto, true or false (bertkit.training.progress)
-    progress_bars: Any = _setting(choices="bertkit.training.progress:PROGRESS_BARS")
+    progress_bars: Any = _setting(choices=AUTO_OR_BOOL)
 
 
 @dataclass
@@ -174,7 +208,7 @@ class TaskSchema:
     null_score_diff_threshold: float = _setting("(-inf, inf)")
     learning_rate: float = _setting(LEARNING_RATE)
     num_train_epochs: float = _setting("(0, inf)")
-    tag_scheme: str = _setting(choices="bertkit.tasks.ner.files:TAG_SCHEMES")
+    tag_scheme: str = _setting(choices=TAG_SCHEMES)
     # Local data (a family's reader says which files it needs); null: the Hub's.
     data_dir: str | None = _setting(reads="folder")
     train_file: str | None = _setting(reads="file")
@@ -223,8 +257,8 @@ class BertConfigSchema:
     type_vocab_size: int = _setting(COUNT)
     hidden_dropout_prob: float = _setting(PROBABILITY)
     attention_probs_dropout_prob: float = _setting(PROBABILITY)
-    attn_implementation: str = _setting(choices="bertkit.training.models:CHOICES")
-    hidden_act: str = _setting(choices="transformers.activations:ACT2FN")
+    attn_implementation: str = _setting(choices=ATTENTION)
+    hidden_act: str = _setting(choices=ACTIVATIONS)
 
 
 @dataclass
@@ -238,7 +272,7 @@ class ModelSchema:
     do_lower_case: bool
     hidden_dropout_prob: float = _setting(PROBABILITY)
     attention_probs_dropout_prob: float = _setting(PROBABILITY)
-    attn_implementation: str = _setting(choices="bertkit.training.models:CHOICES")
+    attn_implementation: str = _setting(choices=ATTENTION)
     # Whether code a checkpoint or tokenizer folder ships (its auto_map) may run.
     trust_remote_code: bool
 
@@ -259,8 +293,8 @@ class FeatureBasedSchema:
     dropout: float = _setting(PROBABILITY)
     lstm_hidden_size: int = _setting(COUNT)
     lstm_layers: int = _setting(COUNT)
-    layers: str = _setting(choices="bertkit.tasks.ner.feature_based_tagger:LAYER_COMBINATIONS")
-    classifier: str = _setting(choices="bertkit.tasks.ner.feature_based_tagger:CLASSIFIERS")
+    layers: str = _setting(choices=NER_LAYERS)
+    classifier: str = _setting(choices=NER_CLASSIFIERS)
 
 
 @dataclass
@@ -277,7 +311,7 @@ class FinetuningSchema:
     # epoch, or a whole number of optimizer steps.
     unfreeze_every: Any = _setting(COUNT, "epoch, a number of optimizer steps >= 1, or null (off)",
                                    choices=("epoch",), integer=True)
-    pooling: str = _setting(choices="bertkit.finetuning.methods.mean_pooling:POOLING")
+    pooling: str = _setting(choices=POOLING)
 
 
 @dataclass
@@ -291,16 +325,16 @@ class LoraSchema:
 class R3FSchema:
     eps: float = _setting("(0, inf)")
     weight: float = _setting("[0, inf)")
-    noise: str = _setting(choices="bertkit.finetuning.r3f_loss:NOISE")
+    noise: str = _setting(choices=NOISE)
 
 
 @dataclass
 class MaskingSchema:
     """masking.* and heldout.masking.* (bertkit.pretraining.masking)."""
 
-    kind: str = _setting(choices="bertkit.pretraining.run:MASKING_KINDS")
-    unit: str = _setting(choices="bertkit.pretraining.masking:UNITS")
-    convention: str = _setting(choices="bertkit.pretraining.masking:CONVENTIONS")
+    kind: str = _setting(choices=MASKING_KINDS)
+    unit: str = _setting(choices=MASKING_UNITS)
+    convention: str = _setting(choices=MASKING_CONVENTIONS)
     mlm_probability: float = _setting("(0, 1)")
     mask_token_fraction: float = _setting(SHARE)
     random_token_fraction: float = _setting(SHARE)
@@ -314,9 +348,9 @@ class MaskingSchema:
 class ObjectiveSchema:
     """objective.*: the registered objectives' values (bertkit.pretraining.objective)."""
 
-    name: str = _setting(choices="bertkit.pretraining.objective:NAMES")
-    packing: str = _setting(choices="bertkit.pretraining.objective:PACKINGS")
-    sentence_task: str | None = _setting(choices="bertkit.pretraining.objective:SENTENCE_TASKS")
+    name: str = _setting(choices=OBJECTIVES)
+    packing: str = _setting(choices=PACKINGS)
+    sentence_task: str | None = _setting(choices=SENTENCE_TASKS)
 
 
 @dataclass
@@ -331,7 +365,7 @@ class PretrainingSchema:
                                              "a positive number of rows (1: no padding), at most "
                                              "1024")
     # auto, true or false (bertkit.pretraining.padding_free)
-    padding_free: Any = _setting(choices="bertkit.pretraining.padding_free:SETTINGS")
+    padding_free: Any = _setting(choices=AUTO_OR_BOOL)
     # A padding-free batch's sequence slots over those its mean instance needs: at least 1.
     sequence_slot_headroom: float = _setting("[1, inf)")
 
@@ -362,7 +396,7 @@ class CorpusSchema:
     source: str = _setting(choices=("local", "hub"))
     # Local files only (null for a Hub corpus); corpus.parts' own formats are checked where
     # they are read (bertkit.pretraining.corpora), a list's items being out of a schema's reach.
-    format: str | None = _setting(choices="bertkit.pretraining.corpus_formats:FORMATS")
+    format: str | None = _setting(choices=CORPUS_FORMATS)
     # A list of files or glob patterns (or one), and parts: [{format, files}]; whether the files
     # exist is checked when they are read.
     files: Any = _setting(reads="files")
@@ -532,15 +566,10 @@ def register_schemas() -> None:
 
 
 def choices_of(bounds) -> tuple | None:
-    """A field's choices: a tuple, or "module:NAME" of a tuple, dict, Enum or other iterable
-    (a registry's names) kept by the code that reads the key (imported when a value is
-    checked, so the lists are never copied)."""
+    """A field's choices, each as a config holds it (an Enum default of a plugin's field, as
+    Optuna's direction, by its word)."""
     choices = bounds.get("choices")
-    if isinstance(choices, str):
-        module, name = choices.split(":")
-        found = getattr(importlib.import_module(module), name)
-        choices = tuple(_choice(item) for item in found)
-    return choices
+    return None if choices is None else tuple(_choice(item) for item in choices)
 
 
 def _choice(item):
@@ -807,7 +836,7 @@ PLUGIN_SETTINGS: dict[str, dict[str, dict]] = {
         "signal_delay_s": _bounds("[0, inf)"), "max_num_timeout": _bounds("[0, inf)"),
         "array_parallelism": _bounds(COUNT)},
     f"{_OPTUNA}:OptunaSweeperConf": {
-        "direction": _bounds(choices=f"{_OPTUNA}:Direction"),
+        "direction": _bounds(choices=("minimize", "maximize")),
         "n_trials": _bounds(COUNT), "n_jobs": _bounds(COUNT),
         "max_failure_rate": _bounds(SHARE)},
     f"{_OPTUNA}:TPESamplerConfig": {

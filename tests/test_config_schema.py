@@ -207,3 +207,61 @@ def test_a_boolean_choice_accepts_only_its_own_spelling(key):
         assert str(error.value) == f"{key}={value!r}: expected one of {typed}"
     for value in choices:
         check_ranges(_config_with(key, value))
+
+
+# Each choice list the schema writes out -> the list its reader keeps ("module:NAME"): the
+# schema's copy lets a config be checked without importing torch or transformers.
+CHOICE_SOURCES = {
+    "SCHEDULERS": "transformers.trainer_utils:SchedulerType",
+    "OPTIMIZERS": "transformers.training_args:OptimizerNames",
+    "INTERVALS": "transformers.trainer_utils:IntervalStrategy",
+    "SAVE_INTERVALS": "transformers.trainer_utils:SaveStrategy",
+    "ACTIVATIONS": "transformers.activations:ACT2FN",
+    "COMPILE_MODES": "bertkit.training.static_shapes:COMPILE_MODES",
+    "PRECISIONS": "bertkit.training.run:PRECISIONS",
+    "DATA_SOURCES": "bertkit.data.sources:DATA_SOURCES",
+    "ATTENTION": "bertkit.training.models:CHOICES",
+    "TAG_SCHEMES": "bertkit.tasks.ner.files:TAG_SCHEMES",
+    "NER_LAYERS": "bertkit.tasks.ner.feature_based_tagger:LAYER_COMBINATIONS",
+    "NER_CLASSIFIERS": "bertkit.tasks.ner.feature_based_tagger:CLASSIFIERS",
+    "POOLING": "bertkit.finetuning.methods.mean_pooling:POOLING",
+    "NOISE": "bertkit.finetuning.r3f_loss:NOISE",
+    "MASKING_KINDS": "bertkit.pretraining.run:MASKING_KINDS",
+    "MASKING_UNITS": "bertkit.pretraining.masking:UNITS",
+    "MASKING_CONVENTIONS": "bertkit.pretraining.masking:CONVENTIONS",
+    "OBJECTIVES": "bertkit.pretraining.objective:NAMES",
+    "PACKINGS": "bertkit.pretraining.objective:PACKINGS",
+    "SENTENCE_TASKS": "bertkit.pretraining.objective:SENTENCE_TASKS",
+    "CORPUS_FORMATS": "bertkit.pretraining.corpus_formats:FORMATS",
+}
+
+
+def _choice_words(found) -> tuple:
+    """A reader's list as a config spells its items (an Enum by its word)."""
+    import enum
+
+    return tuple(item.value if isinstance(item, enum.Enum) and isinstance(item.value, str)
+                 else item.name if isinstance(item, enum.Enum) else item for item in found)
+
+
+@pytest.mark.parametrize("name", sorted(CHOICE_SOURCES))
+def test_the_schemas_choices_are_their_readers_own(name):
+    import importlib
+
+    module, attribute = CHOICE_SOURCES[name].split(":")
+    readers = _choice_words(getattr(importlib.import_module(module), attribute))
+    assert sorted(map(str, getattr(config_schema, name))) == sorted(map(str, readers)), name
+
+
+def test_train_sampling_choices_are_training_arguments_own():
+    metadata = {f.name: f for f in dataclasses.fields(TrainingArguments)}[
+        "train_sampling_strategy"].metadata
+    assert list(config_schema.SAMPLING) == list(metadata["choices"])
+
+
+def test_the_auto_or_boolean_settings_are_their_readers_own():
+    from bertkit.pretraining.padding_free import SETTINGS
+    from bertkit.training.progress import PROGRESS_BARS
+
+    for readers in (SETTINGS, PROGRESS_BARS):
+        assert tuple(readers) == config_schema.AUTO_OR_BOOL
