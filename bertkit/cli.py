@@ -421,7 +421,9 @@ def composition_message(err: ConfigCompositionException) -> str | None:
     key = cause.full_key
     spec = composed_field(cause)
     if isinstance(cause, ValidationError) and spec is not None:
-        return f"{key}={cause.value!r}: {expected_type(spec)}"
+        expect = spec.metadata.get("expect")  # the field's own wording, as check_ranges says it
+        return f"{key}={cause.value!r}: " + (f"expected {expect}" if expect
+                                             else expected_type(spec))
     told = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
     return f"{told} ({str(cause).splitlines()[0]})"
 
