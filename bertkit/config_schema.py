@@ -612,27 +612,43 @@ class HeldoutSchema:
 
 
 @dataclass
-class CorpusSchema:
-    name: str
-    source: str = _setting(choices=("local", "hub"))
-    # Local files only (null for a Hub corpus); corpus.parts' own formats are checked where
-    # they are read (bertkit.pretraining.corpora), a list's items being out of a schema's reach.
-    format: str | None = _setting(choices=CORPUS_FORMATS)
-    # A list of files or glob patterns (or one), and parts: [{format, files}]; whether the files
-    # exist is checked when they are read.
-    files: Any = _setting(reads="files")
-    parts: Any = _setting(reads="files")  # [{format, files}]
-    max_documents: int | None = _setting(COUNT, "null (all) or a positive integer")
+class CorpusHubSchema:
+    """corpus.hub: a Hugging Face dataset as the corpus (corpus.source=hub)."""
+
+    path: str | None = None
+    # The dataset's configuration.
+    name: str | None = None
+    split: str = "train"
+    text_column: str = "text"
+    # Read as training consumes it, nothing downloaded up front.
+    streaming: bool = False
+    # Rows joined into one document (one row: one document).
+    rows_per_document: int = _default(1, COUNT)
 
 
 @dataclass
-class CorpusHubSchema:
-    path: str | None
-    name: str | None
-    split: str
-    text_column: str
-    streaming: bool
-    rows_per_document: int = _setting(COUNT)
+class CorpusSchema:
+    """conf/corpus/ (stored as corpus_schema): pretraining's text, local files or a Hub
+    dataset (bertkit/pretraining/corpora.py)."""
+
+    name: str = MISSING
+    # local: files on disk (files, format); hub: a Hugging Face dataset (hub).
+    source: str = _default("local", choices=("local", "hub"))
+    # Local files only (null for a Hub corpus): google (a sentence a line, a blank line
+    # between documents), wikitext (raw WikiText, articles at ` = Title = `) or text (plain
+    # prose, one document per file). corpus.parts' own formats are checked where they are
+    # read (bertkit.pretraining.corpora), a list's items being out of a schema's reach.
+    format: str | None = _default("google", choices=CORPUS_FORMATS)
+    # Files or glob patterns (sorted when expanded), read in this order; whether they exist is
+    # checked when they are read. ??? until a preset or the command line gives them.
+    files: Any = _default(MISSING, reads="files")
+    # Files in several formats instead: [{format, files}].
+    parts: Any = _default(None, reads="files")
+    # Only the first this many documents (quick runs); null: all.
+    max_documents: int | None = _default(None, COUNT, "null (all) or a positive integer")
+    hub: CorpusHubSchema = field(default_factory=CorpusHubSchema)
+    # A generated corpus's sizes (corpus=demo; SyntheticSchema, checked as the job starts).
+    synthetic: Any = None
 
 
 @dataclass
@@ -762,7 +778,8 @@ class PeakTflopsSchema:
 # as one of its choices by `bertkit --help` and tab completion (trainer=schema), and it is no
 # setting a user picks. The root's, RunSchema, is stored as run_schema (conf/config.yaml).
 GROUPS = {"trainer": TrainerSchema, "model": ModelSchema, "finetuning": FinetuningSchema,
-          "masking": MaskingSchema, "objective": ObjectiveSchema, "logger": LoggerSchema}
+          "masking": MaskingSchema, "objective": ObjectiveSchema, "corpus": CorpusSchema,
+          "logger": LoggerSchema}
 # node -> its schema, for every node OmegaConf types as Hydra composes (a wrong type refused
 # then; ranges and choices by check_ranges), the root ("") first: the trainer group
 # interpolates the root's seed.
@@ -770,7 +787,7 @@ SCHEMAS = {"": RunSchema, "early_stopping": EarlyStoppingSchema, "budget": Budge
            "model_card": ModelCardSchema, "debug": DebugSchema, **GROUPS,
            "model.fetch": ModelFetchSchema, "model.feature_based": FeatureBasedSchema,
            "finetuning.intermediate": IntermediateSchema, "finetuning.lora": LoraSchema,
-           "finetuning.r3f": R3FSchema}
+           "finetuning.r3f": R3FSchema, "corpus.hub": CorpusHubSchema}
 # node -> the schema of the keys it must hold to, for the nodes that task families and
 # recipes extend with keys of their own (task, the pretraining recipe's nodes) and the
 # free-form ones (model.config: BertConfig's keys); checked, not composed. A `*` in a path
@@ -780,8 +797,8 @@ SETTINGS = {
     "task.headerless_columns": HeaderlessColumnsSchema, "task.synthetic": SyntheticSchema,
     "model.config": BertConfigSchema, "pretraining": PretrainingSchema,
     "pretraining.long_phase": LongPhaseSchema, "heldout": HeldoutSchema,
-    "heldout.masking": MaskingSchema, "corpus": CorpusSchema, "corpus.hub": CorpusHubSchema,
-    "corpus.synthetic": SyntheticSchema, "tokenizer_training": TokenizerTrainingSchema,
+    "heldout.masking": MaskingSchema, "corpus.synthetic": SyntheticSchema,
+    "tokenizer_training": TokenizerTrainingSchema,
     "bench": BenchSchema, "bench.model": BertConfigSchema, "bench.glue": BenchWorkloadSchema,
     "bench.pretraining": BenchWorkloadSchema, "bench.pretraining_packed": BenchWorkloadSchema,
     "bench.plain": BenchPlainSchema, "parity": ParitySchema, "bench_sweep": BenchSweepSchema,
