@@ -993,12 +993,14 @@ _CHECKED: ContextVar[DictConfig | None] = ContextVar("bertkit_checked_config", d
 
 
 def check_ranges(cfg: DictConfig) -> None:
-    """The config's values held to their schemas, before a job starts: the composed groups'
-    ranges (their types were checked at composition), and the SETTINGS nodes' types and
-    ranges; as done, for the config checked_once checked (finetune's, pretrain's own call)."""
+    """The config's values held to their schemas, before a job starts: the SETTINGS nodes'
+    types and ranges, then the typed nodes' ranges (their types were checked at composition);
+    as done, for the config checked_once checked (finetune's, pretrain's own call). The
+    untyped first: a typed key may take its value from one (trainer.learning_rate:
+    ${task.learning_rate}), and the message then names the key the user set."""
     if cfg is _CHECKED.get():
         return
-    for path, schema in SETTINGS.items():  # first: the trainer group interpolates the root's
+    for path, schema in SETTINGS.items():
         for at, node in nodes(cfg, path):
             _check_node(at, node, schema, typed=False)
     for path, schema in SCHEMAS.items():
