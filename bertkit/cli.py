@@ -5,6 +5,10 @@ Bad input surfaces as a BertkitError and is printed as one line, not a traceback
 multirun (sweep) a failed job, whatever the error (bad input, out of memory, a diverging
 setting), is recorded in its run directory as failed.json and the sweep goes on.
 
+The jobs, and with them torch and transformers, are imported where a job runs, not when the
+command starts: `bertkit --help`, tab completion and a refused value answer in about a second
+(tests/test_cli_help.py).
+
 Secrets (bertkit.secret_masking) are masked in everything this edge writes or prints: the
 one-line errors, failed.json, what Hydra writes and logs itself (MaskSecrets), and whatever
 the process prints (masked_output: Hydra's syntax errors and failed runs).
@@ -31,7 +35,7 @@ import signal
 import sys
 import traceback
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import hydra
 import hydra._internal.utils as hydra_utils
@@ -48,17 +52,6 @@ from bertkit.config_tree import config_dir
 from bertkit.data.atomic_files import write_json_atomic, write_text_atomic
 from bertkit.data.metrics_file import FAILED_FILE
 from bertkit.errors import BertkitError
-from bertkit.jobs import (
-    FINISHED,
-    JOBS,
-    SET_ASIDE,
-    Job,
-    check_finished_run,
-    finished_message,
-    finished_run,
-    run_job,
-    set_aside_message,
-)
 from bertkit.secret_masking import (
     mask_logs,
     mask_secrets,
@@ -67,14 +60,9 @@ from bertkit.secret_masking import (
     remember_command_line,
     remember_secrets,
 )
-from bertkit.training import wandb_logging
-from bertkit.training.checkpoints import Preempted, scan_checkpoints, set_aside
-from bertkit.training.run import (
-    CHECKPOINTS_DIR,
-    is_main_process,
-    join_submitit_tasks,
-    run_stamp,
-)
+
+if TYPE_CHECKING:  # bertkit.jobs imports torch: only where a job runs
+    from bertkit.jobs import Job
 
 logger = logging.getLogger("bertkit")
 # The job a script of one's own runs through this command (main's `job`); None: recipe.job's.
@@ -90,6 +78,22 @@ def sweep_stamp() -> str:
     return run_stamp()
 
 
+def run_stamp() -> str:
+    """training.run.run_stamp, imported when a config is resolved (a run), not at the start."""
+    from bertkit.training.run import run_stamp
+
+    return run_stamp()
+
+
+def _wandb_resolver(name: str):
+    """training.wandb_logging's resolver `name`, imported when a config is resolved."""
+    def resolve(*args):
+        from bertkit.training import wandb_logging
+
+        return getattr(wandb_logging, name)(*args)
+    return resolve
+
+
 def register_resolvers() -> None:
     if not OmegaConf.has_resolver("bertkit_run_stamp"):
         OmegaConf.register_new_resolver("bertkit_run_stamp", run_stamp, use_cache=True)
@@ -97,12 +101,10 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("bertkit_sweep_stamp", sweep_stamp)
     # A multirun's W&B id, groups and names (conf/logger/wandb.yaml): not cached, each job's own.
     # A multirun job's directory, its swept settings (conf/config.yaml's hydra.sweep.subdir).
-    for resolver, function in (("bertkit_sweep_id", wandb_logging.sweep_id),
-                               ("bertkit_wandb_group", wandb_logging.group),
-                               ("bertkit_wandb_name", wandb_logging.name),
-                               ("bertkit_job_dir", wandb_logging.job_dir)):
+    for resolver, function in (("bertkit_sweep_id", "sweep_id"), ("bertkit_wandb_group", "group"),
+                               ("bertkit_wandb_name", "name"), ("bertkit_job_dir", "job_dir")):
         if not OmegaConf.has_resolver(resolver):
-            OmegaConf.register_new_resolver(resolver, function)
+            OmegaConf.register_new_resolver(resolver, _wandb_resolver(function))
 
 
 def describe_failure(err: BaseException) -> str:
@@ -206,7 +208,17 @@ def exit_with_error(message: str) -> NoReturn:
     sys.exit(2)
 
 
+def run_job(cfg: DictConfig, job: Job | None = None) -> dict | None:
+    """bertkit.jobs.run_job, imported as the job starts (and so torch and transformers)."""
+    from bertkit.jobs import run_job
+
+    return run_job(cfg, job=job)
+
+
 def _hydra_task(cfg: DictConfig) -> float | None:
+    from bertkit.training.checkpoints import Preempted
+    from bertkit.training.run import join_submitit_tasks
+
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     remember_secrets(cfg)
     join_submitit_tasks()
@@ -258,6 +270,9 @@ def resume_command() -> str:
 def what_resumes() -> str:
     """After a Ctrl-C that stopped the job at once: the newest complete checkpoint and the
     command that continues from it, or that there is none."""
+    from bertkit.training.checkpoints import scan_checkpoints
+    from bertkit.training.run import CHECKPOINTS_DIR
+
     checkpoints = Path(HydraConfig.get().runtime.output_dir) / CHECKPOINTS_DIR
     newest = scan_checkpoints(checkpoints).complete
     if newest is None:
@@ -274,6 +289,18 @@ class FinishedRunCheck(Callback):
     exception raised in a callback into a warning and goes on."""
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        from bertkit.jobs import (
+            FINISHED,
+            JOBS,
+            SET_ASIDE,
+            check_finished_run,
+            finished_message,
+            finished_run,
+            set_aside_message,
+        )
+        from bertkit.training.checkpoints import set_aside
+        from bertkit.training.run import is_main_process
+
         if _script_job is None and OmegaConf.select(config, "recipe.job") not in JOBS:
             return  # run_job names the bad job
         run_dir = Path(config.hydra.run.dir)
@@ -400,7 +427,9 @@ def composition_message(err: ConfigCompositionException) -> str | None:
     key = cause.full_key
     spec = composed_field(cause)
     if isinstance(cause, ValidationError) and spec is not None:
-        return f"{key}={cause.value!r}: {expected_type(spec)}"
+        expect = spec.metadata.get("expect")  # the field's own wording, as check_ranges says it
+        return f"{key}={cause.value!r}: " + (f"expected {expect}" if expect
+                                             else expected_type(spec))
     told = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
     return f"{told} ({str(cause).splitlines()[0]})"
 

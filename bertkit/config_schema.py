@@ -1,21 +1,29 @@
-"""Typed schemas of the config, so that a bad value is refused at the edge, naming the key.
+"""The typed config: one dataclass per node, holding every default and its one-line doc, so
+that a bad value is refused at the edge, naming the key.
 
-The trainer group's schema is in Hydra's ConfigStore (as the halving sweeper's), outside the
-group (trainer_schema: never one of the group's choices): its YAML files list it first in
-`defaults`, so OmegaConf refuses a value of the wrong type at composition. Its defaults are
-TrainingArguments' own, so a key a YAML leaves out behaves as if it were not given. Nodes that
-recipes and task families extend with keys of their own (the root, task, budget) cannot be
-closed that way: their schemas (SETTINGS) name the keys every run shares, without defaults
-(the values are the YAML's alone), and check_ranges holds the composed values to them, type
-by OmegaConf, once, as the job starts (run_job).
+The root (RunSchema) and the groups of GROUPS are stored in Hydra's ConfigStore outside every
+group (run_schema, <group>_schema) and listed in the defaults list before the group's choice:
+the YAML files are presets that only override (tests/test_config_presets.py), and OmegaConf
+refuses a value of the wrong type as Hydra composes (bertkit.cli names the key in one line).
+The root is open while Hydra composes, because a recipe adds nodes of its own (pretraining,
+heldout, corpus, ...), and closed once composed. The trainer's defaults are TrainingArguments'
+own, written out (tests/test_config_schema.py holds them equal) so that neither `bertkit
+--help` nor a refused value imports transformers; so are the choices of every key.
+The nodes that task families and recipes extend with keys of their own (task, the pretraining
+recipe's nodes) and the free-form model.config are checked, not composed: their schemas
+(SETTINGS) name the keys every run shares, without defaults (the values are the YAML's), and
+check_ranges holds the composed values to them, type by OmegaConf, once, as the job starts
+(run_job). Ranges and choices are checked by check_ranges too, for the typed nodes as well:
+dataclasses' __post_init__ would run only on OmegaConf.to_object, which the jobs do not call
+(they read the DictConfig), and a validation library would check a second copy of the types.
 What a type cannot say is in each field's metadata: its range, written as an interval
-("[1, inf)", "(0, 1]") and stored as min, above, max, below; choices (a tuple, or "module:NAME"
-of the tuple where the code that reads the key keeps it); integer (a field of type Any that
-must be a whole number when it is a number); `expect`, the message's wording; `reads`, a path
-to a file or folder a run reads (input_keys: what bertkit-report compares by content). Every
-number a user can type has both ends declared, inf saying that side is genuinely unbounded (a
-batch size; stored as None), so that a key whose range nobody thought about cannot pass for
-one that has none (tests/test_config_bounds.py walks every composed config for such a key).
+("[1, inf)", "(0, 1]") and stored as min, above, max, below; choices (a tuple); integer (a
+field of type Any that must be a whole number when it is a number); `expect`, the message's
+wording; `reads`, a path to a file or folder a run reads (input_keys: what bertkit-report
+compares by content). Every number a user can type has both ends declared, inf saying that
+side is genuinely unbounded (a batch size; stored as None), so that a key whose range nobody
+thought about cannot pass for one that has none (tests/test_config_bounds.py walks every
+composed config for such a key).
 """
 
 from __future__ import annotations
@@ -23,7 +31,6 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
-import importlib
 import operator
 import types
 import typing
@@ -33,12 +40,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import DictConfig, ListConfig, OmegaConf, ValidationError
-from transformers import TrainingArguments
+from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf, ValidationError
 
 from bertkit.errors import BertkitError
 
-_ARGUMENTS = {f.name: f for f in dataclasses.fields(TrainingArguments)}
 # An unbounded integer is still held to 64 bits, what torch and numpy can hold
 # (torch.empty(10**30): "Overflow when unpacking").
 INT64 = 2**63
@@ -71,87 +76,247 @@ def _end(end: str) -> int | float | None:
     return None if end.lstrip("+-") == "inf" else float(end) if "." in end else int(end)
 
 
-def _training_arguments(schema: type) -> type:
-    """The dataclass of `schema`, each field's default TrainingArguments' own."""
-    for name in schema.__annotations__:
-        spec = schema.__dict__.get(name)
-        setattr(schema, name, field(default=_ARGUMENTS[name].default,
-                                    metadata=spec.metadata if spec is not None else {}))
-    return dataclass(schema)
+# The choices of keys whose values a library or bertkit's code reads, written out so that
+# checking a config imports neither torch nor transformers (`bertkit --help`, a refused
+# value); tests/test_config_schema.py holds each to the list its reader keeps (CHOICE_SOURCES).
+SCHEDULERS = ("linear", "cosine", "cosine_with_restarts", "polynomial", "constant",
+              "constant_with_warmup", "inverse_sqrt", "reduce_lr_on_plateau", "cosine_with_min_lr",
+              "cosine_warmup_with_min_lr", "warmup_stable_decay", "greedy")
+OPTIMIZERS = (
+    "adamw_torch", "adamw_torch_fused", "adamw_torch_xla", "adamw_torch_npu_fused", "adafactor",
+    "adamw_anyprecision", "adamw_torch_4bit", "adamw_torch_8bit", "ademamix", "sgd", "adagrad",
+    "adamw_bnb_8bit", "adamw_8bit", "ademamix_8bit", "lion_8bit", "lion_32bit",
+    "paged_adamw_32bit", "paged_adamw_8bit", "paged_ademamix_32bit", "paged_ademamix_8bit",
+    "paged_lion_32bit", "paged_lion_8bit", "rmsprop", "rmsprop_bnb", "rmsprop_bnb_8bit",
+    "rmsprop_bnb_32bit", "galore_adamw", "galore_adamw_8bit", "galore_adafactor",
+    "galore_adamw_layerwise", "galore_adamw_8bit_layerwise", "galore_adafactor_layerwise",
+    "lomo", "adalomo", "grokadamw", "schedule_free_radam", "schedule_free_adamw",
+    "schedule_free_sgd", "apollo_adamw", "apollo_adamw_layerwise", "stable_adamw")
+SAMPLING = ("random", "sequential", "group_by_length", "batch_rebalance")
+INTERVALS = ("no", "steps", "epoch")
+SAVE_INTERVALS = (*INTERVALS, "best")
+ACTIVATIONS = ("gelu", "gelu_10", "gelu_fast", "gelu_new", "gelu_python", "gelu_pytorch_tanh",
+               "gelu_python_tanh", "gelu_accurate", "hardswish", "laplace", "leaky_relu",
+               "linear", "mish", "quick_gelu", "relu", "relu2", "relu6", "sigmoid", "silu",
+               "sqrtsoftplus", "swish", "tanh", "prelu", "xielu")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+PRECISIONS = ("auto", "bf16", "fp16", "no")
+DATA_SOURCES = ("auto", "hub", "local")
+AUTO_OR_BOOL = ("auto", True, False)  # progress_bars, pretraining.padding_free
+ATTENTION = ("auto", "eager", "sdpa", "flash_attention_2", "flex_attention")
+TAG_SCHEMES = ("auto", "iob1", "iob2")
+NER_LAYERS = ("embeddings", "last", "second_to_last", "sum_last_four", "weighted_sum_last_four",
+              "concat_last_four", "sum_all", "weighted_sum_all")
+NER_CLASSIFIERS = ("linear", "bilstm")
+POOLING = ("cls", "mean")
+NOISE = ("normal", "uniform")
+MASKING_KINDS = ("static", "dynamic")
+MASKING_UNITS = ("token", "whole_word", "span")
+MASKING_CONVENTIONS = ("google", "non_special")
+OBJECTIVES = ("mlm", "mlm_nsp", "sop")
+PACKINGS = ("full_sentences", "pairs")
+SENTENCE_TASKS = ("nsp", "sop")
+CORPUS_FORMATS = ("google", "wikitext", "text")
 
 
-@_training_arguments
+@dataclass
 class TrainerSchema:
     """The trainer group (conf/trainer/): TrainingArguments by their own names, those that
-    bertkit's YAML files set. Any other TrainingArguments key can still be added with
-    +trainer.NAME=VALUE on a command line; a YAML that sets one must add it here."""
+    bertkit's YAML files set, each default TrainingArguments' own (so that a key a YAML leaves
+    out behaves as if it were not given; tests/test_config_schema.py holds them equal). Any
+    other TrainingArguments key can still be added with +trainer.NAME=VALUE on a command
+    line; a YAML that sets one must add it here."""
 
-    learning_rate: float = _setting(LEARNING_RATE)
-    per_device_train_batch_size: int = _setting(COUNT)
-    per_device_eval_batch_size: int = _setting(COUNT)
-    gradient_accumulation_steps: int = _setting(COUNT)
-    # Any, checked as a number by check_ranges: 2 stays 2 in sweep directory names (ep2).
-    num_train_epochs: Any = _setting("(0, inf)")
-    max_steps: int = _setting("[-1, inf)")  # -1: train by epochs
-    warmup_steps: float = _setting("[0, inf)")  # below 1: a share of all steps
-    lr_scheduler_type: str = _setting(choices="transformers.trainer_utils:SchedulerType")
-    weight_decay: float = _setting("[0, inf)")
-    adam_beta1: float = _setting(PROBABILITY)
-    adam_beta2: float = _setting(PROBABILITY)
-    adam_epsilon: float = _setting("(0, inf)")
-    max_grad_norm: float = _setting("[0, inf)")
-    optim: str = _setting(choices="transformers.training_args:OptimizerNames")
-    seed: int = _setting(SEED)
-    train_sampling_strategy: str = _setting(choices=tuple(
-        _ARGUMENTS["train_sampling_strategy"].metadata.get("choices", ())) or None)
-    eval_strategy: str = _setting(choices="transformers.trainer_utils:IntervalStrategy")
-    eval_steps: float | None = _setting("(0, inf)")
-    save_strategy: str = _setting(choices="transformers.trainer_utils:SaveStrategy")
-    save_steps: float = _setting("(0, inf)")
-    save_total_limit: int | None = _setting(COUNT)
-    metric_for_best_model: str | None
-    load_best_model_at_end: bool
-    logging_strategy: str = _setting(choices="transformers.trainer_utils:IntervalStrategy")
-    logging_steps: float = _setting("(0, inf)")
-    logging_first_step: bool
+    learning_rate: float = field(default=5e-05, metadata=_bounds(LEARNING_RATE))
+    per_device_train_batch_size: int = field(default=8, metadata=_bounds(COUNT))
+    per_device_eval_batch_size: int = field(default=8, metadata=_bounds(COUNT))
+    gradient_accumulation_steps: int = field(default=1, metadata=_bounds(COUNT))
+    # Any, checked as a number by check_ranges: 2 stays 2 in sweep directory names (ep2), and
+    # the default 3 (TrainingArguments' 3.0) is recorded as 3.
+    num_train_epochs: Any = field(default=3, metadata=_bounds("(0, inf)"))
+    max_steps: int = field(default=-1, metadata=_bounds("[-1, inf)"))  # -1: train by epochs
+    # below 1: a share of all steps
+    warmup_steps: float = field(default=0, metadata=_bounds("[0, inf)"))
+    lr_scheduler_type: str = field(default="linear", metadata=_bounds(choices=SCHEDULERS))
+    weight_decay: float = field(default=0.0, metadata=_bounds("[0, inf)"))
+    adam_beta1: float = field(default=0.9, metadata=_bounds(PROBABILITY))
+    adam_beta2: float = field(default=0.999, metadata=_bounds(PROBABILITY))
+    adam_epsilon: float = field(default=1e-08, metadata=_bounds("(0, inf)"))
+    max_grad_norm: float = field(default=1.0, metadata=_bounds("[0, inf)"))
+    # adamw_torch_fused: one fused kernel per step (CPU and GPU); adamw_torch is the loop.
+    optim: str = field(default="adamw_torch_fused", metadata=_bounds(choices=OPTIMIZERS))
+    seed: int = field(default=42, metadata=_bounds(SEED))
+    # random: run_glue.py's batch order, at parity with it (dynamic padding still saves what
+    # padding to 128 wastes); group_by_length: faster still (1.36x on MiniLM MRPC) but 1.8
+    # accuracy points below run_glue.py after one epoch (p = 0.026, cards/minilm.md).
+    train_sampling_strategy: str = field(default="random", metadata=_bounds(choices=SAMPLING))
+    eval_strategy: str = field(default="no", metadata=_bounds(choices=INTERVALS))
+    eval_steps: float | None = field(default=None, metadata=_bounds("(0, inf)"))  # with steps
+    save_strategy: str = field(default="steps", metadata=_bounds(choices=SAVE_INTERVALS))
+    save_steps: float = field(default=500, metadata=_bounds("(0, inf)"))
+    save_total_limit: int | None = field(default=None, metadata=_bounds(COUNT))
+    # Keep the checkpoint with the best dev value of this metric (GLUE: validation_<metric>;
+    # SQuAD and NER: f1) and load it at the end; also what early_stopping watches.
+    metric_for_best_model: str | None = None
+    load_best_model_at_end: bool = False
+    logging_strategy: str = field(default="steps", metadata=_bounds(choices=INTERVALS))
+    logging_steps: float = field(default=500, metadata=_bounds("(0, inf)"))
+    logging_first_step: bool = False
     # auto or a number of worker processes (bertkit.training.run checks it).
-    dataloader_num_workers: Any = _setting("[0, inf)", choices=("auto",))
-    dataloader_persistent_workers: bool
-    dataloader_prefetch_factor: int | None = _setting(COUNT)
-    include_num_input_tokens_seen: Any
+    dataloader_num_workers: Any = field(default=0,
+                                        metadata=_bounds("[0, inf)", choices=("auto",)))
+    dataloader_persistent_workers: bool = False
+    dataloader_prefetch_factor: int | None = field(default=None, metadata=_bounds(COUNT))
+    include_num_input_tokens_seen: Any = "no"
     # auto (finetuning's default): compiled on a GPU for runs of compile_min_steps or more
     # (bertkit.training.static_shapes.decide_compile); true or false as given.
-    torch_compile: Any = _setting(choices=("auto", True, False))
-    torch_compile_mode: str | None = _setting(
-        choices="bertkit.training.static_shapes:COMPILE_MODES")
-    ddp_find_unused_parameters: bool | None
-    disable_tqdm: bool | None
-    push_to_hub: bool
-    hub_model_id: str | None
+    torch_compile: Any = field(default=False, metadata=_bounds(choices=AUTO_OR_BOOL))
+    # With torch_compile: reduce-overhead records CUDA graphs (the shapes are static),
+    # max-autotune also searches kernels; null: reduce-overhead on a GPU for a finetune,
+    # torch.compile's default otherwise.
+    torch_compile_mode: str | None = field(default=None,
+                                           metadata=_bounds(choices=COMPILE_MODES))
+    ddp_find_unused_parameters: bool | None = None
+    # null: from progress_bars (Trainer's bar on a terminal, plain log lines in a log).
+    disable_tqdm: bool | None = None
+    # Upload the model with its card (model_card) to the Hub repository hub_model_id
+    # (<user>/<name>) at the end of the run, through Trainer's push_to_hub.
+    push_to_hub: bool = False
+    hub_model_id: str | None = None
+
+
+def _default(value, interval: str | None = None, expect: str | None = None, **metadata):
+    """A schema field: its one default (a list or mapping copied for each config) and
+    _bounds' metadata."""
+    if isinstance(value, (list, dict)):
+        return field(default_factory=lambda: type(value)(value),
+                     metadata=_bounds(interval, expect, **metadata))
+    return field(default=value, metadata=_bounds(interval, expect, **metadata))
+
+
+DECAYS = ("linear", "cosine", "constant")  # the learning rate's shape after warm-up
+
+
+@dataclass
+class BudgetSchema:
+    """budget.* (bertkit.training.budget): train for a time budget. The learning rate follows
+    the elapsed training time (warm-up, then the decay), replacing trainer.lr_scheduler_type
+    and trainer.warmup_steps, and the run stops with a checkpoint at the first step past the
+    time; trainer.max_steps / num_train_epochs remain an upper bound. Training time: the
+    training loop's wall clock (Trainer's own evaluations included, bertkit's held-out
+    measurements not); resume=true counts the time already spent. Not with train_fraction."""
+
+    # null: off (train by steps/epochs).
+    minutes: float | None = _default(None, "(0, inf)",
+                                     "a positive number of minutes of training, or null (off)")
+    # Share of the budget's time for linear warm-up from 0.
+    warmup_fraction: float = _default(0.0, "[0, 1)", "a share of the budget's time in [0, 1)")
+    # Shape after warm-up, down to min_lr_ratio x the peak rate when the time ends.
+    decay: str = _default("linear", choices=DECAYS)
+    min_lr_ratio: float = _default(0.0, "[0, 1]", "a share of the peak learning rate in [0, 1]")
+
+
+@dataclass
+class EarlyStoppingSchema:
+    """early_stopping.*: stop after `patience` evaluations of trainer.metric_for_best_model
+    (with trainer.load_best_model_at_end=true) without an improvement of more than
+    `threshold`. GLUE names its metrics by dev split (validation_accuracy; MNLI:
+    validation_matched_accuracy); SQuAD and NER select by f1 already."""
+
+    patience: int | None = _default(
+        None, COUNT, "a positive integer (or null to turn early stopping off)")
+    threshold: float = _default(0.0, "[0, inf)")
+
+
+@dataclass
+class ModelCardSchema:
+    """model_card.*: the Hub model card (README.md) written into every saved model directory
+    and pushed with it by trainer.push_to_hub=true (bertkit/training/model_card.py); metadata
+    (model-index with the dev scores, license, base model, tags) and the run's command, seed,
+    hyperparameters and results. enabled=false: no card (a push carries Trainer's draft)."""
+
+    enabled: bool = True
+    # The license of the weights (a Hub license id): BERT's and MiniLM's are apache-2.0.
+    license: str = "apache-2.0"
+    language: str = "en"
+    tags: list[str] = _default(["bertkit"])
+    # The Hub id of the base model when model.name_or_path is a local copy of one; null:
+    # model.name_or_path when it names a Hub model, else the base model a local checkpoint
+    # names itself (base_model in its README.md, else _name_or_path in its config.json).
+    base_model: str | None = None
+
+
+@dataclass
+class DebugSchema:
+    """debug.*: set by a debug preset (debug=smoke), read by the configs a job composes for
+    itself (pretraining's downstream finetunes, two-stage finetuning's first stage)."""
+
+    # The debug preset the run was composed with; null: none.
+    preset: str | None = None
 
 
 @dataclass
 class RunSchema:
-    """The root keys of conf/config.yaml that every run shares."""
+    """The root of every run's config (conf/config.yaml lists it as run_schema): the settings
+    every job shares. Open while Hydra composes (a recipe adds nodes of its own: pretraining,
+    heldout, corpus, ...), closed once composed (Hydra sets the root to struct), so that a
+    typo on the command line is still refused."""
 
-    seed: int = _setting(SEED, "an integer in [0, 2**32 - 1] (numpy's and torch's seeds)")
-    pad_to_multiple_of: int | None = _setting(COUNT)
-    preprocessing_num_workers: int | None = _setting(COUNT)
-    gpu_dataloader_workers: int = _setting("[0, inf)")
-    agree_every_steps: int = _setting(COUNT, "a positive number of optimizer steps")
-    fsync_checkpoints: bool
-    keep_checkpoints: bool
-    overwrite: bool
-    bucket_width: int = _setting(COUNT, "a positive number of tokens (1: no buckets)")
-    buckets_on_cpu: bool
-    compile_min_steps: int = _setting("[0, inf)", "a number of optimizer steps, 0 or more")
-    train_fraction: float | None = _setting("(0, 1]",
+    seed: int = _default(42, SEED, "an integer in [0, 2**32 - 1] (numpy's and torch's seeds)")
+    # Continue from the last checkpoint in the run directory (hydra.run.dir=<old run>): true,
+    # auto (when there is one) or false.
+    resume: Any = False
+    # A directory holding a finished run is refused (resume=true|auto leaves it, exit 0);
+    # true: the earlier run is set aside and removed once this run's training begins.
+    overwrite: bool = False
+    # What a finished run keeps of its checkpoints once model/ and metrics.json are written:
+    # false: none; true: as Trainer left them (trainer.save_total_limit) (docs/reliability.md).
+    keep_checkpoints: bool = False
+    # fsync each checkpoint's files once saved (NFS, Lustre, a node crash); false: leave it to
+    # the filesystem (a resume still skips a torn checkpoint).
+    fsync_checkpoints: bool = True
+    # auto: bf16 on a GPU that has it, else fp16 on a GPU, else fp32; or bf16 | fp16 | "no".
+    mixed_precision: str = _default("auto", choices=PRECISIONS)
+    # Pad batches to a multiple of this under mixed precision (tensor cores); 1: off.
+    pad_to_multiple_of: int | None = _default(8, COUNT)
+    # DataLoader workers per training process that trainer.dataloader_num_workers=auto gives
+    # on a GPU (on a CPU: 0).
+    gpu_dataloader_workers: int = _default(6, "[0, inf)")
+    # Under DDP the processes agree on stopping (preemption, the budget's clock) every this
+    # many optimizer steps: one collective each time instead of one per step. 1: every step.
+    agree_every_steps: int = _default(10, COUNT, "a positive number of optimizer steps")
+    # Finetuning batches on a GPU or compiled are padded to a multiple of this many tokens (a
+    # few shapes, one graph each); 1: each batch to its longest. Pretraining pads to its
+    # phase's length. On a CPU without compile, to their longest unless buckets_on_cpu=true.
+    bucket_width: int = _default(32, COUNT, "a positive number of tokens (1: no buckets)")
+    # Buckets, and the last batch filled up with rows that weigh nothing, on a CPU too.
+    buckets_on_cpu: bool = False
+    # trainer.torch_compile=auto compiles a finetune on a GPU from this many optimizer steps (a
+    # cold compile pays back after 4,000-9,000 steps on an H100: cards/gpu.md, docs/speed.md).
+    compile_min_steps: int = _default(4000, "[0, inf)",
+                                      "a number of optimizer steps, 0 or more")
+    # Progress bars (bertkit/training/progress.py): auto on a terminal only, plain log lines
+    # in a redirected log; true: every bar; false: none (trainer.disable_tqdm, when set, wins).
+    progress_bars: Any = _default("auto", choices=AUTO_OR_BOOL)
+    # Processes for datasets.map tokenisation.
+    preprocessing_num_workers: int | None = _default(1, COUNT)
+    # Where tokenised data is cached, shared by every run and sweep job.
+    cache_dir: str = "${oc.env:BERTKIT_CACHE,${oc.env:HOME}/.cache/bertkit}"
+    early_stopping: EarlyStoppingSchema = field(default_factory=EarlyStoppingSchema)
+    # Train only this share of the schedule's optimizer steps, then checkpoint and evaluate
+    # (successive halving's rungs); resume=true continues the schedule. null: all of it.
+    train_fraction: float | None = _default(None, "(0, 1]",
                                             "a number in (0, 1], or null for the whole schedule")
-    mixed_precision: str = _setting(choices="bertkit.training.run:PRECISIONS")
-    data_source: str = _setting(choices="bertkit.data.sources:DATA_SOURCES")
-    hub_check_seconds: float = _setting("(0, inf)", "a positive number of seconds")
-    # auto, true or false (bertkit.training.progress)
-    progress_bars: Any = _setting(choices="bertkit.training.progress:PROGRESS_BARS")
+    budget: BudgetSchema = field(default_factory=BudgetSchema)
+    # Before the first Hub name a run looks up, one connection decides whether the Hub can
+    # be reached, waiting at most this long; else the libraries go offline (the Hub cache
+    # still serves). HF_HUB_OFFLINE=1 skips the check (docs/configuration.md).
+    hub_check_seconds: float = _default(3.0, "(0, inf)", "a positive number of seconds")
+    # Where a run's data files come from: hub, local, or auto (local when task.data_dir or a
+    # task.*_file is set).
+    data_source: str = _default("auto", choices=DATA_SOURCES)
+    model_card: ModelCardSchema = field(default_factory=ModelCardSchema)
+    debug: DebugSchema = field(default_factory=DebugSchema)
 
 
 @dataclass
@@ -174,7 +339,7 @@ class TaskSchema:
     null_score_diff_threshold: float = _setting("(-inf, inf)")
     learning_rate: float = _setting(LEARNING_RATE)
     num_train_epochs: float = _setting("(0, inf)")
-    tag_scheme: str = _setting(choices="bertkit.tasks.ner.files:TAG_SCHEMES")
+    tag_scheme: str = _setting(choices=TAG_SCHEMES)
     # Local data (a family's reader says which files it needs); null: the Hub's.
     data_dir: str | None = _setting(reads="folder")
     train_file: str | None = _setting(reads="file")
@@ -187,27 +352,6 @@ class TaskSchema:
     max_train_samples: int | None = _setting(COUNT, "null (all) or a positive integer")
     max_eval_samples: int | None = _setting(COUNT, "null (all) or a positive integer")
     max_predict_samples: int | None = _setting(COUNT, "null (all) or a positive integer")
-
-
-DECAYS = ("linear", "cosine", "constant")  # the learning rate's shape after warm-up
-
-
-@dataclass
-class BudgetSchema:
-    """budget.* (bertkit.training.budget): training to a time budget."""
-
-    minutes: float | None = _setting("(0, inf)",
-                                     "a positive number of minutes of training, or null (off)")
-    warmup_fraction: float = _setting("[0, 1)", "a share of the budget's time in [0, 1)")
-    decay: str = _setting(choices=DECAYS)
-    min_lr_ratio: float = _setting("[0, 1]", "a share of the peak learning rate in [0, 1]")
-
-
-@dataclass
-class EarlyStoppingSchema:
-    patience: int | None = _setting(
-        COUNT, "a positive integer (or null to turn early stopping off)")
-    threshold: float = _setting("[0, inf)")
 
 
 @dataclass
@@ -223,24 +367,8 @@ class BertConfigSchema:
     type_vocab_size: int = _setting(COUNT)
     hidden_dropout_prob: float = _setting(PROBABILITY)
     attention_probs_dropout_prob: float = _setting(PROBABILITY)
-    attn_implementation: str = _setting(choices="bertkit.training.models:CHOICES")
-    hidden_act: str = _setting(choices="transformers.activations:ACT2FN")
-
-
-@dataclass
-class ModelSchema:
-    """conf/model/: a checkpoint (or null: trained from scratch, sizes in config), its
-    tokenizer, dropout, attention kernel, and whether code shipped with them may run."""
-
-    # A Hub id or a directory; bertkit.training.models says which is missing.
-    name_or_path: str | None = _setting(reads="folder")
-    tokenizer: str | None = _setting(reads="folder")
-    do_lower_case: bool
-    hidden_dropout_prob: float = _setting(PROBABILITY)
-    attention_probs_dropout_prob: float = _setting(PROBABILITY)
-    attn_implementation: str = _setting(choices="bertkit.training.models:CHOICES")
-    # Whether code a checkpoint or tokenizer folder ships (its auto_map) may run.
-    trust_remote_code: bool
+    attn_implementation: str = _setting(choices=ATTENTION)
+    hidden_act: str = _setting(choices=ACTIVATIONS)
 
 
 @dataclass
@@ -253,70 +381,197 @@ class ModelFetchSchema:
 
 @dataclass
 class FeatureBasedSchema:
-    """model.feature_based (NER's feature-based tagger)."""
+    """model.feature_based: NER's feature-based tagger (the paper's Table 7), a BiLSTM or a
+    linear layer on frozen BERT features; off unless enabled."""
 
-    enabled: bool
-    dropout: float = _setting(PROBABILITY)
-    lstm_hidden_size: int = _setting(COUNT)
-    lstm_layers: int = _setting(COUNT)
-    layers: str = _setting(choices="bertkit.tasks.ner.feature_based_tagger:LAYER_COMBINATIONS")
-    classifier: str = _setting(choices="bertkit.tasks.ner.feature_based_tagger:CLASSIFIERS")
+    enabled: bool = False
+    # Which layers' outputs make the features (bertkit/tasks/ner/feature_based_tagger.py).
+    layers: str = _default("concat_last_four", choices=NER_LAYERS)
+    classifier: str = _default("bilstm", choices=NER_CLASSIFIERS)
+    # Per direction.
+    lstm_hidden_size: int = _default(768, COUNT)
+    lstm_layers: int = _default(2, COUNT)
+    # On the features and between/after the LSTM layers.
+    dropout: float = _default(0.1, PROBABILITY)
 
 
 @dataclass
-class FinetuningSchema:
-    """conf/finetuning/ (BERTology's methods)."""
+class ModelSchema:
+    """conf/model/ (stored as model_schema): a checkpoint (or null: trained from scratch, its
+    sizes in config), its tokenizer, dropout, attention kernel, and whether code shipped with
+    them may run."""
 
-    freeze_layers: int = _setting("[0, inf)")  # above: the model's layers
-    reinit_layers: int = _setting("[0, inf)")  # above: the model's layers
-    reinit_pooler: bool
-    bitfit: bool  # only in conf/finetuning/bitfit.yaml
-    head_lr_multiplier: float = _setting("(0, inf)")
-    # Each layer down: x this; 1: all alike; never above 1 (lower layers faster).
-    layer_lr_decay: float = _setting("(0, 1]")
-    # epoch, or a whole number of optimizer steps.
-    unfreeze_every: Any = _setting(COUNT, "epoch, a number of optimizer steps >= 1, or null (off)",
-                                   choices=("epoch",), integer=True)
-    pooling: str = _setting(choices="bertkit.finetuning.methods.mean_pooling:POOLING")
+    # A Hub id or a directory; null: trained from scratch (model.config gives its sizes).
+    # bertkit.training.models says which files are missing.
+    name_or_path: str | None = _default(None, reads="folder")
+    # A Hub tokenizer id or a directory holding vocab.txt (a checkpoint's preset names its
+    # own: ${.name_or_path}); ??? until a preset or the command line gives it.
+    tokenizer: str | None = _default(MISSING, reads="folder")
+    do_lower_case: bool = True
+    hidden_dropout_prob: float = _default(0.1, PROBABILITY)
+    attention_probs_dropout_prob: float = _default(0.1, PROBABILITY)
+    # auto: FlashAttention-2 on a GPU where flash_attn is installed, else PyTorch SDPA; or
+    # eager | sdpa | flash_attention_2 | flex_attention (bertkit/training/models.py).
+    attn_implementation: str = _default("auto", choices=ATTENTION)
+    # Code a checkpoint or tokenizer folder ships (an auto_map) runs only when true: read it
+    # first (docs/reliability.md).
+    trust_remote_code: bool = False
+    # BertConfig's keys for a model trained from scratch (model.config; BertConfigSchema).
+    config: dict[str, Any] = _default({})
+    # A preset whose files are fetched to a local folder (model=minilm_l6: make minilm).
+    fetch: ModelFetchSchema | None = None
+    feature_based: FeatureBasedSchema = field(default_factory=FeatureBasedSchema)
+    # The checkpoint a run's model started from, where name_or_path is another run's
+    # (two-stage finetuning's second stage); null: name_or_path itself.
+    started_from: str | None = None
+
+
+@dataclass
+class IntermediateSchema:
+    """finetuning.intermediate: two-stage finetuning (STILTs, Phang et al. 2018): finetune on
+    an intermediate task first, then on the run's task from that encoder with a new head; both
+    in one run directory (intermediate/ below it) and one W&B group."""
+
+    # A task of conf/task/ (e.g. mnli); null: one stage.
+    task: str | None = None
+    # Its data (like task.data_dir).
+    data_dir: str | None = None
+    # The trainer.* keys that differ for the first stage.
+    trainer: dict[str, Any] = _default({})
 
 
 @dataclass
 class LoraSchema:
-    r: int = _setting(COUNT)
-    alpha: float = _setting("(0, inf)")
-    dropout: float = _setting(PROBABILITY)
+    """finetuning.lora: LoRA (Hu et al. 2021) with peft: low-rank adapters on the target
+    modules, the task head trained and saved in full; merged before evaluation and saving."""
+
+    enabled: bool = False
+    r: int = _default(8, COUNT)
+    alpha: float = _default(16.0, "(0, inf)")
+    dropout: float = _default(0.1, PROBABILITY)
+    target_modules: list[str] = _default(["query", "value"])
+    # null: the task head (classifier, qa_outputs, ...; the scalar mix too) trains in full.
+    modules_to_save: list[str] | None = None
+    # BERT's pooler trains in full too, as RoBERTa's classification head's dense layer does in
+    # Hu et al.; false: frozen, peft's plain SEQ_CLS way.
+    train_pooler: bool = True
 
 
 @dataclass
 class R3FSchema:
-    eps: float = _setting("(0, inf)")
-    weight: float = _setting("[0, inf)")
-    noise: str = _setting(choices="bertkit.finetuning.r3f_loss:NOISE")
+    """finetuning.r3f: R3F (Aghajanyan et al. 2020): adds weight x the symmetric KL between
+    the predictions on clean and noise-perturbed word embeddings."""
+
+    # 0: off.
+    weight: float = _default(0.0, "[0, inf)")
+    # normal (N(0, eps^2)) or uniform (U(-eps, eps)).
+    noise: str = _default("normal", choices=NOISE)
+    eps: float = _default(1e-5, "(0, inf)")
+
+
+@dataclass
+class FinetuningSchema:
+    """conf/finetuning/ (stored as finetuning_schema): BERTology's finetuning methods
+    (bertkit.finetuning), all off by default: plain full finetuning, the paper's. Recorded in
+    metrics.json ("finetuning") and in the W&B config under these names."""
+
+    # The method's name in metrics.json, W&B and bertkit-report's tables.
+    name: str = "full"
+    # Freezing: the embeddings and/or the bottom k encoder layers get no gradient.
+    freeze_embeddings: bool = False
+    freeze_layers: int = _default(0, "[0, inf)")  # above: the model's layers
+    # Layer-wise learning-rate decay (Sun et al. 2019: 0.95): encoder layer l of L gets
+    # trainer.learning_rate * decay^(L - l), the embeddings decay^L; 1: all alike; never
+    # above 1 (lower layers faster).
+    layer_lr_decay: float = _default(1.0, "(0, 1]")
+    # The task head's rate: trainer.learning_rate * head_lr_multiplier.
+    head_lr_multiplier: float = _default(1.0, "(0, inf)")
+    # Gradual unfreezing (ULMFiT): one more layer every `unfreeze_every`: epoch, or a whole
+    # number of optimizer steps; null: off.
+    unfreeze_every: Any = _default(None, COUNT,
+                                   "epoch, a number of optimizer steps >= 1, or null (off)",
+                                   choices=("epoch",), integer=True)
+    # Re-initialise the top k encoder layers (Zhang et al. 2021); reinit_pooler: the pooler too.
+    reinit_layers: int = _default(0, "[0, inf)")  # above: the model's layers
+    reinit_pooler: bool = False
+    # The head reads a learned softmax-weighted mix of every layer's output (Kondratyuk &
+    # Straka 2019) instead of the last layer.
+    layer_mix: bool = False
+    # Classification's sentence vector: cls (through BERT's pooler, the paper's) or mean.
+    pooling: str = _default("cls", choices=POOLING)
+    intermediate: IntermediateSchema = field(default_factory=IntermediateSchema)
+    lora: LoraSchema = field(default_factory=LoraSchema)
+    r3f: R3FSchema = field(default_factory=R3FSchema)
+    # BitFit (Ben Zaken et al. 2022): only the biases (and the head) train.
+    bitfit: bool = False
 
 
 @dataclass
 class MaskingSchema:
-    """masking.* and heldout.masking.* (bertkit.pretraining.masking)."""
+    """conf/masking/ (stored as masking_schema) and heldout.masking (bertkit.pretraining.
+    masking): the paper's 15% with 80% [MASK] / 10% random / 10% unchanged, masked anew each
+    time a sequence is fed (dynamic) or in dupe_factor fixed copies (static)."""
 
-    kind: str = _setting(choices="bertkit.pretraining.run:MASKING_KINDS")
-    unit: str = _setting(choices="bertkit.pretraining.masking:UNITS")
-    convention: str = _setting(choices="bertkit.pretraining.masking:CONVENTIONS")
-    mlm_probability: float = _setting("(0, 1)")
-    mask_token_fraction: float = _setting(SHARE)
-    random_token_fraction: float = _setting(SHARE)
-    max_predictions_per_seq: int = _setting(COUNT)
-    span_geometric_p: float = _setting("(0, 1]")
-    span_max_words: int = _setting(COUNT)
-    dupe_factor: int = _setting(COUNT)
+    kind: str = _default("dynamic", choices=MASKING_KINDS)
+    mlm_probability: float = _default(0.15, "(0, 1)")
+    # Replaced by [MASK].
+    mask_token_fraction: float = _default(0.8, SHARE)
+    # Replaced by a random token (convention); the rest stay unchanged.
+    random_token_fraction: float = _default(0.1, SHARE)
+    # Google's default at max_seq_length 128 (80 at 512).
+    max_predictions_per_seq: int = _default(20, COUNT)
+    # token | whole_word | span (SpanBERT).
+    unit: str = _default("token", choices=MASKING_UNITS)
+    # google: as create_pretraining_data.py (the count is min(max_predictions_per_seq,
+    # max(1, round(tokens * mlm_probability))), [CLS] and [SEP] counted; any token but
+    # [CLS]/[SEP]/padding may be masked; replacements from the whole vocabulary);
+    # non_special: the count of the non-special tokens, no special token masked or drawn.
+    convention: str = _default("google", choices=MASKING_CONVENTIONS)
+    # Span length in words ~ Geometric(p), SpanBERT's 0.2.
+    span_geometric_p: float = _default(0.2, "(0, 1]")
+    span_max_words: int = _default(10, COUNT)
+    # Static masking's copies of the data, each masked once (Google's 10).
+    dupe_factor: int = _default(10, COUNT)
 
 
 @dataclass
 class ObjectiveSchema:
-    """objective.*: the registered objectives' values (bertkit.pretraining.objective)."""
+    """conf/objective/ (stored as objective_schema): the registered objectives' values
+    (bertkit.pretraining.objective); by default the paper's, MLM + NSP on sentence pairs."""
 
-    name: str = _setting(choices="bertkit.pretraining.objective:NAMES")
-    packing: str = _setting(choices="bertkit.pretraining.objective:PACKINGS")
-    sentence_task: str | None = _setting(choices="bertkit.pretraining.objective:SENTENCE_TASKS")
+    name: str = _default("mlm_nsp", choices=OBJECTIVES)
+    # The sentence-level task: nsp | sop | null (none).
+    sentence_task: str | None = _default("nsp", choices=SENTENCE_TASKS)
+    # pairs: [CLS] A [SEP] B [SEP]; full_sentences: [CLS] sentences [SEP].
+    packing: str = _default("pairs", choices=PACKINGS)
+
+
+@dataclass
+class LoggerSchema:
+    """conf/logger/ (stored as logger_schema): Weights & Biases. A single run is grouped by
+    recipe and dataset, named by dataset, seed and start time; a multirun (bertkit -m) is a
+    sweep with an id of its own per launch, its runs tagged sweep:<sweep_id>, grouped by the
+    job's swept settings but replicate_keys and named by them (training/wandb_logging.py)."""
+
+    # wandb, or none (logger=none: no W&B run).
+    backend: str = "wandb"
+    # auto (online with credentials, else offline, said once) | online | offline | disabled;
+    # WANDB_MODE in the environment overrides it.
+    mode: str = "auto"
+    project: str = "bertkit"
+    entity: str | None = None
+    # A multirun's id: <sweep_tag or multirun>-<the multirun directory's name>; null in a
+    # single run.
+    sweep_id: str | None = "${bertkit_sweep_id:${.sweep_tag}}"
+    replicate_keys: list[str] = _default(["seed"])
+    group: str = ("${bertkit_wandb_group:${.sweep_id},${.replicate_keys},"
+                  "${recipe.name}-${recipe.dataset}}")
+    name: str = ("${bertkit_wandb_name:${.sweep_id},${recipe.dataset},"
+                 "${recipe.dataset}-seed${seed}-${bertkit_run_stamp:}}")
+    tags: list[str] = _default(["recipe:${recipe.name}", "task:${task.name}", "seed:${seed}"])
+    # The sweep a run belongs to (set by sweep presets): a multirun's id prefix; in a single
+    # run a tag (sweep:<name>) and a name prefix.
+    sweep_tag: str | None = None
 
 
 @dataclass
@@ -331,7 +586,7 @@ class PretrainingSchema:
                                              "a positive number of rows (1: no padding), at most "
                                              "1024")
     # auto, true or false (bertkit.pretraining.padding_free)
-    padding_free: Any = _setting(choices="bertkit.pretraining.padding_free:SETTINGS")
+    padding_free: Any = _setting(choices=AUTO_OR_BOOL)
     # A padding-free batch's sequence slots over those its mean instance needs: at least 1.
     sequence_slot_headroom: float = _setting("[1, inf)")
 
@@ -357,27 +612,43 @@ class HeldoutSchema:
 
 
 @dataclass
-class CorpusSchema:
-    name: str
-    source: str = _setting(choices=("local", "hub"))
-    # Local files only (null for a Hub corpus); corpus.parts' own formats are checked where
-    # they are read (bertkit.pretraining.corpora), a list's items being out of a schema's reach.
-    format: str | None = _setting(choices="bertkit.pretraining.corpora:FORMATS")
-    # A list of files or glob patterns (or one), and parts: [{format, files}]; whether the files
-    # exist is checked when they are read.
-    files: Any = _setting(reads="files")
-    parts: Any = _setting(reads="files")  # [{format, files}]
-    max_documents: int | None = _setting(COUNT, "null (all) or a positive integer")
+class CorpusHubSchema:
+    """corpus.hub: a Hugging Face dataset as the corpus (corpus.source=hub)."""
+
+    path: str | None = None
+    # The dataset's configuration.
+    name: str | None = None
+    split: str = "train"
+    text_column: str = "text"
+    # Read as training consumes it, nothing downloaded up front.
+    streaming: bool = False
+    # Rows joined into one document (one row: one document).
+    rows_per_document: int = _default(1, COUNT)
 
 
 @dataclass
-class CorpusHubSchema:
-    path: str | None
-    name: str | None
-    split: str
-    text_column: str
-    streaming: bool
-    rows_per_document: int = _setting(COUNT)
+class CorpusSchema:
+    """conf/corpus/ (stored as corpus_schema): pretraining's text, local files or a Hub
+    dataset (bertkit/pretraining/corpora.py)."""
+
+    name: str = MISSING
+    # local: files on disk (files, format); hub: a Hugging Face dataset (hub).
+    source: str = _default("local", choices=("local", "hub"))
+    # Local files only (null for a Hub corpus): google (a sentence a line, a blank line
+    # between documents), wikitext (raw WikiText, articles at ` = Title = `) or text (plain
+    # prose, one document per file). corpus.parts' own formats are checked where they are
+    # read (bertkit.pretraining.corpora), a list's items being out of a schema's reach.
+    format: str | None = _default("google", choices=CORPUS_FORMATS)
+    # Files or glob patterns (sorted when expanded), read in this order; whether they exist is
+    # checked when they are read. ??? until a preset or the command line gives them.
+    files: Any = _default(MISSING, reads="files")
+    # Files in several formats instead: [{format, files}].
+    parts: Any = _default(None, reads="files")
+    # Only the first this many documents (quick runs); null: all.
+    max_documents: int | None = _default(None, COUNT, "null (all) or a positive integer")
+    hub: CorpusHubSchema = field(default_factory=CorpusHubSchema)
+    # A generated corpus's sizes (corpus=demo; SyntheticSchema, checked as the job starts).
+    synthetic: Any = None
 
 
 @dataclass
@@ -431,42 +702,49 @@ class PeakTflopsSchema:
     tf32: float = _setting("(0, inf)")
 
 
-# group -> its schema, stored outside every group as <group>_schema (a YAML of the group lists
-# `/<group>_schema@_here_` first): in the group it would be offered as one of its choices by
-# `bertkit --help` and tab completion (trainer=schema), and it is no setting a user picks.
-SCHEMAS = {"trainer": TrainerSchema}
-# node -> the schema of the keys it must hold to (the root: ""); checked, not composed.
-# A `*` in a path stands for every key of that node (each GPU of throughput.peak_tflops).
+# group -> its schema, stored outside every group as <group>_schema (each YAML of the group
+# lists `/<group>_schema@_here_` first, or a preset that does): in the group it would be offered
+# as one of its choices by `bertkit --help` and tab completion (trainer=schema), and it is no
+# setting a user picks. The root's, RunSchema, is stored as run_schema (conf/config.yaml).
+GROUPS = {"trainer": TrainerSchema, "model": ModelSchema, "finetuning": FinetuningSchema,
+          "masking": MaskingSchema, "objective": ObjectiveSchema, "corpus": CorpusSchema,
+          "logger": LoggerSchema}
+# node -> its schema, for every node OmegaConf types as Hydra composes (a wrong type refused
+# then; ranges and choices by check_ranges), the root ("") first: the trainer group
+# interpolates the root's seed.
+SCHEMAS = {"": RunSchema, "early_stopping": EarlyStoppingSchema, "budget": BudgetSchema,
+           "model_card": ModelCardSchema, "debug": DebugSchema, **GROUPS,
+           "model.fetch": ModelFetchSchema, "model.feature_based": FeatureBasedSchema,
+           "finetuning.intermediate": IntermediateSchema, "finetuning.lora": LoraSchema,
+           "finetuning.r3f": R3FSchema, "corpus.hub": CorpusHubSchema}
+# node -> the schema of the keys it must hold to, for the nodes that task families and
+# recipes extend with keys of their own (task, the pretraining recipe's nodes) and the
+# free-form ones (model.config: BertConfig's keys); checked, not composed. A `*` in a path
+# stands for every key of that node (each GPU of throughput.peak_tflops).
 SETTINGS = {
-    "": RunSchema, "task": TaskSchema, "budget": BudgetSchema,
-    "early_stopping": EarlyStoppingSchema, "task.columns": ConllColumnsSchema,
+    "task": TaskSchema, "task.columns": ConllColumnsSchema,
     "task.headerless_columns": HeaderlessColumnsSchema, "task.synthetic": SyntheticSchema,
-    "model": ModelSchema, "model.config": BertConfigSchema, "model.fetch": ModelFetchSchema,
-    "model.feature_based": FeatureBasedSchema, "finetuning": FinetuningSchema,
-    "finetuning.lora": LoraSchema, "finetuning.r3f": R3FSchema, "objective": ObjectiveSchema,
-    "masking": MaskingSchema, "pretraining": PretrainingSchema,
+    "model.config": BertConfigSchema, "pretraining": PretrainingSchema,
     "pretraining.long_phase": LongPhaseSchema, "heldout": HeldoutSchema,
-    "heldout.masking": MaskingSchema, "corpus": CorpusSchema, "corpus.hub": CorpusHubSchema,
-    "corpus.synthetic": SyntheticSchema, "tokenizer_training": TokenizerTrainingSchema,
-    "throughput.peak_tflops.*": PeakTflopsSchema}
+    "heldout.masking": MaskingSchema, "corpus.synthetic": SyntheticSchema,
+    "tokenizer_training": TokenizerTrainingSchema, "throughput.peak_tflops.*": PeakTflopsSchema}
 
 
 def register_schemas() -> None:
+    """Each group's schema as <group>_schema; the root's as run_schema, open while Hydra
+    composes (struct false: a recipe's own nodes are added), which Hydra closes once composed
+    (it sets the root to struct before it applies the command line's overrides)."""
     store = ConfigStore.instance()
-    for group, schema in SCHEMAS.items():
+    for group, schema in GROUPS.items():
         store.store(name=f"{group}_schema", node=schema)
+    store.store(name="run_schema", node=OmegaConf.structured(RunSchema, flags={"struct": False}))
 
 
 def choices_of(bounds) -> tuple | None:
-    """A field's choices: a tuple, or "module:NAME" of a tuple, dict, Enum or other iterable
-    (a registry's names) kept by the code that reads the key (imported when a value is
-    checked, so the lists are never copied)."""
+    """A field's choices, each as a config holds it (an Enum default of a plugin's field, as
+    Optuna's direction, by its word)."""
     choices = bounds.get("choices")
-    if isinstance(choices, str):
-        module, name = choices.split(":")
-        found = getattr(importlib.import_module(module), name)
-        choices = tuple(_choice(item) for item in found)
-    return choices
+    return None if choices is None else tuple(_choice(item) for item in choices)
 
 
 def _choice(item):
@@ -640,18 +918,19 @@ _CHECKED: ContextVar[DictConfig | None] = ContextVar("bertkit_checked_config", d
 
 
 def check_ranges(cfg: DictConfig) -> None:
-    """The config's values held to their schemas, before a job starts: the composed groups'
-    ranges (their types were checked at composition), and the SETTINGS nodes' types and
-    ranges; as done, for the config checked_once checked (finetune's, pretrain's own call)."""
+    """The config's values held to their schemas, before a job starts: the SETTINGS nodes'
+    types and ranges, then the typed nodes' ranges (their types were checked at composition);
+    as done, for the config checked_once checked (finetune's, pretrain's own call). The
+    untyped first: a typed key may take its value from one (trainer.learning_rate:
+    ${task.learning_rate}), and the message then names the key the user set."""
     if cfg is _CHECKED.get():
         return
-    for path, schema in SETTINGS.items():  # first: the trainer group interpolates the root's
+    for path, schema in SETTINGS.items():
         for at, node in nodes(cfg, path):
             _check_node(at, node, schema, typed=False)
-    for group, schema in SCHEMAS.items():
-        node = OmegaConf.select(cfg, group)
-        if node is not None:
-            _check_node(group, node, schema, typed=True)
+    for path, schema in SCHEMAS.items():
+        for at, node in nodes(cfg, path):
+            _check_node(at, node, schema, typed=True)
 
 
 @contextmanager
@@ -679,8 +958,8 @@ def input_keys() -> tuple[str, ...]:
     """Every key that names a file or folder a run reads (metadata `reads`), e.g.
     model.tokenizer: what a run's identity compares by content (bertkit.reporting.identity)."""
     return tuple(f"{path}.{spec.name}" if path else spec.name
-                 for path, schema in SETTINGS.items() for spec in dataclasses.fields(schema)
-                 if spec.metadata.get("reads"))
+                 for path, schema in {**SCHEMAS, **SETTINGS}.items()
+                 for spec in dataclasses.fields(schema) if spec.metadata.get("reads"))
 
 
 def schema_field(key: str) -> dataclasses.Field | None:
@@ -733,7 +1012,7 @@ PLUGIN_SETTINGS: dict[str, dict[str, dict]] = {
         "signal_delay_s": _bounds("[0, inf)"), "max_num_timeout": _bounds("[0, inf)"),
         "array_parallelism": _bounds(COUNT)},
     f"{_OPTUNA}:OptunaSweeperConf": {
-        "direction": _bounds(choices=f"{_OPTUNA}:Direction"),
+        "direction": _bounds(choices=("minimize", "maximize")),
         "n_trials": _bounds(COUNT), "n_jobs": _bounds(COUNT),
         "max_failure_rate": _bounds(SHARE)},
     f"{_OPTUNA}:TPESamplerConfig": {

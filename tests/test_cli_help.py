@@ -5,9 +5,11 @@ records, cards) is offered as a group."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -158,3 +160,45 @@ def test_the_completion_command_offers_the_groups_yaml_files():
     """`bertkit -sc query=bash` as the installed completion script calls it (COMP_LINE)."""
     answer = bertkit("-sc", "query=bash", env_extra={"COMP_LINE": "bertkit trainer="})
     assert answer.split() == sorted(f"trainer={name}" for name in tree_groups()["trainer"])
+
+
+# What `bertkit` answers before any job runs, and the modules it must not import for it (about
+# 6 s of torch, transformers and peft, where the answer takes about one).
+HEAVY = ("torch", "transformers", "peft")
+PROBE = """
+import json, os, sys
+from bertkit.cli import main
+sys.argv = ["bertkit", *json.loads(os.environ["PROBE_ARGS"])]
+try:
+    main()
+    code = 0
+except SystemExit as stop:
+    code = stop.code
+with open(os.environ["PROBE_OUT"], "w") as out:
+    json.dump({"code": code, "heavy": [m for m in HEAVY if m in sys.modules]}, out)
+""".replace("HEAVY", repr(HEAVY))
+
+
+@pytest.mark.parametrize("args, comp_line, code, said", [
+    (["--help"], None, 0, "bertkit: BERT pretraining and finetuning"),
+    (["-sc", "query=bash"], "bertkit trainer=", 0, "trainer=finetune"),
+    (["trainer.learning_rate=fast"], None, 2,
+     "bertkit: error: trainer.learning_rate='fast': expected a number"),
+    (["task=rtee"], None, 1, "Could not find 'task/rtee'"),
+])
+def test_the_command_answers_without_importing_torch(args, comp_line, code, said, tmp_path):
+    """`bertkit --help`, tab completion and a value refused as the config is composed import
+    neither torch nor transformers: the jobs are imported where a job runs (bertkit.cli)."""
+    env = {**os.environ, "WANDB_MODE": "disabled", "PROBE_ARGS": json.dumps(args),
+           "PROBE_OUT": str(tmp_path / "probe.json")}
+    env.pop("HYDRA_FULL_ERROR", None)
+    if comp_line is not None:
+        env["COMP_LINE"] = comp_line
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", PROBE], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    seconds = time.perf_counter() - started
+    probe = json.loads((tmp_path / "probe.json").read_text())
+    assert probe == {"code": code, "heavy": []}, done.stderr[-2000:]
+    assert said in done.stdout + done.stderr
+    print(f"bertkit {' '.join(args)}: {seconds:.1f} s")  # shown by pytest -s; not a bound

@@ -7,7 +7,8 @@ the composed configs and the schema, so that a key added tomorrow is covered the
 - each such key set to boundary values (0, -1, a huge number, a fraction, a word), and each
   enumerated key to a word not in its list, is either accepted or refused before the job
   starts with one line that names the key: a BertkitError from check_ranges, or, for the
-  ConfigStore-typed trainer group, Hydra's composition error as bertkit's one line.
+  ConfigStore-typed nodes (the root, trainer, model, ...), Hydra's composition error as
+  bertkit's one line.
 """
 
 from __future__ import annotations
@@ -111,9 +112,10 @@ def enumerated_keys() -> dict[str, str]:
 
 
 def _typed(key: str) -> bool:
-    """A key of a ConfigStore-typed group (trainer): OmegaConf refuses a wrong type as the
-    config is composed, so the wrong-typed value goes through Hydra's override."""
-    return key.split(".")[0] in SCHEMAS
+    """A key of a node OmegaConf types as Hydra composes (the root, the trainer, model, ...
+    groups: SCHEMAS): a wrong type is refused then, so the wrong-typed value goes through
+    Hydra's override."""
+    return key.rpartition(".")[0] in SCHEMAS
 
 
 def undeclared(keys: dict[str, str]) -> list[str]:

@@ -99,7 +99,8 @@ def test_pretrain_recipe_carries_the_paper_defaults():
 def test_objectives_compose(objective, task, packing):
     cfg = compose_config(["recipe=pretrain", f"objective={objective}", "masking=dynamic"])
     assert (cfg.objective.sentence_task, cfg.objective.packing) == (task, packing)
-    assert cfg.masking.kind == "dynamic" and "dupe_factor" not in cfg.masking
+    # dupe_factor: static masking's copies, the schema's default, unread by dynamic masking.
+    assert cfg.masking.kind == "dynamic" and cfg.masking.dupe_factor == 10
 
 
 def test_small_and_ablation_presets_run_offline():

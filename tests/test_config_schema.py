@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from transformers import TrainingArguments
 
 from bertkit import config_schema
+from bertkit.cli import composition_message
 from bertkit.config_paths import recipes_dir
 from bertkit.config_schema import TrainerSchema, check_ranges
 from bertkit.errors import BertkitError
@@ -42,7 +43,8 @@ from tests.conftest import compose_config
     ("trainer.max_steps=-2", "trainer.max_steps=-2: expected a number >= -1"),
     ("trainer.logging_steps=0", "trainer.logging_steps=0.0: expected a positive number"),
     ("trainer.num_train_epochs=three", "trainer.num_train_epochs='three': expected a number"),
-    # The nodes recipes extend (bertkit.config_schema.SETTINGS): type and range at the edge.
+    # The task node (bertkit.config_schema.SETTINGS) and the typed root: type and range at the
+    # edge.
     ("task.max_seq_length=0", "task.max_seq_length=0: expected an integer of at least 3"),
     ("task.max_seq_length=64.5", "task.max_seq_length=64.5: expected an integer of at least 3"),
     ("pad_to_multiple_of=0", "pad_to_multiple_of=0: expected a number >= 1"),
@@ -51,14 +53,21 @@ from tests.conftest import compose_config
     ("gpu_dataloader_workers=-1", "gpu_dataloader_workers=-1: expected a number >= 0"),
     ("seed=x", "seed='x': expected an integer in [0, 2**32 - 1] (numpy's and torch's seeds)"),
     ("seed=-1", "seed=-1: expected an integer in [0, 2**32 - 1] (numpy's and torch's seeds)"),
-    ("train_fraction=0", "train_fraction=0: expected a number in (0, 1], or null for the "
+    # A typed float holds 0 as 0.0 (as the trainer's learning_rate does).
+    ("train_fraction=0", "train_fraction=0.0: expected a number in (0, 1], or null for the "
                          "whole schedule"),
     ("early_stopping.threshold=-0.1", "early_stopping.threshold=-0.1: expected a number >= 0"),
-    ("budget.min_lr_ratio=2", "budget.min_lr_ratio=2: expected a share of the peak learning "
+    ("budget.min_lr_ratio=2", "budget.min_lr_ratio=2.0: expected a share of the peak learning "
                               "rate in [0, 1]"),
 ])
 def test_a_value_out_of_range_is_refused_before_the_run_starts(override, message, tmp_path):
-    cfg = compose_config([override])
+    """Refused as the config is composed (a typed node's wrong type: bertkit's one line, as
+    the command prints it) or as the job starts (a range), in the same words."""
+    try:
+        cfg = compose_config([override])
+    except ConfigCompositionException as err:
+        assert composition_message(err) == message
+        return
     with pytest.raises(BertkitError, match="^" + re.escape(message) + "$"):
         run_job(cfg, run_dir=tmp_path / "run")
     assert not (tmp_path / "run").exists()
@@ -155,12 +164,13 @@ def test_the_schema_is_checked_once_per_job(monkeypatch):
     monkeypatch.setattr(config_schema, "nodes",
                         lambda cfg, path: walks.append(path) or walk(cfg, path))
     cfg = compose_config([])
+    once = len(config_schema.SETTINGS) + len(config_schema.SCHEMAS)
     with config_schema.checked_once(cfg):
-        assert len(walks) == len(config_schema.SETTINGS)
+        assert len(walks) == once
         check_ranges(cfg)
-        assert len(walks) == len(config_schema.SETTINGS)
+        assert len(walks) == once
         check_ranges(cfg.copy())
-        assert len(walks) == 2 * len(config_schema.SETTINGS)
+        assert len(walks) == 2 * once
     cfg.seed = -1
     with pytest.raises(BertkitError, match=r"^seed=-1: "):
         check_ranges(cfg)
@@ -206,3 +216,61 @@ def test_a_boolean_choice_accepts_only_its_own_spelling(key):
         assert str(error.value) == f"{key}={value!r}: expected one of {typed}"
     for value in choices:
         check_ranges(_config_with(key, value))
+
+
+# Each choice list the schema writes out -> the list its reader keeps ("module:NAME"): the
+# schema's copy lets a config be checked without importing torch or transformers.
+CHOICE_SOURCES = {
+    "SCHEDULERS": "transformers.trainer_utils:SchedulerType",
+    "OPTIMIZERS": "transformers.training_args:OptimizerNames",
+    "INTERVALS": "transformers.trainer_utils:IntervalStrategy",
+    "SAVE_INTERVALS": "transformers.trainer_utils:SaveStrategy",
+    "ACTIVATIONS": "transformers.activations:ACT2FN",
+    "COMPILE_MODES": "bertkit.training.static_shapes:COMPILE_MODES",
+    "PRECISIONS": "bertkit.training.run:PRECISIONS",
+    "DATA_SOURCES": "bertkit.data.sources:DATA_SOURCES",
+    "ATTENTION": "bertkit.training.models:CHOICES",
+    "TAG_SCHEMES": "bertkit.tasks.ner.files:TAG_SCHEMES",
+    "NER_LAYERS": "bertkit.tasks.ner.feature_based_tagger:LAYER_COMBINATIONS",
+    "NER_CLASSIFIERS": "bertkit.tasks.ner.feature_based_tagger:CLASSIFIERS",
+    "POOLING": "bertkit.finetuning.methods.mean_pooling:POOLING",
+    "NOISE": "bertkit.finetuning.r3f_loss:NOISE",
+    "MASKING_KINDS": "bertkit.pretraining.run:MASKING_KINDS",
+    "MASKING_UNITS": "bertkit.pretraining.masking:UNITS",
+    "MASKING_CONVENTIONS": "bertkit.pretraining.masking:CONVENTIONS",
+    "OBJECTIVES": "bertkit.pretraining.objective:NAMES",
+    "PACKINGS": "bertkit.pretraining.objective:PACKINGS",
+    "SENTENCE_TASKS": "bertkit.pretraining.objective:SENTENCE_TASKS",
+    "CORPUS_FORMATS": "bertkit.pretraining.corpora:FORMATS",
+}
+
+
+def _choice_words(found) -> tuple:
+    """A reader's list as a config spells its items (an Enum by its word)."""
+    import enum
+
+    return tuple(item.value if isinstance(item, enum.Enum) and isinstance(item.value, str)
+                 else item.name if isinstance(item, enum.Enum) else item for item in found)
+
+
+@pytest.mark.parametrize("name", sorted(CHOICE_SOURCES))
+def test_the_schemas_choices_are_their_readers_own(name):
+    import importlib
+
+    module, attribute = CHOICE_SOURCES[name].split(":")
+    readers = _choice_words(getattr(importlib.import_module(module), attribute))
+    assert sorted(map(str, getattr(config_schema, name))) == sorted(map(str, readers)), name
+
+
+def test_train_sampling_choices_are_training_arguments_own():
+    metadata = {f.name: f for f in dataclasses.fields(TrainingArguments)}[
+        "train_sampling_strategy"].metadata
+    assert list(config_schema.SAMPLING) == list(metadata["choices"])
+
+
+def test_the_auto_or_boolean_settings_are_their_readers_own():
+    from bertkit.pretraining.padding_free import SETTINGS
+    from bertkit.training.progress import PROGRESS_BARS
+
+    for readers in (SETTINGS, PROGRESS_BARS):
+        assert tuple(readers) == config_schema.AUTO_OR_BOOL

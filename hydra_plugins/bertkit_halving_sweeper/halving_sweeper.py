@@ -26,18 +26,17 @@ from bertkit.data.atomic_files import write_json_atomic, write_text_atomic
 from bertkit.data.job_overrides import configuration_of
 from bertkit.errors import BertkitError
 from bertkit.secret_masking import mask_secrets
-from bertkit.sweeps.halving import (
-    HalvingLedger,
-    JobOutcome,
-    bracket_of,
-    delete_weights,
-    read_outcome,
-    rung_fractions,
-    set_aside_rung_result,
-    survivors,
-)
 
 log = logging.getLogger("bertkit")
+
+
+def halving():
+    """bertkit.sweeps.halving (the rungs, the ledger, the survivors), imported when a sweep
+    starts, not with the plugin: Hydra imports every plugin at each start of `bertkit`, --help
+    too, and the rungs' readers bring pyarrow (about half a second)."""
+    import bertkit.sweeps.halving
+
+    return bertkit.sweeps.halving
 
 
 # A parameter's range ("interval", as bertkit.config_schema writes them) and the message's
@@ -75,7 +74,7 @@ class SuccessiveHalvingSweeper(Sweeper):
         super().__init__()
         self.params = dict(params or {})
         self.eta = float(eta)
-        self.fractions = rung_fractions(float(min_fraction), self.eta)
+        self.fractions = halving().rung_fractions(float(min_fraction), self.eta)
         self.replicate_keys = list(replicate_keys)
         self.greater_is_better = greater_is_better
         self.delete_when_stopped = list(delete_when_stopped)
@@ -109,15 +108,15 @@ class SuccessiveHalvingSweeper(Sweeper):
         jobs = self.grid(arguments)
         searched = [key.lstrip("+~") for key in self.params]
         configuration = {job: configuration_of(job, self.replicate_keys) for job in jobs}
-        bracket = {job: bracket_of(job, searched, self.replicate_keys) for job in jobs}
-        ledger = HalvingLedger(self.fractions, self.eta)
+        bracket = {job: halving().bracket_of(job, searched, self.replicate_keys) for job in jobs}
+        ledger = halving().HalvingLedger(self.fractions, self.eta)
         run_dirs: dict[tuple[str, ...], Path] = {}
         alive = list(jobs)
         started, next_job_num, returns = time.perf_counter(), 0, []
         for rung, fraction in enumerate(self.fractions):
             if rung > 0:
                 for job in alive:
-                    set_aside_rung_result(run_dirs[job], rung - 1)
+                    halving().set_aside_rung_result(run_dirs[job], rung - 1)
             extra = [f"train_fraction={fraction}"] + (["resume=true"] if rung > 0 else [])
             batch = [[*job, *extra] for job in alive]
             log.info("successive halving, rung %d: %d jobs train to %.0f%% of their schedule",
@@ -134,9 +133,9 @@ class SuccessiveHalvingSweeper(Sweeper):
                         f"job {' '.join(job)} ran in {run_dir} in rung {rung} but in "
                         f"{run_dirs[job]} before: hydra.sweep.subdir must name each job by "
                         f"its overrides (as sweep=paper_grid_halving does), not by job number")
-                outcomes[job] = (read_outcome(run_dir, result.return_value)
+                outcomes[job] = (halving().read_outcome(run_dir, result.return_value)
                                  if result.status == JobStatus.COMPLETED
-                                 else JobOutcome(run_dir, None,
+                                 else halving().JobOutcome(run_dir, None,
                                                  error=repr(result._return_value)))
             if rung == 0:
                 self._check_distinct_dirs(run_dirs)
@@ -149,7 +148,7 @@ class SuccessiveHalvingSweeper(Sweeper):
                             "nothing learned yet): widen the grid or the first rung", rung)
             stopped = [job for job in alive if configuration[job] not in kept]
             for job in stopped:
-                delete_weights(run_dirs[job], self.delete_when_stopped)
+                halving().delete_weights(run_dirs[job], self.delete_when_stopped)
             alive = [job for job in alive if configuration[job] in kept]
             summary = {**ledger.as_dict(), "wall_seconds": round(time.perf_counter() - started, 2)}
             write_json_atomic(sweep_dir / "halving.json", mask_secrets(summary))
@@ -172,7 +171,7 @@ class SuccessiveHalvingSweeper(Sweeper):
                     scores.items() if any(v is not None for v in values)}
         kept = set()
         for scores in by_bracket.values():
-            kept.update(survivors(scores, self.eta, self.greater_is_better))
+            kept.update(halving().survivors(scores, self.eta, self.greater_is_better))
         return kept
 
     @staticmethod
