@@ -119,8 +119,7 @@ def check_finished_run(cfg: DictConfig, run_dir: Path, keep: frozenset[str] = fr
     overwrite=true with resume=true on a finished run (the two ask opposite things)."""
     job = JOBS[cfg.recipe.job]
     found = finished_run(run_dir)
-    overwrite = OmegaConf.select(cfg, "overwrite", default=False) is True
-    resume = OmegaConf.select(cfg, "resume", default=False)
+    overwrite, resume = cfg.overwrite is True, cfg.resume
     resuming = job.resumes and resume in (True, "auto")
     if found is None:
         return SET_ASIDE if overwrite and not resuming and holds_earlier_run(run_dir, keep) \
@@ -187,7 +186,7 @@ def extends_schedule(cfg: DictConfig, run_dir: Path) -> bool:
         return False
     longer = False
     for key in SCHEDULE_KEYS:
-        old, new = (OmegaConf.select(node, key, default=None) for node in (finished, cfg))
+        old, new = (OmegaConf.select(node, key) for node in (finished, cfg))
         if old == new:
             continue
         numbers = all(isinstance(value, (int, float)) and not isinstance(value, bool)
@@ -223,7 +222,7 @@ def launch_files(run_dir: Path) -> frozenset[str]:
     if not HydraConfig.initialized():
         return frozenset()
     hydra_cfg = HydraConfig.get()
-    output_dir = OmegaConf.select(hydra_cfg, "runtime.output_dir", default=None)
+    output_dir = OmegaConf.select(hydra_cfg, "runtime.output_dir")  # ??? outside a launch
     if output_dir is None or Path(output_dir).resolve() != Path(run_dir).resolve():
         return frozenset()
     names = {str(hydra_cfg.output_subdir)} if hydra_cfg.output_subdir is not None else set()
@@ -298,7 +297,7 @@ def prepare_job(cfg: DictConfig, run_dir: Path | None) -> dict | None:
         if folder is not None:
             logger.warning(set_aside_message(run_dir, folder))
     # Whether the Hub can be reached is checked at its first use (bertkit.data.hub).
-    use_hub_settings(OmegaConf.select(cfg, "hub_check_seconds"),
+    use_hub_settings(cfg.hub_check_seconds,
                      lambda: offline_ways(config_dir()))
     check_local_files(cfg.model, fetched_only=True)  # model=minilm_l6: make minilm
     apply_progress_bars(cfg)  # bars on a terminal only (auto)

@@ -53,7 +53,7 @@ from bertkit.pretraining.training_data import (
 )
 from bertkit.secret_masking import mask_secrets
 from bertkit.training.budget import TrainingClock
-from bertkit.training.model_card import CardSettings, run_card, write_card
+from bertkit.training.model_card import run_card, write_card
 from bertkit.training.models import check_model_settings, tokenizer_size
 from bertkit.training.run import (
     Outcome,
@@ -189,7 +189,7 @@ def pretrain(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     outcome = _outcome(cfg.recipe.name, job, trainer, data, run, setup.run_dir, inputs,
                        limited)
     publish(setup, run, outcome)
-    record = _downstream(downstream_settings(cfg), setup.card, outcome.record, setup.run_dir,
+    record = _downstream(downstream_settings(cfg), setup.cfg, outcome.record, setup.run_dir,
                          run.main)
     push_if_asked(setup, trainer, record)
     return record
@@ -201,7 +201,7 @@ def prepare_data(job: DataSettings, setup: RunSetup) -> tuple[PretrainingData, d
     finetunes apart by these, not by the paths they were given (bertkit.reporting.identity).
     Compiled, the compile caches go under cache_dir first, shared with other runs."""
     if setup.args.torch_compile:
-        prepare_compile(setup.compile)
+        prepare_compile(setup.cfg.cache_dir)
     with setup.args.main_process_first(desc="preparing the pretraining data"):
         data = prepare_pretraining_data(job, setup.args)
         inputs = {**model_input_fingerprints(job.model, data.tokenizer, job.cache_dir),
@@ -320,7 +320,7 @@ def _outcome(recipe: str, job: DataSettings, trainer, data: PretrainingData, run
     return Outcome(record, final, None, printout)
 
 
-def _downstream(settings: DownstreamSettings, card: CardSettings, record: dict, run_dir: Path,
+def _downstream(settings: DownstreamSettings, card: DictConfig, record: dict, run_dir: Path,
                 main: bool) -> dict:
     """The downstream finetunes, once the pretraining W&B run is closed (they open their
     own), on every process (a finetune under torchrun needs all of them); their scores go

@@ -47,8 +47,8 @@ from bertkit.pretraining.phases import Phase, phase_steps
 from bertkit.pretraining.static_masking import static_masked_copies
 from bertkit.pretraining.wordpiece import ensure_trained_tokenizer, trained_tokenizer_dir
 from bertkit.training.models import load_tokenizer
-from bertkit.training.progress import every_bar_shown, preprocessing_stage, progress_setting
-from bertkit.training.static_shapes import compile_settings, static_shapes_pay
+from bertkit.training.progress import every_bar_shown, preprocessing_stage
+from bertkit.training.static_shapes import static_shapes_pay
 
 logger = logging.getLogger(__name__)
 
@@ -101,8 +101,8 @@ def data_settings(cfg: DictConfig) -> DataSettings:
         preprocessing_num_workers=cfg.preprocessing_num_workers,
         seed=OmegaConf.select(cfg, "seed"),
         pad_to_multiple_of=OmegaConf.select(cfg, "pad_to_multiple_of"),
-        static_shapes=static_shapes_pay(compile_settings(cfg)),
-        library_bars=every_bar_shown(progress_setting(cfg)))
+        static_shapes=static_shapes_pay(cfg),
+        library_bars=every_bar_shown(cfg.progress_bars))
 
 
 # The stages of the data preparation, in order: each prints one line when it ends (its count

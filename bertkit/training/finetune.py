@@ -36,7 +36,6 @@ from bertkit.training.run import (
 )
 from bertkit.training.static_shapes import (
     CompileRecord,
-    CompileSettings,
     compile_graphs,
     decide_compile,
     planned_steps,
@@ -57,7 +56,7 @@ def finetune(cfg: DictConfig, family: TaskFamily, run_dir: Path | None = None,
                           cfg.cache_dir, cfg.preprocessing_num_workers)
     model, hyperparameters = build_model(cfg.task, cfg.model, family, methods, setup.args,
                                          inputs)
-    compiling = compile_if_it_pays(setup.compile, setup.args, len(inputs.data.features["train"]),
+    compiling = compile_if_it_pays(cfg, setup.args, len(inputs.data.features["train"]),
                                    cfg.task.max_seq_length)
     trainer = build_trainer(cfg.task, family, methods, setup, model, inputs)
     limited = limited_parts(inputs.splits, details)
@@ -192,14 +191,14 @@ def sample_limits(task: DictConfig) -> dict[str, int | None]:
     return {key: task.get(key) for key in SAMPLE_LIMIT_KEYS.values()}
 
 
-def compile_if_it_pays(settings: CompileSettings, args, train_rows: int,
+def compile_if_it_pays(cfg: DictConfig, args, train_rows: int,
                        max_seq_length: int) -> CompileRecord | None:
     """trainer.torch_compile decided for this run's length (static_shapes.decide_compile) and,
     compiled, Dynamo prepared for its graphs; returns what will record the compile's cost."""
-    decide_compile(settings, args, planned_steps(args, train_rows, args.world_size))
+    decide_compile(cfg, args, planned_steps(args, train_rows, args.world_size))
     if not args.torch_compile:
         return None
-    prepare_compile(settings, compile_graphs(max_seq_length, settings.bucket_width))
+    prepare_compile(cfg.cache_dir, compile_graphs(max_seq_length, cfg.bucket_width))
     return CompileRecord()
 
 

@@ -16,7 +16,7 @@ import shutil
 import time
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +46,7 @@ from bertkit.training.budget import (
     add_early_stopping,
     add_train_fraction,
     budget_hyperparameters,
-    budget_settings,
+    run_budget,
     show_budget_progress,
 )
 from bertkit.training.checkpoints import (
@@ -59,20 +59,9 @@ from bertkit.training.checkpoints import (
     checkpoint_folders,
     scan_checkpoints,
 )
-from bertkit.training.model_card import (
-    CardSettings,
-    card_settings,
-    check_hub_settings,
-    run_card,
-    write_card,
-)
-from bertkit.training.progress import progress_bars_shown, progress_setting
-from bertkit.training.static_shapes import (
-    CompileSettings,
-    compile_settings,
-    padding_multiple,
-    static_shapes_pay,
-)
+from bertkit.training.model_card import check_hub_settings, run_card, write_card
+from bertkit.training.progress import progress_bars_shown
+from bertkit.training.static_shapes import padding_multiple, static_shapes_pay
 from bertkit.training.throughput import add_throughput
 from bertkit.training.trainer import push_model
 from bertkit.training.wandb_logging import resolve_wandb_mode, start_wandb_run
@@ -93,31 +82,17 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class RunSetup:
-    """What start_run settled before the job reads its data."""
+    """What start_run settled before the job reads its data; the job's config, which the
+    later steps read their keys from (the callbacks, the card, keep_checkpoints)."""
 
+    cfg: DictConfig
     run_dir: Path
     args: TrainingArguments
     checkpoint: str | None  # the checkpoint to resume from (None: from the start)
     clock: TrainingClock  # the run's training clock, started by the trainer's ClockCallback
     pad_to_multiple_of: int | None  # finetuning batches' widths (static_shapes.padding_multiple)
     static_shapes: bool  # finetuning batches at full rows too (static_shapes.static_shapes_pay)
-    compile: CompileSettings  # whether and how the run compiles (static_shapes.compile_settings)
-    budget: Budget | None  # budget.* (budget.budget_settings; None: no time budget)
-    card: CardSettings  # what the model's card reads (model_card.card_settings)
-    watch: WatchSettings  # what attach_callbacks reads
-    keep_checkpoints: bool = False  # a finished run keeps its checkpoints (keep_checkpoints)
-
-
-@dataclass(frozen=True)
-class WatchSettings:
-    """The keys of the callbacks train_run attaches (attach_callbacks), read by start_run."""
-
-    early_stopping: DictConfig | None
-    metric_for_best_model: str | None
-    train_fraction: float | None
-    throughput: DictConfig | None
-    agree_every_steps: int
-    fsync_checkpoints: bool
+    budget: Budget | None  # budget.* (budget.run_budget; None: no time budget)
 
 
 @dataclass
@@ -145,24 +120,13 @@ def start_run(cfg: DictConfig, run_dir: Path | None = None) -> RunSetup:
     """Called after the job's own settings checks (the schema's check_ranges first among them:
     finetune and check_pretraining_config) and before it reads any data."""
     run_dir = Path(run_dir or hydra_run_dir())
-    budget = budget_settings(OmegaConf.select(cfg, "budget"),
-                             OmegaConf.select(cfg, "train_fraction"))
-    card = card_settings(cfg)
-    check_hub_settings(card)
-    args = build_training_arguments(argument_settings(cfg), run_dir, report_to(cfg.logger))
+    budget = run_budget(cfg.budget, cfg.train_fraction)
+    check_hub_settings(cfg)
+    args = build_training_arguments(cfg, run_dir, report_to(cfg.logger))
     checkpoint = resume_checkpoint(cfg.resume, args)
     set_seed(args.seed)
-    shapes = compile_settings(cfg)
-    pad_to = padding_multiple(shapes, args.bf16 or args.fp16)
-    watch = WatchSettings(
-        OmegaConf.select(cfg, "early_stopping"),
-        OmegaConf.select(cfg, "trainer.metric_for_best_model"),
-        OmegaConf.select(cfg, "train_fraction"), OmegaConf.select(cfg, "throughput"),
-        OmegaConf.select(cfg, "agree_every_steps", default=1),
-        OmegaConf.select(cfg, "fsync_checkpoints", default=True))
-    return RunSetup(run_dir, args, checkpoint, training_clock(), pad_to,
-                    static_shapes_pay(shapes), shapes, budget, card, watch,
-                    OmegaConf.select(cfg, "keep_checkpoints", default=False) is True)
+    return RunSetup(cfg, run_dir, args, checkpoint, training_clock(),
+                    padding_multiple(cfg, args.bf16 or args.fp16), static_shapes_pay(cfg), budget)
 
 
 def train_run(cfg: DictConfig, setup: RunSetup, trainer: Trainer, hyperparameters: dict,
@@ -205,8 +169,8 @@ def publish(setup: RunSetup, run: TrainingRun, outcome: Outcome) -> None:
     if not run.main:
         return
     write_json_atomic(setup.run_dir / METRICS_FILE, mask_secrets(outcome.record))
-    write_card(run_card(setup.card, outcome.record), setup.run_dir / "model")
-    if run.complete and not setup.keep_checkpoints:
+    write_card(run_card(setup.cfg, outcome.record), setup.run_dir / "model")
+    if run.complete and not setup.cfg.keep_checkpoints:
         removed = remove_checkpoints(Path(setup.args.output_dir))
         if removed:
             logger.info("keep_checkpoints=false: removed the finished run's %s from %s "
@@ -233,7 +197,7 @@ def push_if_asked(setup: RunSetup, trainer: Trainer, record: dict) -> None:
     """The model and its card to the Hub with trainer.push_to_hub=true; on every process (a
     sharded model saves from all)."""
     if trainer.args.push_to_hub:
-        push_model(trainer, run_card(setup.card, record), setup.run_dir / "model")
+        push_model(trainer, run_card(setup.cfg, record), setup.run_dir / "model")
 
 
 # ================================================================================================
@@ -346,16 +310,16 @@ def attach_callbacks(setup: RunSetup, trainer: Trainer, callbacks: Iterable) -> 
     trainer.add_callback(RemoveSetAsideRun())
     for callback in callbacks:
         trainer.add_callback(callback)
-    settings = setup.watch
-    add_early_stopping(settings.early_stopping, settings.metric_for_best_model, trainer)
-    stopper = add_train_fraction(settings.train_fraction, trainer)
-    budget = add_budget(setup.budget, trainer, setup.clock, settings.agree_every_steps)
+    cfg = setup.cfg
+    add_early_stopping(cfg.early_stopping, trainer.args.metric_for_best_model, trainer)
+    stopper = add_train_fraction(cfg.train_fraction, trainer)
+    budget = add_budget(setup.budget, trainer, setup.clock, cfg.agree_every_steps)
     if budget is not None:  # the bar counts the budget's time, not max_steps
         show_budget_progress(trainer, budget)
-    meter = add_throughput(settings.throughput, trainer)
-    preemption = PreemptionCallback(agree_every_steps=settings.agree_every_steps)
+    meter = add_throughput(cfg.throughput, trainer)
+    preemption = PreemptionCallback(cfg.agree_every_steps)
     trainer.add_callback(preemption)
-    if settings.fsync_checkpoints:
+    if cfg.fsync_checkpoints:
         trainer.add_callback(DurableCheckpoints())
     return Watch(preemption, stopper, budget, meter)
 
@@ -534,45 +498,24 @@ class TrainingArgumentsWithoutSecrets(TrainingArguments):
         return clone
 
 
-@dataclass(frozen=True)
-class ArgumentSettings:
-    """What TrainingArguments are built from, taken once at the job's entry
-    (argument_settings): the trainer node (resolved), mixed_precision, progress_bars and
+def build_training_arguments(cfg: DictConfig, run_dir: Path, report_to: list[str],
+                             trainer: dict | None = None) -> TrainingArguments:
+    """TrainingArguments from the trainer node (`trainer`: further options, TrainingArguments'
+    names, merged over it: a benchmark's arms), mixed_precision, progress_bars and
     gpu_dataloader_workers."""
-
-    trainer: dict
-    mixed_precision: str
-    progress_bars: bool | str = "auto"
-    gpu_dataloader_workers: int = 0
-
-    def with_trainer(self, options: dict) -> ArgumentSettings:
-        """These settings with these trainer options (TrainingArguments names the trainer
-        group may lack) merged in."""
-        merged = OmegaConf.to_container(OmegaConf.merge(self.trainer, options), resolve=True)
-        return replace(self, trainer=merged)
-
-
-def argument_settings(cfg: DictConfig) -> ArgumentSettings:
-    """The job's ArgumentSettings, from its config."""
-    return ArgumentSettings(OmegaConf.to_container(cfg.trainer, resolve=True),
-                            cfg.mixed_precision, progress_setting(cfg),
-                            OmegaConf.select(cfg, "gpu_dataloader_workers", default=0))
-
-
-def build_training_arguments(
-    settings: ArgumentSettings, run_dir: Path, report_to: list[str]
-) -> TrainingArguments:
-    options = copy.deepcopy(settings.trainer)
+    options = OmegaConf.to_container(cfg.trainer, resolve=True)
+    if trainer:  # names the trainer group may lack: merged outside its struct node
+        options = OmegaConf.to_container(OmegaConf.merge(options, trainer), resolve=True)
     # auto: eager here; a finetune decides once it knows its length (decide_compile), so the
     # benchmarks and pretraining, which build their arguments here, compile only when asked.
     options["torch_compile"] = options.get("torch_compile", False) is True
     check_sharding_launch(options)
     if options.get("disable_tqdm") is None:  # progress_bars decides (training.progress)
-        options["disable_tqdm"] = not progress_bars_shown(settings.progress_bars)
-    precision = resolve_mixed_precision(settings.mixed_precision)
+        options["disable_tqdm"] = not progress_bars_shown(cfg.progress_bars)
+    precision = resolve_mixed_precision(cfg.mixed_precision)
     options["dataloader_num_workers"] = resolve_dataloader_workers(
         options.get("dataloader_num_workers", 0), torch.cuda.is_available(),
-        settings.gpu_dataloader_workers, available_cores(), world_size())
+        cfg.gpu_dataloader_workers, available_cores(), world_size())
     if options["dataloader_num_workers"] == 0:
         # Prefetching and persistence are worker settings: DataLoader refuses them without.
         options.pop("dataloader_prefetch_factor", None)

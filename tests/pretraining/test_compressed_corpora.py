@@ -26,7 +26,7 @@ from bertkit.pretraining.corpora import corpus_documents, files_fingerprint
 from bertkit.pretraining.demo_corpus import ensure_demo_corpus
 from bertkit.pretraining.run import pretrain
 from bertkit.pretraining.training_data import data_settings, prepare_pretraining_data
-from bertkit.training.run import argument_settings, build_training_arguments
+from bertkit.training.run import build_training_arguments
 from tests.conftest import compose_config
 from tests.pretraining.test_corpus_source import corpus_config, documents
 from tests.pretraining.test_pretrain_recipe import small_run
@@ -90,7 +90,7 @@ def prepared(tmp_path: Path, corpus: Path, vocab: Path):
         "masking": "static", "masking.dupe_factor": 2, "objective": "mlm_nsp",
         "heldout.fraction": 0.2, "cache_dir": str(tmp_path / "cache")}))
     return prepare_pretraining_data(data_settings(cfg),
-                                    build_training_arguments(argument_settings(cfg), tmp_path, []))
+                                    build_training_arguments(cfg, tmp_path, []))
 
 
 @pytest.mark.slow

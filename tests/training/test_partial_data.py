@@ -190,7 +190,7 @@ def test_downstream_finetunes_carry_their_cuts_into_the_pretraining_record(monke
 
 def test_a_pretraining_card_marks_a_cut_downstream_finetune(tmp_path):
     """The card's downstream table: a finetune on part of its data says so, a full one not."""
-    from bertkit.training.model_card import card_settings, run_card
+    from bertkit.training.model_card import run_card
 
     cfg = compose_config(["experiment=pretrain_small"])
     cuts = {"validation": {"examples": 16, "of": 277}}
@@ -199,7 +199,7 @@ def test_a_pretraining_card_marks_a_cut_downstream_finetune(tmp_path):
               "downstream": {"rte": {"main_metric": "accuracy", "main_value": 0.5,
                                      LIMITED_SAMPLES: cuts},
                              "mrpc": {"main_metric": "accuracy", "main_value": 0.6}}}
-    text = str(run_card(card_settings(cfg), record))
+    text = str(run_card(cfg, record))
     rows = {line.split("|")[1].strip(): line for line in text.splitlines()
             if line.startswith(("| rte", "| mrpc"))}
     assert describe_cut("validation", cuts["validation"]) in rows["rte"]
