@@ -7,7 +7,7 @@ import logging
 
 from transformers import TrainerCallback
 
-from bertkit.finetuning.freezing import set_trainable
+from bertkit.finetuning.layers import set_trainable
 
 logger = logging.getLogger(__name__)
 

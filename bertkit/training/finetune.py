@@ -21,7 +21,7 @@ from bertkit.data.limited_samples import LIMITED_SAMPLES, cut_line, limited_samp
 from bertkit.data.metrics_file import INPUT_FINGERPRINTS, METRICS_FILE, metrics_record
 from bertkit.data.task_data import SAMPLE_LIMIT_KEYS, TaskData, TaskSplits, first_examples
 from bertkit.errors import BertkitError
-from bertkit.finetuning.active_methods import ActiveMethods
+from bertkit.finetuning.methods import ActiveMethods
 from bertkit.training.family import Evaluation, TaskFamily
 from bertkit.training.models import check_model_settings, load_tokenizer, tokenizer_size
 from bertkit.training.run import (

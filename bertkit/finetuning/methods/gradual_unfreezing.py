@@ -6,20 +6,13 @@ from __future__ import annotations
 from bertkit.errors import BertkitError
 from bertkit.finetuning.callbacks import GradualUnfreezing as Schedule
 from bertkit.finetuning.layers import HEAD, depth_of, num_layers
-from bertkit.finetuning.method import Method, register
+from bertkit.finetuning.methods import Method
 
 
-@register
 class GradualUnfreezing(Method):
-    order = 80
-
-    @classmethod
-    def active(cls, settings) -> bool:
-        return settings.unfreeze_every is not None
-
     @classmethod
     def check(cls, settings, num_layers=None) -> None:
-        if cls.active(settings) and (settings.freeze_layers or settings.freeze_embeddings):
+        if settings.freeze_layers or settings.freeze_embeddings:
             raise BertkitError("finetuning.unfreeze_every unfreezes every layer in turn: it "
                                "does not combine with finetuning.freeze_embeddings or "
                                "finetuning.freeze_layers")

@@ -4,30 +4,18 @@ evaluated and saved, the adapter saved beside it."""
 from __future__ import annotations
 
 from bertkit.errors import BertkitError
-from bertkit.finetuning.method import Method, register
+from bertkit.finetuning.methods import Method
 from bertkit.trainer_internals import replace_model
 
 
-@register
 class Lora(Method):
-    order = 60  # last: it wraps what the other methods built
-
-    @classmethod
-    def active(cls, settings) -> bool:
-        return bool(settings.lora.enabled)
-
     @classmethod
     def check(cls, settings, num_layers=None) -> None:
-        if cls.active(settings) and (settings.freeze_layers or settings.freeze_embeddings
-                                     or settings.unfreeze_every is not None):
+        if (settings.freeze_layers or settings.freeze_embeddings
+                or settings.unfreeze_every is not None):
             raise BertkitError("finetuning.lora.enabled=true trains only the adapters and the "
                                "head: it does not combine with finetuning.freeze_embeddings, "
                                "finetuning.freeze_layers or finetuning.unfreeze_every")
-
-    @classmethod
-    def describe(cls, plain: dict) -> None:
-        if not plain["lora"]["enabled"]:
-            plain["lora"] = {"enabled": False}
 
     def apply(self, model):
         from bertkit.finetuning.lora_adapters import add_lora

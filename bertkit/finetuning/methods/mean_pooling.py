@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
-from bertkit.finetuning.method import Method, register
+from bertkit.finetuning.methods import Method
 
 POOLING = ("cls", "mean")  # finetuning.pooling's choices (config_schema)
 
 
-@register
 class MeanPooling(Method):
-    order = 30
-
-    @classmethod
-    def active(cls, settings) -> bool:
-        return settings.pooling == "mean"
-
     def apply(self, model):
         from bertkit.finetuning.head_inputs import use_mean_pooling
 

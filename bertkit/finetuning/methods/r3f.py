@@ -4,17 +4,10 @@
 from __future__ import annotations
 
 from bertkit.finetuning.callbacks import LogR3F
-from bertkit.finetuning.method import Method, register
+from bertkit.finetuning.methods import Method
 
 
-@register
 class R3F(Method):
-    order = 40
-
-    @classmethod
-    def active(cls, settings) -> bool:
-        return settings.r3f.weight > 0
-
     def apply(self, model):
         from bertkit.finetuning.r3f_loss import add_r3f
 
