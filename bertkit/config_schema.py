@@ -148,7 +148,7 @@ class RunSchema:
     train_fraction: float | None = _setting("(0, 1]",
                                             "a number in (0, 1], or null for the whole schedule")
     mixed_precision: str = _setting(choices="bertkit.training.run:PRECISIONS")
-    data_source: str = _setting(choices="bertkit.data.sources:DATA_SOURCES")
+    data_source: str = _setting(choices="bertkit.data.task_data:DATA_SOURCES")
     hub_check_seconds: float = _setting("(0, inf)", "a positive number of seconds")
     # auto, true or false (bertkit.training.progress)
     progress_bars: Any = _setting(choices="bertkit.training.progress:PROGRESS_BARS")

@@ -22,8 +22,8 @@ from bertkit.benchmarks.measure import PeakMemory, device_name, ratio, timed, ut
 from bertkit.benchmarks.report import optional, publish
 from bertkit.benchmarks.side_by_side import release, remove_if_empty
 from bertkit.benchmarks.sweep_launchers import launch
+from bertkit.data.atomic_files import read_json
 from bertkit.data.metrics_file import METRICS_FILE
-from bertkit.data.readback import read_json
 from bertkit.errors import BertkitError
 from bertkit.tasks.glue.family import FAMILY as GLUE
 from bertkit.training.models import load_tokenizer

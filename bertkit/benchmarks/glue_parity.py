@@ -28,8 +28,7 @@ from transformers import (
 from bertkit.benchmarks.measure import ratio, timed
 from bertkit.benchmarks.report import publish
 from bertkit.benchmarks.side_by_side import alternating, release
-from bertkit.data.atomic_files import write_json_atomic
-from bertkit.data.readback import read_json
+from bertkit.data.atomic_files import read_json, write_json_atomic
 from bertkit.errors import BertkitError
 from bertkit.reporting.statistics import (
     aso_epsilon,

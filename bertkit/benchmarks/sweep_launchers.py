@@ -15,8 +15,8 @@ from omegaconf import DictConfig
 
 from bertkit.benchmarks.measure import ratio, timed
 from bertkit.benchmarks.report import markdown_head, publish
+from bertkit.data.atomic_files import read_json
 from bertkit.data.metrics_file import METRICS_FILE
-from bertkit.data.readback import read_json
 from bertkit.errors import BertkitError
 
 RESULT_FILE = "sweep_bench.json"  # written last (bertkit.jobs.JOBS names it)

@@ -3,8 +3,9 @@ what tests and notebooks call with a config of their own (the lightning-hydra-te
 `train(cfg)`).
 
 recipe.job picks the job: finetune (the task family of task.family, through the one
-finetune job; two_stage.py when finetuning.intermediate.task is set), pretrain, or a
-benchmark. Sits above the families: nothing below imports it.
+finetune job, bertkit.training.finetune; two_stage.py when finetuning.intermediate.task is
+set), pretrain (bertkit.pretraining.run), or a benchmark. Sits above the families: nothing
+below imports it.
 
 A directory that holds a finished run (the result file some job writes when it is done) is
 never written into by a new job unless asked (check_finished_run): run_job makes the check
@@ -27,11 +28,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from bertkit.config_paths import config_dir
 from bertkit.config_schema import checked_once
+from bertkit.data.atomic_files import read_json
 from bertkit.data.hub import use_hub_settings
 from bertkit.data.metrics_file import FAILED_FILE, METRICS_FILE
-from bertkit.data.readback import read_json
 from bertkit.errors import BertkitError
-from bertkit.jobs.two_stage import finetune_two_stage, is_two_stage
+from bertkit.jobs.two_stage import finetune_two_stage
 from bertkit.registry import imported
 from bertkit.tasks import task_family
 from bertkit.training.checkpoints import (
@@ -264,7 +265,7 @@ def run_job(cfg: DictConfig, run_dir: Path | None = None) -> dict:
 
 
 def _run(job: str, cfg: DictConfig, run_dir: Path | None) -> dict:
-    if job == "finetune" and is_two_stage(cfg.finetuning):
+    if job == "finetune" and cfg.finetuning.intermediate.task is not None:  # STILTs
         return finetune_two_stage(cfg, run_dir or hydra_run_dir())
     if job == "finetune":
         return finetune(cfg, task_family(cfg.task.family), run_dir)

@@ -34,11 +34,6 @@ from bertkit.training.models import from_pretrained
 INTERMEDIATE = INTERMEDIATE_PREFIX.rstrip("/")
 
 
-def is_two_stage(finetuning: DictConfig) -> bool:
-    """finetuning.intermediate.task is set."""
-    return OmegaConf.select(finetuning, "intermediate.task") is not None
-
-
 def stage_configs(cfg: DictConfig, run_dir: Path) -> tuple[DictConfig, DictConfig]:
     """(the intermediate task's config, the target's config starting from its encoder)."""
     settings = cfg.finetuning.intermediate

@@ -18,7 +18,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 from transformers import PreTrainedTokenizerBase, TrainingArguments
 
-from bertkit.data.readback import discard_damaged_arrow_cache
+from bertkit.data.atomic_files import discard_damaged_arrow_cache
 from bertkit.errors import BertkitError
 from bertkit.pretraining.corpora import corpus_documents
 from bertkit.pretraining.demo_corpus import ensure_demo_corpus
@@ -158,7 +158,7 @@ def pretraining_documents(corpus: DictConfig, cache_dir: str, num_proc: int | No
     Every later step (tokenised documents, instances, static-mask copies, held-out sets) is a
     datasets.map cached beside the corpus's Arrow file, and datasets reads a cached file it
     finds without checking it: the caches are checked first and a cut one is deleted, to be
-    rebuilt (bertkit.data.readback). num_proc: preprocessing_num_workers."""
+    rebuilt (bertkit.data.atomic_files). num_proc: preprocessing_num_workers."""
     synthetic = OmegaConf.select(corpus, "synthetic")
     if synthetic is not None:
         ensure_demo_corpus(Path(corpus.files[0]), OmegaConf.to_container(synthetic))

@@ -15,8 +15,8 @@ import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from bertkit.data.atomic_files import read_json, read_yaml
 from bertkit.data.metrics_file import INPUT_FINGERPRINTS, METRICS_FILE, SCHEMA_VERSION, upgrade
-from bertkit.data.readback import read_json, read_yaml
 from bertkit.errors import BertkitError
 from bertkit.reporting.identity import MODEL_KEY, PRETRAINING, flatten, run_settings
 

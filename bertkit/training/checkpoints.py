@@ -40,7 +40,7 @@ from transformers.utils import (
     WEIGHTS_NAME,
 )
 
-from bertkit.data.readback import DamagedFile, read_json
+from bertkit.data.atomic_files import DamagedFile, read_json
 from bertkit.trainer_internals import callbacks_of
 
 # ================================================================================================

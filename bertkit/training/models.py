@@ -24,8 +24,8 @@ from transformers import (
 from transformers.tokenization_utils_base import TOKENIZER_CONFIG_FILE
 from transformers.utils import CONFIG_NAME, WEIGHTS_NAME, cached_file
 
+from bertkit.data.atomic_files import read_json
 from bertkit.data.hub import offline_error, require_hub
-from bertkit.data.readback import read_json
 from bertkit.errors import BertkitError
 
 # ================================================================================================

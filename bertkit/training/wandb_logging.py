@@ -21,10 +21,9 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from transformers import PreTrainedModel, TrainingArguments
 
-from bertkit.data.atomic_files import write_json_atomic
+from bertkit.data.atomic_files import read_json, read_yaml, write_json_atomic
 from bertkit.data.job_overrides import configuration_of, override_key, short_key
 from bertkit.data.limited_samples import LIMITED_SAMPLES
-from bertkit.data.readback import read_json, read_yaml
 from bertkit.errors import BertkitError
 from bertkit.secret_masking import is_secret_key, mask_secrets, masked_argv, stand_in
 from bertkit.training.models import count_parameters
