@@ -67,13 +67,13 @@ from bertkit.secret_masking import (
     remember_secrets,
 )
 from bertkit.training import wandb_logging
-from bertkit.training.checkpoints import Preempted, scan_checkpoints, set_aside
-from bertkit.training.run import (
+from bertkit.training.arguments import (
     CHECKPOINTS_DIR,
     is_main_process,
     join_submitit_tasks,
     run_stamp,
 )
+from bertkit.training.checkpoints import Preempted, scan_checkpoints, set_aside
 
 logger = logging.getLogger("bertkit")
 

@@ -147,7 +147,7 @@ class RunSchema:
     compile_min_steps: int = _setting("[0, inf)", "a number of optimizer steps, 0 or more")
     train_fraction: float | None = _setting("(0, 1]",
                                             "a number in (0, 1], or null for the whole schedule")
-    mixed_precision: str = _setting(choices="bertkit.training.run:PRECISIONS")
+    mixed_precision: str = _setting(choices="bertkit.training.arguments:PRECISIONS")
     data_source: str = _setting(choices="bertkit.data.task_data:DATA_SOURCES")
     hub_check_seconds: float = _setting("(0, inf)", "a positive number of seconds")
     # auto, true or false (bertkit.training.progress)

@@ -35,6 +35,7 @@ from bertkit.errors import BertkitError
 from bertkit.jobs.two_stage import finetune_two_stage
 from bertkit.registry import imported
 from bertkit.tasks import task_family
+from bertkit.training.arguments import CHECKPOINTS_DIR, is_main_process
 from bertkit.training.checkpoints import (
     checkpoint_folders,
     forget_set_aside,
@@ -44,7 +45,7 @@ from bertkit.training.checkpoints import (
 from bertkit.training.finetune import finetune
 from bertkit.training.models import check_local_files, offline_ways
 from bertkit.training.progress import apply_progress_bars
-from bertkit.training.run import CHECKPOINTS_DIR, hydra_run_dir, is_main_process
+from bertkit.training.run import hydra_run_dir
 
 logger = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from bertkit.pretraining.corpora import corpus_documents, files_fingerprint
 from bertkit.pretraining.demo_corpus import ensure_demo_corpus
 from bertkit.pretraining.run import pretrain
 from bertkit.pretraining.training_data import data_settings, prepare_pretraining_data
-from bertkit.training.run import build_training_arguments
+from bertkit.training.arguments import build_training_arguments
 from tests.conftest import compose_config
 from tests.pretraining.test_corpus_source import corpus_config, documents
 from tests.pretraining.test_pretrain_recipe import small_run

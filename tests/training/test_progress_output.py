@@ -21,8 +21,8 @@ import pytest
 import transformers.utils.logging
 
 from bertkit.pretraining.training_data import STAGES
+from bertkit.training.arguments import build_training_arguments
 from bertkit.training.progress import apply_progress_bars
-from bertkit.training.run import build_training_arguments
 from tests.conftest import compose_config, tiny_run_overrides
 from tests.pretraining.test_pretrain_recipe import small_run
 
