@@ -277,7 +277,7 @@ class FinetuningSchema:
     # epoch, or a whole number of optimizer steps.
     unfreeze_every: Any = _setting(COUNT, "epoch, a number of optimizer steps >= 1, or null (off)",
                                    choices=("epoch",), integer=True)
-    pooling: str = _setting(choices="bertkit.finetuning.methods.mean_pooling:POOLING")
+    pooling: str = _setting(choices="bertkit.finetuning.methods:POOLING")
 
 
 @dataclass
@@ -291,7 +291,7 @@ class LoraSchema:
 class R3FSchema:
     eps: float = _setting("(0, inf)")
     weight: float = _setting("[0, inf)")
-    noise: str = _setting(choices="bertkit.finetuning.r3f_loss:NOISE")
+    noise: str = _setting(choices="bertkit.finetuning.methods:NOISE")
 
 
 @dataclass

@@ -360,7 +360,8 @@ def show_budget_progress(trainer: Trainer,
 # ================================================================================================
 # When a run stops before its schedule ends, through Trainer's callbacks, from the config:
 # early stopping on the dev metric, and stopping at a share of the schedule (successive halving's
-# early rungs). (The finetuning methods' callbacks are bertkit.finetuning.callbacks.)
+# early rungs). (The finetuning methods' callbacks are in their modules,
+# bertkit/finetuning/methods/.)
 
 def add_early_stopping(settings: DictConfig, watched: str | None, trainer: Trainer) -> None:
     """early_stopping.patience (`settings`: the early_stopping node): Trainer's

@@ -30,9 +30,8 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from bertkit.errors import BertkitError
-from bertkit.finetuning.callbacks import GroupLearningRates
 from bertkit.finetuning.layers import num_layers
-from bertkit.finetuning.optimizer import build_optimizer, parameter_groups
+from bertkit.finetuning.optimizer import GroupLearningRates, build_optimizer, parameter_groups
 from bertkit.registry import imported
 from bertkit.trainer_internals import put_first, use_optimizer
 
@@ -44,6 +43,11 @@ class Entry:
     method: str  # "module:Class"
     on: Callable[[DictConfig], bool]
 
+
+# The choices of two methods' options (bertkit.config_schema reads them; here, not in the
+# methods' modules, which a run that does not use them never imports).
+POOLING = ("cls", "mean")  # finetuning.pooling
+NOISE = ("normal", "uniform")  # finetuning.r3f.noise
 
 # finetuning method -> its Entry, in apply() order.
 METHODS = {

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from bertkit.finetuning.methods import Method
 
-POOLING = ("cls", "mean")  # finetuning.pooling's choices (config_schema)
-
 
 class MeanPooling(Method):
     def apply(self, model):
