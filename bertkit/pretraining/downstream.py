@@ -14,7 +14,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from bertkit.config_tree import compose_config, debug_overrides
-from bertkit.data.limited_samples import LIMITED_SAMPLES, limited_samples
+from bertkit.data.metrics_file import LIMITED_SAMPLES, limited_samples
 from bertkit.errors import BertkitError
 from bertkit.tasks import task_family
 from bertkit.training.finetune import finetune

@@ -24,8 +24,14 @@ from bertkit.config_schema import check_ranges
 from bertkit.data.atomic_files import write_json_atomic
 from bertkit.data.fingerprints import model_input_fingerprints
 from bertkit.data.hub import known_offline
-from bertkit.data.limited_samples import LIMITED_SAMPLES, cut, cut_line, describe_cut
-from bertkit.data.metrics_file import INPUT_FINGERPRINTS, METRICS_FILE
+from bertkit.data.metrics_file import (
+    INPUT_FINGERPRINTS,
+    LIMITED_SAMPLES,
+    METRICS_FILE,
+    cut,
+    cut_line,
+    describe_cut,
+)
 from bertkit.errors import BertkitError
 from bertkit.pretraining.corpora import corpus_input_fingerprints
 from bertkit.pretraining.downstream import (
@@ -245,7 +251,7 @@ def heldout_callbacks(settings: DictConfig, trainer, data: PretrainingData,
 
 
 def pretraining_cuts(corpus: DictConfig, data: PretrainingData) -> dict[str, dict]:
-    """The parts of the data a pretraining run cut (bertkit.data.limited_samples): the corpus,
+    """The parts of the data a pretraining run cut (bertkit.data.metrics_file): the corpus,
     when reading stopped at corpus.max_documents (the documents read; the whole is not
     counted). A corpus with fewer documents was read whole: no cut. heldout.max_sequences is
     not a cut: it is the size of the held-out sample every arm is scored on (512 by

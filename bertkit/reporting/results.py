@@ -201,7 +201,7 @@ def read_pretraining_run(path: Path) -> PretrainingRun:
 
 
 def _limited_samples(data: dict) -> dict[str, dict]:
-    # Read here, not through bertkit.data.limited_samples: that module imports datasets,
+    # Read here, not through bertkit.data.metrics_file: that module imports datasets,
     # which bertkit-report does not need.
     details = data.get("details")
     found = details.get("limited_samples") if isinstance(details, dict) else None

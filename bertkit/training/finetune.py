@@ -20,8 +20,14 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase, Trainer, Trai
 
 from bertkit.config_schema import check_ranges
 from bertkit.data.fingerprints import model_input_fingerprints
-from bertkit.data.limited_samples import LIMITED_SAMPLES, cut_line, limited_samples
-from bertkit.data.metrics_file import INPUT_FINGERPRINTS, METRICS_FILE, metrics_record
+from bertkit.data.metrics_file import (
+    INPUT_FINGERPRINTS,
+    LIMITED_SAMPLES,
+    METRICS_FILE,
+    cut_line,
+    limited_samples,
+    metrics_record,
+)
 from bertkit.data.task_data import SAMPLE_LIMIT_KEYS, TaskData, TaskSplits, first_examples
 from bertkit.errors import BertkitError
 from bertkit.finetuning.methods import ActiveMethods
@@ -172,7 +178,7 @@ def run_details(inputs: Inputs, evaluation: Evaluation, methods: ActiveMethods,
     return {"data_fingerprint": splits.fingerprint(), INPUT_FINGERPRINTS: inputs.fingerprints,
             **inputs.data.facts, **evaluation.details, **(context or {}),
             # a run on the first N examples of a split is no result on the task
-            # (bertkit.data.limited_samples)
+            # (bertkit.data.metrics_file)
             **({LIMITED_SAMPLES: limited} if limited else {}),
             **({"compile": compiling.facts()} if compiling else {}),
             **({"finetuning": facts} if (facts := methods.record()) else {})}

@@ -20,7 +20,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from bertkit.data.atomic_files import write_text_atomic
-from bertkit.data.limited_samples import LIMITED_SAMPLES, describe_cut, limited_samples
+from bertkit.data.metrics_file import LIMITED_SAMPLES, describe_cut, limited_samples
 from bertkit.errors import BertkitError
 from bertkit.secret_masking import mask_secrets, mask_text
 
@@ -275,7 +275,7 @@ class CardFacts:
     hyperparameters: dict
     seed: int
     # The body's results table, where it shows more than the model-index (a cut split's
-    # scores, bertkit.data.limited_samples); None: the model-index's.
+    # scores, bertkit.data.metrics_file); None: the model-index's.
     shown_results: dict[str, dict[str, float]] | None = None
     training: dict = field(default_factory=dict)  # steps, loss, ...: the body's facts
     sections: list[str] = field(default_factory=list)  # further Markdown sections

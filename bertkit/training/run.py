@@ -29,8 +29,7 @@ from bertkit.data.atomic_files import (
     write_json_atomic,
     write_yaml_atomic,
 )
-from bertkit.data.limited_samples import LIMITED_SAMPLES, limited_samples
-from bertkit.data.metrics_file import METRICS_FILE
+from bertkit.data.metrics_file import LIMITED_SAMPLES, METRICS_FILE, limited_samples
 from bertkit.errors import BertkitError
 from bertkit.secret_masking import mask_secrets, remember_secrets
 from bertkit.training.arguments import build_training_arguments
@@ -129,7 +128,7 @@ def train_run(cfg: DictConfig, setup: RunSetup, trainer: Trainer, hyperparameter
     """Trains `trainer` from the checkpoint start_run chose, with bertkit's callbacks and the
     job's `callbacks`; `hyperparameters` (with the time budget's added) go to W&B and are kept
     in the returned run. `limited_samples`: the parts of the data the job cut, as read
-    (bertkit.data.limited_samples): its W&B run is tagged and grouped apart from the start."""
+    (bertkit.data.metrics_file): its W&B run is tagged and grouped apart from the start."""
     watch = attach_callbacks(setup, trainer, callbacks)
     hyperparameters, wandb_run = record_settings(cfg, setup, trainer, hyperparameters,
                                                  limited_samples)
@@ -159,7 +158,7 @@ def train_run(cfg: DictConfig, setup: RunSetup, trainer: Trainer, hyperparameter
 
 def publish(setup: RunSetup, run: TrainingRun, outcome: Outcome) -> None:
     """The job's results where users read them, each marking a score on part of the data
-    (bertkit.data.limited_samples): metrics.json, the model's card, the W&B summary and the
+    (bertkit.data.metrics_file): metrics.json, the model's card, the W&B summary and the
     printout; files are written by the main process only."""
     if not run.main:
         return
@@ -379,7 +378,7 @@ def finish_wandb(run: TrainingRun, final: dict[str, float], num_parameters: int,
                  limited: dict | None = None) -> str:
     """The final scores into the run's summary as final/<key>, the task's main metric and
     value (what bertkit-report ranks by, also from offline run files), and the parts of the
-    data that were cut (limited_samples, bertkit.data.limited_samples), then close it; returns
+    data that were cut (limited_samples, bertkit.data.metrics_file), then close it; returns
     a line saying where the run went."""
     if run.wandb_run is None:
         return "W&B: off"

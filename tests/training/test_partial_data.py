@@ -1,4 +1,4 @@
-"""A score on part of the data is marked wherever a score goes (bertkit.data.limited_samples):
+"""A score on part of the data is marked wherever a score goes (bertkit.data.metrics_file):
 for every job whose result is metrics.json (bertkit.jobs.JOBS), a run with a cut split and a
 run whose limit cuts nothing, each read back from every writer (WRITERS: metrics.json, the
 model card, the W&B run, the printout); and the jobs made of finetunes (two-stage, pretraining's
@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 from huggingface_hub import ModelCard
 
-from bertkit.data.limited_samples import LIMITED_SAMPLES, describe_cut
-from bertkit.data.metrics_file import METRICS_FILE
+from bertkit.data.metrics_file import LIMITED_SAMPLES, METRICS_FILE, describe_cut
 from bertkit.jobs import JOBS, run_job
 from bertkit.training.wandb_logging import PARTIAL_DATA_TAG, PARTIAL_GROUP_SUFFIX
 from tests.conftest import compose_config, tiny_run_overrides
