@@ -305,7 +305,10 @@ def attach_callbacks(setup: RunSetup, trainer: Trainer, callbacks: Iterable) -> 
     for callback in callbacks:
         trainer.add_callback(callback)
     cfg = setup.cfg
-    add_early_stopping(cfg.early_stopping, trainer.args.metric_for_best_model, trainer)
+    # The config's metric, not TrainingArguments' (it fills in "loss" by itself); a trainer
+    # group without the key (pretraining's) watches none.
+    add_early_stopping(cfg.early_stopping, OmegaConf.select(cfg, "trainer.metric_for_best_model"),
+                       trainer)
     stopper = add_train_fraction(cfg.train_fraction, trainer)
     budget = add_budget(setup.budget, trainer, setup.clock, cfg.agree_every_steps)
     if budget is not None:  # the bar counts the budget's time, not max_steps
