@@ -24,13 +24,14 @@ from benchmarks.report import optional, publish
 from benchmarks.settings import check_settings
 from benchmarks.side_by_side import release, remove_if_empty
 from benchmarks.sweep_launchers import launch
+from bertkit.data.atomic_files import read_json
 from bertkit.data.metrics_file import METRICS_FILE
-from bertkit.data.readback import read_json
 from bertkit.errors import BertkitError
 from bertkit.jobs import Job
 from bertkit.tasks.glue.family import FAMILY as GLUE
+from bertkit.training.arguments import build_training_arguments
 from bertkit.training.models import load_tokenizer
-from bertkit.training.run import argument_settings, build_training_arguments, hydra_run_dir
+from bertkit.training.run import hydra_run_dir
 from bertkit.training.throughput import GIB, add_throughput
 
 RESULT_FILE = "grid_bench.json"  # written last (JOB names it)
@@ -242,7 +243,7 @@ def benchmark_glue_grid(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     tokenizer = load_tokenizer(cfg.model)
     # The precision bertkit resolves (mixed_precision=auto: bf16 on a GPU that has it), given
     # to the plain way too, as run_glue.py --bf16 / --fp16 would be.
-    probe = build_training_arguments(argument_settings(cfg), run_dir, [])
+    probe = build_training_arguments(cfg, run_dir, [])
     if probe.world_size > 1:
         raise BertkitError("bench_grid: run on one process (the plain way's jobs run in it, and "
                            "the bertkit way's launcher places its own)")

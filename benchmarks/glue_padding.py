@@ -47,16 +47,10 @@ from benchmarks.side_by_side import (
 from bertkit.errors import BertkitError
 from bertkit.jobs import Job
 from bertkit.tasks.glue.family import FAMILY as GLUE
+from bertkit.training.arguments import build_training_arguments
 from bertkit.training.models import count_parameters, load_tokenizer
-from bertkit.training.run import (
-    ArgumentSettings,
-    argument_settings,
-    build_training_arguments,
-    hydra_run_dir,
-)
+from bertkit.training.run import hydra_run_dir
 from bertkit.training.static_shapes import (
-    CompileSettings,
-    compile_settings,
     padding_multiple,
     static_shapes_pay,
     use_padded_rows,
@@ -122,8 +116,8 @@ def pad_to_max_length(
 class PaddingJob:
     """What the benchmark's steps read of its config, taken once at its entry (padding_job)."""
 
-    arguments: ArgumentSettings
-    compile: CompileSettings
+    arguments: DictConfig  # the config TrainingArguments are built from
+    compile: DictConfig  # the config static shapes are decided from
     trainer: DictConfig
     task: DictConfig
     model: DictConfig
@@ -134,7 +128,7 @@ class PaddingJob:
 
 def padding_job(cfg: DictConfig) -> PaddingJob:
     """The benchmark's PaddingJob, from its config."""
-    return PaddingJob(argument_settings(cfg), compile_settings(cfg), cfg.trainer, cfg.task,
+    return PaddingJob(cfg, cfg, cfg.trainer, cfg.task,
                       cfg.model, cfg.bench, OmegaConf.select(cfg, "throughput"), cfg.recipe.name)
 
 
@@ -145,8 +139,7 @@ def build_trainer(job: PaddingJob, way: str, steps: int, run_dir: Path, build_mo
     profiles the same trainer)."""
     order = sampling(job.trainer, way)
     args = build_training_arguments(
-        job.arguments.with_trainer({"max_steps": steps, "train_sampling_strategy": order}),
-        run_dir, [])
+        job.arguments, run_dir, [], {"max_steps": steps, "train_sampling_strategy": order})
     set_seed(args.seed)
     model = build_model()
     counter = PaddingCounter(collate)

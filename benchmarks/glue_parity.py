@@ -30,8 +30,7 @@ from benchmarks.measure import ratio, timed
 from benchmarks.report import publish
 from benchmarks.settings import check_settings
 from benchmarks.side_by_side import alternating, release
-from bertkit.data.atomic_files import write_json_atomic
-from bertkit.data.readback import read_json
+from bertkit.data.atomic_files import read_json, write_json_atomic
 from bertkit.errors import BertkitError
 from bertkit.jobs import Job
 from bertkit.reporting.statistics import (

@@ -48,6 +48,7 @@ from bertkit.pretraining.run import (
 )
 from bertkit.reporting.plots import save_figure_atomic
 from bertkit.training import run as training_run
+from bertkit.training.arguments import resolve_mixed_precision
 from bertkit.training.budget import ClockCallback, TrainingClock
 from bertkit.training.model_card import (
     CardDataset,
@@ -57,7 +58,7 @@ from bertkit.training.model_card import (
     heldout_scores,
     write_card,
 )
-from bertkit.training.run import hydra_run_dir, resolve_mixed_precision
+from bertkit.training.run import hydra_run_dir
 
 logger = logging.getLogger(__name__)
 

@@ -65,13 +65,9 @@ from bertkit.pretraining.run import (
     is_streaming,
     prepare_pretraining_data,
 )
+from bertkit.training.arguments import build_training_arguments
 from bertkit.training.models import count_parameters, dropout_settings
-from bertkit.training.run import (
-    ArgumentSettings,
-    argument_settings,
-    build_training_arguments,
-    hydra_run_dir,
-)
+from bertkit.training.run import hydra_run_dir
 from bertkit.training.throughput import peak_flops, precision_of, training_flops
 
 logger = logging.getLogger(__name__)
@@ -155,7 +151,7 @@ def _check(cfg: DictConfig) -> Schedule:
 class _Job:
     """What the benchmark's steps read of its config, taken once at its entry."""
 
-    arguments: ArgumentSettings
+    arguments: DictConfig  # the config TrainingArguments are built from
     data: DictConfig  # the pretraining pipeline's nodes (corpus, model, masking, ...)
     bench: DictConfig
     throughput: DictConfig | None
@@ -165,7 +161,7 @@ class _Job:
 
 def throughput_job(cfg: DictConfig) -> _Job:
     """The benchmark's _Job, from its config."""
-    return _Job(argument_settings(cfg), cfg, cfg.bench,
+    return _Job(cfg, cfg, cfg.bench,
                 OmegaConf.select(cfg, "throughput"), cfg.recipe.name, cfg.pad_to_multiple_of)
 
 
@@ -173,7 +169,7 @@ def _arguments(job: _Job, way: str, steps: int, run_dir: Path):
     options = {"max_steps": steps}
     if way == "plain":
         options.update(OmegaConf.to_container(job.bench.plain_trainer, resolve=True))
-    return build_training_arguments(job.arguments.with_trainer(options), run_dir, [])
+    return build_training_arguments(job.arguments, run_dir, [], options)
 
 
 def _prepare(job: _Job, run_dir: Path, steps: int) -> _Data:

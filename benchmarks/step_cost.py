@@ -51,15 +51,11 @@ from bertkit.pretraining.batches import Phase
 from bertkit.pretraining.masking import IGNORE_INDEX
 from bertkit.pretraining.model import MaskedOnlyBertForPreTraining, use_padding_free_attention
 from bertkit.pretraining.trainer import PretrainingTrainer
+from bertkit.training.arguments import build_training_arguments
 from bertkit.training.budget import ClockCallback, TrainingClock
 from bertkit.training.checkpoints import PreemptionCallback
 from bertkit.training.models import count_parameters
-from bertkit.training.run import (
-    ArgumentSettings,
-    argument_settings,
-    build_training_arguments,
-    hydra_run_dir,
-)
+from bertkit.training.run import hydra_run_dir
 from bertkit.training.throughput import add_throughput
 from bertkit.training.trainer import BertkitTrainer
 
@@ -225,7 +221,7 @@ def initial_model(bench: DictConfig, seed: int, workload: str) -> torch.nn.Modul
 class _Job:
     """What the benchmark's steps read of its config, taken once at its entry."""
 
-    arguments: ArgumentSettings
+    arguments: DictConfig  # the config TrainingArguments are built from
     bench: DictConfig
     seed: int
     throughput: DictConfig | None
@@ -234,14 +230,12 @@ class _Job:
 
 def _arguments(job: _Job, workload: str, steps: int, run_dir: Path):
     """TrainingArguments of one run (a fresh object each: bertkit's trainer edits its own)."""
-    options = {**job.arguments.trainer,
-               # TrainingArguments the trainer group's schema does not hold: a plain node.
+    options = {# TrainingArguments the trainer group's schema does not hold: a plain node.
                **OmegaConf.to_container(job.bench.trainer, resolve=True),
                **OmegaConf.to_container(job.bench[workload].trainer, resolve=True),
                "max_steps": steps,
                "per_device_train_batch_size": int(job.bench[workload].batch_size)}
-    return build_training_arguments(dataclasses.replace(job.arguments, trainer=options),
-                                    run_dir, [])
+    return build_training_arguments(job.arguments, run_dir, [], options)
 
 
 def _trainer(job: _Job, way: str, workload: str, model, args, batches) -> Trainer:
@@ -413,8 +407,8 @@ def benchmark_step_cost(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     check_settings(cfg)
     run_dir = Path(run_dir or hydra_run_dir())
     schedule, workloads = _check(cfg.bench, cfg.trainer)
-    job = _Job(argument_settings(cfg), cfg.bench, cfg.seed, OmegaConf.select(cfg, "throughput"),
-               OmegaConf.select(cfg, "agree_every_steps", default=1))
+    job = _Job(cfg, cfg.bench, cfg.seed, OmegaConf.select(cfg, "throughput"),
+               cfg.agree_every_steps)
     probe = _arguments(job, workloads[0], schedule.steps, run_dir)
     one_process(cfg.bench, probe, "it times one process's steps")
     results = {workload: _workload(job, workload, schedule, run_dir) for workload in workloads}

@@ -17,8 +17,8 @@ from benchmarks.command import main
 from benchmarks.measure import ratio, timed
 from benchmarks.report import markdown_head, publish
 from benchmarks.settings import check_settings
+from bertkit.data.atomic_files import read_json
 from bertkit.data.metrics_file import METRICS_FILE
-from bertkit.data.readback import read_json
 from bertkit.errors import BertkitError
 from bertkit.jobs import Job
 

@@ -57,7 +57,7 @@ def _fresh_hub_decision(monkeypatch) -> None:
 
     from bertkit.data import hub
 
-    monkeypatch.setattr(hub, "_settings", hub.HubSettings())
+    monkeypatch.setattr(hub, "_settings", {})
     monkeypatch.setattr(hub, "_reachable", {})
     for name in hub.OFFLINE_VARIABLES:  # recorded, so that a value go_offline sets is undone
         if name in os.environ:

@@ -11,7 +11,7 @@ parallel launchers (joblib, submitit) start sweep jobs at the same moment in sep
 processes, so each item is built under an inter-process file lock beside it: the first job
 builds it, the others wait and read its result. Items are still written to a temporary file
 or directory and renamed, so a crashed job leaves no half item behind; and an item is checked
-(bertkit.data.readback) before it is read, so one cut anyway (a full disk, a partial copy) is
+(bertkit.data.atomic_files) before it is read, so one cut anyway (a full disk, a partial copy) is
 rebuilt instead of read as data.
 """
 
@@ -29,9 +29,14 @@ import datasets
 from filelock import FileLock
 from transformers import PreTrainedTokenizerBase
 
-from bertkit.data.atomic_files import telling_failed_writes
+from bertkit.data.atomic_files import (
+    check_arrow,
+    check_saved_dataset,
+    discard_damaged,
+    read_json,
+    telling_failed_writes,
+)
 from bertkit.data.fingerprints import content_fingerprint, tokenizer_fingerprint
-from bertkit.data.readback import check_arrow, check_saved_dataset, discard_damaged, read_json
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,6 @@ import os
 import socket
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import datasets
@@ -29,16 +28,10 @@ TRUE_VALUES = ("1", "ON", "YES", "TRUE")  # huggingface_hub's reading of a boole
 DEFAULT_PORTS = {"https": 443, "http": 80}
 
 
-@dataclass
-class HubSettings:
-    """What the job set (use_hub_settings): the bound on the reachability check, and the local
-    ways an offline error names."""
-
-    check_seconds: float | None = None  # None: not set by a job, no check (the libraries' way)
-    local_ways: Callable[[], str] | None = None  # read when an error needs them
-
-
-_settings = HubSettings()
+# What the job set (use_hub_settings): "check_seconds", the bound on the reachability check
+# (absent: no job set it, no check, the libraries' way), and "local_ways", read when an offline
+# error names them.
+_settings: dict = {}
 _reachable: dict[str, bool] = {}  # endpoint -> whether it answered (once per process)
 
 
@@ -46,8 +39,7 @@ def use_hub_settings(check_seconds: float | None,
                      local_ways: Callable[[], str] | None = None) -> None:
     """The job's settings (bertkit.jobs.prepare_job); nothing is checked until a Hub name is
     needed."""
-    _settings.check_seconds = check_seconds
-    _settings.local_ways = local_ways
+    _settings.update(check_seconds=check_seconds, local_ways=local_ways)
 
 
 def offline_by_environment() -> bool:
@@ -90,11 +82,11 @@ def hub_reachable() -> bool:
     the libraries decide as they do)."""
     if offline_by_environment():
         return False
-    if _settings.check_seconds is None:
+    if _settings.get("check_seconds") is None:
         return True
     url = endpoint()
     if url not in _reachable:
-        _reachable[url] = endpoint_answers(url, _settings.check_seconds)
+        _reachable[url] = endpoint_answers(url, _settings["check_seconds"])
     return _reachable[url]
 
 
@@ -132,13 +124,14 @@ def why_offline() -> str:
                  if os.environ.get(name, "").upper() in TRUE_VALUES]
     if set_names and not _reachable:
         return f"{'/'.join(set_names)} set"
-    return f"{endpoint()} did not answer within hub_check_seconds={_settings.check_seconds}"
+    return f"{endpoint()} did not answer within hub_check_seconds={_settings.get('check_seconds')}"
 
 
 def offline_error(setting: str, what: str) -> BertkitError:
     """One line for a Hub name that is not in the Hub cache while the Hub is off: the setting,
     why the Hub is off, and the local ways (the job's, use_hub_settings)."""
-    ways = f" Work offline with {_settings.local_ways()}." if _settings.local_ways else ""
+    local_ways = _settings.get("local_ways")
+    ways = f" Work offline with {local_ways()}." if local_ways else ""
     return BertkitError(
         f"{setting}: {what} is on the Hub, which cannot be reached ({why_offline()}), and is not "
         f"in the Hub cache.{ways} HF_HUB_OFFLINE=1 skips the Hub check.")

@@ -1,5 +1,8 @@
-"""What a family's reader hands on: the raw splits of a task with the fingerprint of each, and
-what the finetune job carries from data preparation to evaluation.
+"""A task's data: where it comes from (local files in the benchmark's original layout, or the
+Hub: uses_local_files, the one place this is decided for every family; split_files: which
+local file each split reads, for the families whose splits are named once), what a family's
+reader hands on (the raw splits of a task with the fingerprint of each), and what the
+finetune job carries from data preparation to evaluation.
 
 A dataclass rather than attributes set on `datasets` objects: any `datasets` call that returns
 a new object (map, select, concatenate) silently drops such attributes.
@@ -9,10 +12,56 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import datasets
+from omegaconf import DictConfig, OmegaConf
 
 from bertkit.data.fingerprints import content_fingerprint
+from bertkit.errors import BertkitError
+
+DATA_SOURCES = ("auto", "hub", "local")
+# task.<split>_file keys that name one local file for a split.
+SINGLE_FILE_KEYS = {"train": "train_file", "validation": "validation_file", "test": "test_file"}
+
+
+def uses_local_files(task: DictConfig, data_source: str) -> bool:
+    """data_source=auto: local when task.data_dir or a task.*_file is set, or the task has no
+    Hub dataset (task.hub is null). data_source is one of DATA_SOURCES (the schema's
+    choices are these: bertkit.config_schema.RunSchema)."""
+    # A task family without a test file (SQuAD) has no test_file key: select, not index.
+    local = bool(task.data_dir) or any(OmegaConf.select(task, key)
+                                       for key in SINGLE_FILE_KEYS.values())
+    if data_source == "hub" and task.hub is None:
+        raise BertkitError(f"task {task.name} has no Hub dataset (task.hub is null)")
+    return data_source == "local" or (data_source == "auto" and (local or task.hub is None))
+
+def split_files(task: DictConfig, required: tuple[str, ...], release: str,
+                optional: tuple[str, ...] = ()) -> dict[str, Path]:
+    """Split -> an existing file, or one error naming the key and the missing file. An
+    optional split (a test set) is read when task.data_dir has its file or it is given."""
+    files: dict[str, Path] = {}
+    if task.data_dir and not Path(task.data_dir).is_dir():
+        raise BertkitError(f"task.data_dir={task.data_dir}: no such directory")
+    for split in (*required, *optional):
+        single = task[f"{split}_file"]
+        if single:
+            path, key = Path(single), f"task.{split}_file"
+        elif task.data_dir:
+            path, key = Path(task.data_dir) / task.files[split], "task.data_dir"
+            if split in optional and not path.is_file():
+                continue
+        elif split in required:
+            raise BertkitError(f"task {task.name}: no {split} file (task.data_dir or "
+                               f"task.{split}_file)")
+        else:
+            continue
+        if not path.is_file():
+            raise BertkitError(f"{key}: {path} not found (the {split} split of {task.name}, "
+                               f"{task.files[split]} in {release})")
+        files[split] = path
+    return files
+
 
 # The task key that caps the examples of a split, by the split name's first word (MNLI's
 # validation_matched and test_mismatched too): run_glue.py's --max_train_samples,

@@ -1,7 +1,9 @@
 """Where each parameter of a BERT task model sits: the embeddings (depth 0), encoder layer i
 (depth i + 1), or the task head (everything else: pooler, classifier, span or tag outputs,
 the scalar mix). Read from parameter names, so the same map holds for every family's model,
-under peft's wrapping (base_model.model.<name>) and with LoRA's added weights.
+under peft's wrapping (base_model.model.<name>) and with LoRA's added weights. Freezing by
+depth (freeze, set_trainable): the parameters stop taking gradients, and the optimizer
+(bertkit.finetuning.optimizer) leaves them out.
 """
 
 from __future__ import annotations
@@ -57,3 +59,21 @@ def head_module_names(model: nn.Module) -> list[str]:
     prefix = getattr(model, "base_model_prefix", None)
     return [name for name, module in model.named_children()
             if name != prefix and any(True for _ in module.parameters())]
+
+
+def set_trainable(model: nn.Module, depths, trainable: bool) -> list[str]:
+    """requires_grad of every parameter at one of `depths` (0: embeddings, i + 1: layer i);
+    returns their names."""
+    names = []
+    for name, parameter in model.named_parameters():
+        depth = depth_of(name)
+        if depth != HEAD and depth in depths:
+            parameter.requires_grad_(trainable)
+            names.append(name)
+    return names
+
+
+def freeze(model: nn.Module, embeddings: bool, layers: int) -> list[str]:
+    """Freezes the embeddings (if asked) and encoder layers 0 .. layers - 1."""
+    depths = ({0} if embeddings else set()) | set(range(1, layers + 1))
+    return set_trainable(model, depths, False)

@@ -9,12 +9,14 @@ Trainer (get_optimizer_cls_and_kwargs), and its scheduler scales each group's ow
 Each group is one depth (embeddings, layer_i, head) and one weight-decay setting; every
 trainable parameter is in exactly one group; frozen ones are in none, except those that
 gradual unfreezing will train later (they join now, at their own rate, and take no step while
-they have no gradient).
+they have no gradient). Each group's rate goes into the training logs (GroupLearningRates:
+W&B curves lr/<group>).
 """
 
 from __future__ import annotations
 
 from torch import nn
+from transformers import TrainerCallback
 
 from bertkit.finetuning.layers import HEAD, depth_of, group_name
 
@@ -66,3 +68,26 @@ def build_optimizer(trainer, groups: list[dict]):
     kwargs = {key: value for key, value in kwargs.items() if key != "lr"}
     # torch optimizers keep extra group keys: name and param_names stay for logging and tests.
     return optimizer_cls(groups, lr=trainer.args.learning_rate, **kwargs)
+
+
+class GroupLearningRates(TrainerCallback):
+    """Adds lr/<depth> (embeddings, layer_i, head) to each training log: the rate each group
+    stepped with, read before the optimizer step (the scheduler moves it right after). Put first
+    among the callbacks, so that the reporting callbacks (W&B) see the added keys; they go into
+    the state's log history too (trainer_state.json)."""
+
+    def __init__(self, optimizer):
+        self.optimizer = optimizer
+        self.rates: dict[str, float] = {}
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        # <depth> and <depth>/no_decay share a rate.
+        self.rates = {f"lr/{group['name'].split('/')[0]}": group["lr"]
+                      for group in self.optimizer.param_groups}
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs is not None and "loss" in logs and self.rates:
+            logs.update(self.rates)
+            if state.log_history and state.log_history[-1].get("step") == state.global_step:
+                state.log_history[-1].update(self.rates)
+        return control

@@ -3,9 +3,10 @@ what tests and notebooks call with a config of their own (the lightning-hydra-te
 `train(cfg)`).
 
 recipe.job picks the job: finetune (the task family of task.family, through the one
-finetune job; two_stage.py when finetuning.intermediate.task is set) or pretrain. A script of
-one's own runs its job (a Job of its own, passed as `job`) through the same steps. Sits above
-the families: nothing below imports it.
+finetune job, bertkit.training.finetune; two_stage.py when finetuning.intermediate.task is
+set) or pretrain (bertkit.pretraining.run). A script of one's own runs its job (a Job of its
+own, passed as `job`) through the same steps. Sits above the families: nothing below imports
+it.
 
 A directory that holds a finished run (the result file some job writes when it is done) is
 never written into by a new job unless asked (check_finished_run): run_job makes the check
@@ -28,13 +29,14 @@ from omegaconf import DictConfig, OmegaConf
 
 from bertkit.config_paths import config_dir
 from bertkit.config_schema import checked_once
+from bertkit.data.atomic_files import read_json
 from bertkit.data.hub import use_hub_settings
 from bertkit.data.metrics_file import FAILED_FILE, METRICS_FILE
-from bertkit.data.readback import read_json
 from bertkit.errors import BertkitError
-from bertkit.jobs.two_stage import finetune_two_stage, is_two_stage
+from bertkit.jobs.two_stage import finetune_two_stage
 from bertkit.registry import imported
 from bertkit.tasks import task_family
+from bertkit.training.arguments import CHECKPOINTS_DIR, is_main_process
 from bertkit.training.checkpoints import (
     checkpoint_folders,
     forget_set_aside,
@@ -44,7 +46,7 @@ from bertkit.training.checkpoints import (
 from bertkit.training.finetune import finetune
 from bertkit.training.models import check_local_files, offline_ways
 from bertkit.training.progress import apply_progress_bars
-from bertkit.training.run import CHECKPOINTS_DIR, hydra_run_dir, is_main_process
+from bertkit.training.run import hydra_run_dir
 
 logger = logging.getLogger(__name__)
 
@@ -115,8 +117,7 @@ def check_finished_run(cfg: DictConfig, run_dir: Path, keep: frozenset[str] = fr
     overwrite=true with resume=true on a finished run (the two ask opposite things)."""
     job = job_of(cfg, job)
     found = finished_run(run_dir, job)
-    overwrite = OmegaConf.select(cfg, "overwrite", default=False) is True
-    resume = OmegaConf.select(cfg, "resume", default=False)
+    overwrite, resume = cfg.overwrite is True, cfg.resume
     resuming = job.resumes and resume in (True, "auto")
     if found is None:
         return SET_ASIDE if overwrite and not resuming and holds_earlier_run(run_dir, keep, job) \
@@ -183,7 +184,7 @@ def extends_schedule(cfg: DictConfig, run_dir: Path) -> bool:
         return False
     longer = False
     for key in SCHEDULE_KEYS:
-        old, new = (OmegaConf.select(node, key, default=None) for node in (finished, cfg))
+        old, new = (OmegaConf.select(node, key) for node in (finished, cfg))
         if old == new:
             continue
         numbers = all(isinstance(value, (int, float)) and not isinstance(value, bool)
@@ -222,7 +223,7 @@ def launch_files(run_dir: Path) -> frozenset[str]:
     if not HydraConfig.initialized():
         return frozenset()
     hydra_cfg = HydraConfig.get()
-    output_dir = OmegaConf.select(hydra_cfg, "runtime.output_dir", default=None)
+    output_dir = OmegaConf.select(hydra_cfg, "runtime.output_dir")  # ??? outside a launch
     if output_dir is None or Path(output_dir).resolve() != Path(run_dir).resolve():
         return frozenset()
     names = {str(hydra_cfg.output_subdir)} if hydra_cfg.output_subdir is not None else set()
@@ -266,7 +267,7 @@ def run_job(cfg: DictConfig, run_dir: Path | None = None, job: Job | None = None
 
 
 def _run(job: str, cfg: DictConfig, run_dir: Path | None) -> dict:
-    if job == "finetune" and is_two_stage(cfg.finetuning):
+    if job == "finetune" and cfg.finetuning.intermediate.task is not None:  # STILTs
         return finetune_two_stage(cfg, run_dir or hydra_run_dir())
     if job == "finetune":
         return finetune(cfg, task_family(cfg.task.family), run_dir)
@@ -300,7 +301,7 @@ def prepare_job(cfg: DictConfig, run_dir: Path | None, job: Job | None = None) -
         if folder is not None:
             logger.warning(set_aside_message(run_dir, folder))
     # Whether the Hub can be reached is checked at its first use (bertkit.data.hub).
-    use_hub_settings(OmegaConf.select(cfg, "hub_check_seconds"),
+    use_hub_settings(cfg.hub_check_seconds,
                      lambda: offline_ways(config_dir()))
     check_local_files(cfg.model, fetched_only=True)  # model=minilm_l6: make minilm
     apply_progress_bars(cfg)  # bars on a terminal only (auto)

@@ -25,18 +25,13 @@ from transformers import AutoModel
 
 from bertkit.config_tree import compose_config, debug_overrides
 from bertkit.data.atomic_files import follow_umask
-from bertkit.data.limited_samples import INTERMEDIATE_PREFIX, LIMITED_SAMPLES, limited_samples
+from bertkit.data.metrics_file import INTERMEDIATE_PREFIX, LIMITED_SAMPLES, limited_samples
 from bertkit.errors import BertkitError
 from bertkit.tasks import task_family
 from bertkit.training.finetune import finetune
 from bertkit.training.models import from_pretrained
 
 INTERMEDIATE = INTERMEDIATE_PREFIX.rstrip("/")
-
-
-def is_two_stage(finetuning: DictConfig) -> bool:
-    """finetuning.intermediate.task is set."""
-    return OmegaConf.select(finetuning, "intermediate.task") is not None
 
 
 def stage_configs(cfg: DictConfig, run_dir: Path) -> tuple[DictConfig, DictConfig]:

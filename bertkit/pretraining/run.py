@@ -39,18 +39,18 @@ from transformers import PreTrainedTokenizerBase, TrainingArguments
 
 from bertkit.config_schema import check_ranges
 from bertkit.config_tree import compose_config, debug_overrides
-from bertkit.data.atomic_files import write_json_atomic
+from bertkit.data.atomic_files import discard_damaged_arrow_cache, write_json_atomic
 from bertkit.data.fingerprints import model_input_fingerprints
 from bertkit.data.hub import known_offline
-from bertkit.data.limited_samples import (
+from bertkit.data.metrics_file import (
+    INPUT_FINGERPRINTS,
     LIMITED_SAMPLES,
+    METRICS_FILE,
     cut,
     cut_line,
     describe_cut,
     limited_samples,
 )
-from bertkit.data.metrics_file import INPUT_FINGERPRINTS, METRICS_FILE
-from bertkit.data.readback import discard_damaged_arrow_cache
 from bertkit.errors import BertkitError
 from bertkit.pretraining.batches import Phase, phase_steps
 from bertkit.pretraining.corpora import (
@@ -91,9 +91,9 @@ from bertkit.secret_masking import mask_secrets
 from bertkit.tasks import task_family
 from bertkit.training.budget import TrainingClock
 from bertkit.training.finetune import finetune
-from bertkit.training.model_card import CardSettings, run_card, write_card
+from bertkit.training.model_card import run_card, write_card
 from bertkit.training.models import check_model_settings, load_tokenizer, tokenizer_size
-from bertkit.training.progress import every_bar_shown, preprocessing_stage, progress_setting
+from bertkit.training.progress import every_bar_shown, preprocessing_stage
 from bertkit.training.run import (
     Outcome,
     RunSetup,
@@ -104,7 +104,7 @@ from bertkit.training.run import (
     start_run,
     train_run,
 )
-from bertkit.training.static_shapes import compile_settings, prepare_compile, static_shapes_pay
+from bertkit.training.static_shapes import prepare_compile, static_shapes_pay
 from bertkit.training.wandb_logging import paper_hyperparameters
 
 logger = logging.getLogger(__name__)
@@ -137,7 +137,7 @@ def pretrain(cfg: DictConfig, run_dir: Path | None = None) -> dict:
     save_model(trainer, setup.run_dir, run.main)
     outcome = _outcome(cfg, trainer, data, run, setup.run_dir, inputs, limited)
     publish(setup, run, outcome)
-    record = _downstream(cfg, setup.card, outcome.record, setup.run_dir, run.main)
+    record = _downstream(cfg, setup.cfg, outcome.record, setup.run_dir, run.main)
     push_if_asked(setup, trainer, record)
     return record
 
@@ -219,7 +219,7 @@ def prepare_data(cfg: DictConfig, setup: RunSetup) -> tuple[PretrainingData, dic
     finetunes apart by these, not by the paths they were given (bertkit.reporting.identity).
     Compiled, the compile caches go under cache_dir first, shared with other runs."""
     if setup.args.torch_compile:
-        prepare_compile(setup.compile)
+        prepare_compile(setup.cfg.cache_dir)
     with setup.args.main_process_first(desc="preparing the pretraining data"):
         data = prepare_pretraining_data(cfg, setup.args)
         inputs = {**model_input_fingerprints(cfg.model, data.tokenizer, cfg.cache_dir),
@@ -272,13 +272,13 @@ def prepare_pretraining_data(cfg: DictConfig, args: TrainingArguments) -> Pretra
 
 def static_shapes(cfg: DictConfig) -> bool:
     """Batches at their phase's length (bertkit.training.static_shapes.static_shapes_pay)."""
-    return static_shapes_pay(compile_settings(cfg))
+    return static_shapes_pay(cfg)
 
 
 def stage(cfg: DictConfig, name: str):
     """One of STAGES: one line at its end; datasets' bars of its maps with progress_bars=true
     only."""
-    return preprocessing_stage(name, library_bars=every_bar_shown(progress_setting(cfg)),
+    return preprocessing_stage(name, library_bars=every_bar_shown(cfg.progress_bars),
                                log=logger)
 
 
@@ -308,7 +308,7 @@ def pretraining_documents(corpus: DictConfig, cache_dir: str, num_proc: int | No
     Every later step (tokenised documents, instances, static-mask copies, held-out sets) is a
     datasets.map cached beside the corpus's Arrow file, and datasets reads a cached file it
     finds without checking it: the caches are checked first and a cut one is deleted, to be
-    rebuilt (bertkit.data.readback). num_proc: preprocessing_num_workers."""
+    rebuilt (bertkit.data.atomic_files). num_proc: preprocessing_num_workers."""
     synthetic = OmegaConf.select(corpus, "synthetic")
     if synthetic is not None:
         ensure_demo_corpus(Path(corpus.files[0]), OmegaConf.to_container(synthetic))
@@ -515,7 +515,7 @@ def heldout_callbacks(settings: DictConfig, trainer, data: PretrainingData,
 
 
 def pretraining_cuts(corpus: DictConfig, data: PretrainingData) -> dict[str, dict]:
-    """The parts of the data a pretraining run cut (bertkit.data.limited_samples): the corpus,
+    """The parts of the data a pretraining run cut (bertkit.data.metrics_file): the corpus,
     when reading stopped at corpus.max_documents (the documents read; the whole is not
     counted). A corpus with fewer documents was read whole: no cut. heldout.max_sequences is
     not a cut: it is the size of the held-out sample every arm is scored on (512 by
@@ -628,7 +628,7 @@ def _heldout_line(heldout: dict | None, sentence_task: str | None) -> str:
 # The downstream finetunes
 
 
-def _downstream(cfg: DictConfig, card: CardSettings, record: dict, run_dir: Path,
+def _downstream(cfg: DictConfig, card: DictConfig, record: dict, run_dir: Path,
                 main: bool) -> dict:
     """The downstream finetunes, once the pretraining W&B run is closed (they open their
     own), on every process (a finetune under torchrun needs all of them); their scores go

@@ -19,7 +19,7 @@ from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, process
 from tokenizers.models import WordPiece
 from transformers import BertTokenizerFast, PreTrainedTokenizerFast
 
-from bertkit.data.readback import DamagedFile, discard_damaged, read_json, read_text
+from bertkit.data.atomic_files import DamagedFile, discard_damaged, read_json, read_text
 from bertkit.errors import BertkitError
 from bertkit.training.models import from_pretrained
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from bertkit.data.readback import DamagedFile, read_json
+from bertkit.data.atomic_files import DamagedFile, read_json
 from bertkit.errors import BertkitError
 
 LEDGER_FILE = "halving.json"

@@ -15,8 +15,8 @@ import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from bertkit.data.atomic_files import read_json, read_yaml
 from bertkit.data.metrics_file import INPUT_FINGERPRINTS, METRICS_FILE, SCHEMA_VERSION, upgrade
-from bertkit.data.readback import read_json, read_yaml
 from bertkit.errors import BertkitError
 from bertkit.reporting.identity import MODEL_KEY, PRETRAINING, flatten, run_settings
 
@@ -201,7 +201,7 @@ def read_pretraining_run(path: Path) -> PretrainingRun:
 
 
 def _limited_samples(data: dict) -> dict[str, dict]:
-    # Read here, not through bertkit.data.limited_samples: that module imports datasets,
+    # Read here, not through bertkit.data.metrics_file: that module imports datasets,
     # which bertkit-report does not need.
     details = data.get("details")
     found = details.get("limited_samples") if isinstance(details, dict) else None

@@ -30,7 +30,7 @@ import time
 import zlib
 from pathlib import Path
 
-from bertkit.data.readback import DamagedFile
+from bertkit.data.atomic_files import DamagedFile
 from bertkit.errors import BertkitError
 
 BLOCK = 32 * 1024
@@ -46,7 +46,7 @@ def raw_records(path: Path) -> list[bytes]:
     """The data of every complete record of the log, in order; a torn last record is dropped.
 
     A record whose checksum does not match, anywhere but at the torn end, is a damaged file:
-    a DamagedFile (bertkit.data.readback) naming it and the offset. A log cut short reads as
+    a DamagedFile (bertkit.data.atomic_files) naming it and the offset. A log cut short reads as
     a run without its exit record, never as a finished one.
     """
     path = Path(path)

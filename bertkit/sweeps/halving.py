@@ -21,9 +21,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bertkit.data.atomic_files import DamagedFile, read_json
 from bertkit.data.job_overrides import Overrides, configuration_of
 from bertkit.data.metrics_file import FAILED_FILE, METRICS_FILE
-from bertkit.data.readback import DamagedFile, read_json
 from bertkit.errors import BertkitError
 
 

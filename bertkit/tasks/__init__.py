@@ -12,7 +12,7 @@ from __future__ import annotations
 from bertkit.errors import BertkitError
 from bertkit.registry import imported
 
-# task.family -> that family's spec (bertkit.training.family.TaskFamily).
+# task.family -> that family's spec (bertkit.training.finetune.TaskFamily).
 FAMILIES = {
     "glue": "bertkit.tasks.glue.family:FAMILY",
     "squad": "bertkit.tasks.squad.family:FAMILY",

@@ -134,14 +134,14 @@ class Budget:
                                  self.min_lr_ratio)
 
 
-def budget_settings(node: DictConfig | None, train_fraction) -> Budget | None:
-    """budget.* (`node`), with the rule its schema cannot say (no train_fraction beside it);
-    None when budget.minutes is null (or the config has no budget node)."""
-    if node is None or node.get("minutes") is None:
+def run_budget(node: DictConfig, train_fraction) -> Budget | None:
+    """The run's time budget from budget.* (`node`), with the rule its schema cannot say (no
+    train_fraction beside it); None when budget.minutes is null."""
+    if node.minutes is None:
         return None
     # Types and ranges: bertkit.config_schema.BudgetSchema, checked before the job starts.
-    minutes, warmup = node.minutes, node.get("warmup_fraction", 0.0)
-    decay, floor = node.get("decay", "linear"), node.get("min_lr_ratio", 0.0)
+    minutes, warmup, decay, floor = node.minutes, node.warmup_fraction, node.decay, \
+        node.min_lr_ratio
     if train_fraction is not None:
         raise BertkitError("budget.minutes with train_fraction: both cut the schedule short; "
                            "set one of them to null")
@@ -202,7 +202,7 @@ class BudgetCallback(TrainerCallback):
     arithmetic on every process, so the rate and the stop stay identical without a collective
     per step."""
 
-    def __init__(self, budget: Budget, clock: TrainingClock, agree_every_steps: int = 1):
+    def __init__(self, budget: Budget, clock: TrainingClock, agree_every_steps: int):
         self.budget = budget
         self.clock = clock
         self.agree_every_steps = max(1, int(agree_every_steps))
@@ -265,7 +265,7 @@ class BudgetCallback(TrainerCallback):
 
 
 def add_budget(budget: Budget | None, trainer: Trainer, clock: TrainingClock,
-               agree_every_steps: int = 1) -> BudgetCallback | None:
+               agree_every_steps: int) -> BudgetCallback | None:
     if budget is None:
         return None
     callback = BudgetCallback(budget, clock, agree_every_steps)
@@ -360,15 +360,15 @@ def show_budget_progress(trainer: Trainer,
 # ================================================================================================
 # When a run stops before its schedule ends, through Trainer's callbacks, from the config:
 # early stopping on the dev metric, and stopping at a share of the schedule (successive halving's
-# early rungs). (The finetuning methods' callbacks are bertkit.finetuning.callbacks.)
+# early rungs). (The finetuning methods' callbacks are in their modules,
+# bertkit/finetuning/methods/.)
 
-def add_early_stopping(settings: DictConfig | None, watched: str | None,
-                       trainer: Trainer) -> None:
+def add_early_stopping(settings: DictConfig, watched: str | None, trainer: Trainer) -> None:
     """early_stopping.patience (`settings`: the early_stopping node): Trainer's
     EarlyStoppingCallback on the checkpoint-selecting metric (`watched`:
     trainer.metric_for_best_model); checked here so that a missing setting is one message, not
     Trainer's assertion."""
-    if settings is None or settings.patience is None:
+    if settings.patience is None:
         return
     args = trainer.args
     # The config's value: TrainingArguments fills in "loss" by itself, which GLUE's evaluation

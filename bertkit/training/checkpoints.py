@@ -40,7 +40,7 @@ from transformers.utils import (
     WEIGHTS_NAME,
 )
 
-from bertkit.data.readback import DamagedFile, read_json
+from bertkit.data.atomic_files import DamagedFile, read_json
 from bertkit.trainer_internals import callbacks_of
 
 # ================================================================================================
@@ -353,7 +353,7 @@ def preemption_signals() -> list[int]:
 class PreemptionCallback(TrainerCallback):
     """Catches the preemption signals during training; saves and stops at the step's end."""
 
-    def __init__(self, signals: list[int] | None = None, agree_every_steps: int = 1):
+    def __init__(self, agree_every_steps: int, signals: list[int] | None = None):
         """agree_every_steps: under DDP, the processes compare their flags at every this many
         optimizer steps (one collective each time, not one per step)."""
         self.signals = preemption_signals() if signals is None else signals

@@ -1,28 +1,36 @@
 """The finetune job for every task family, read top-down in `finetune`, one line per stage:
 settings checked, the run started (bertkit.training.run), data, model, Trainer, train,
 evaluate and save, then metrics.json, the card, W&B and the printout (publish) and the Hub
-push. The family (bertkit.training.family) supplies what differs between GLUE, SQuAD, SWAG
-and NER (data, head, trainer, evaluation); bertkit.finetuning.active_methods the methods the
-`finetuning` node turns on. Each stage is a function below, in the order `finetune` calls
-them.
+push. Each stage is a function below, in the order `finetune` calls them.
+
+The family (a TaskFamily, at the end of this module: what the job asks of a family) supplies
+what differs between GLUE, SQuAD, SWAG and NER (data, head, trainer, evaluation); each family
+subclasses it in its own folder (bertkit/tasks/<family>/family.py), named in
+bertkit.tasks.FAMILIES. bertkit.finetuning.methods supplies the methods the `finetuning`
+node turns on.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from omegaconf import DictConfig
-from transformers import PreTrainedModel, PreTrainedTokenizerBase, Trainer
+from transformers import PreTrainedModel, PreTrainedTokenizerBase, Trainer, TrainingArguments
 
 from bertkit.config_schema import check_ranges
 from bertkit.data.fingerprints import model_input_fingerprints
-from bertkit.data.limited_samples import LIMITED_SAMPLES, cut_line, limited_samples
-from bertkit.data.metrics_file import INPUT_FINGERPRINTS, METRICS_FILE, metrics_record
+from bertkit.data.metrics_file import (
+    INPUT_FINGERPRINTS,
+    LIMITED_SAMPLES,
+    METRICS_FILE,
+    cut_line,
+    limited_samples,
+    metrics_record,
+)
 from bertkit.data.task_data import SAMPLE_LIMIT_KEYS, TaskData, TaskSplits, first_examples
 from bertkit.errors import BertkitError
-from bertkit.finetuning.active_methods import ActiveMethods
-from bertkit.training.family import Evaluation, TaskFamily
+from bertkit.finetuning.methods import ActiveMethods
 from bertkit.training.models import check_model_settings, load_tokenizer, tokenizer_size
 from bertkit.training.run import (
     Outcome,
@@ -36,7 +44,7 @@ from bertkit.training.run import (
 )
 from bertkit.training.static_shapes import (
     CompileRecord,
-    CompileSettings,
+    PaddedRows,
     compile_graphs,
     decide_compile,
     planned_steps,
@@ -57,7 +65,7 @@ def finetune(cfg: DictConfig, family: TaskFamily, run_dir: Path | None = None,
                           cfg.cache_dir, cfg.preprocessing_num_workers)
     model, hyperparameters = build_model(cfg.task, cfg.model, family, methods, setup.args,
                                          inputs)
-    compiling = compile_if_it_pays(setup.compile, setup.args, len(inputs.data.features["train"]),
+    compiling = compile_if_it_pays(cfg, setup.args, len(inputs.data.features["train"]),
                                    cfg.task.max_seq_length)
     trainer = build_trainer(cfg.task, family, methods, setup, model, inputs)
     limited = limited_parts(inputs.splits, details)
@@ -170,7 +178,7 @@ def run_details(inputs: Inputs, evaluation: Evaluation, methods: ActiveMethods,
     return {"data_fingerprint": splits.fingerprint(), INPUT_FINGERPRINTS: inputs.fingerprints,
             **inputs.data.facts, **evaluation.details, **(context or {}),
             # a run on the first N examples of a split is no result on the task
-            # (bertkit.data.limited_samples)
+            # (bertkit.data.metrics_file)
             **({LIMITED_SAMPLES: limited} if limited else {}),
             **({"compile": compiling.facts()} if compiling else {}),
             **({"finetuning": facts} if (facts := methods.record()) else {})}
@@ -192,14 +200,14 @@ def sample_limits(task: DictConfig) -> dict[str, int | None]:
     return {key: task.get(key) for key in SAMPLE_LIMIT_KEYS.values()}
 
 
-def compile_if_it_pays(settings: CompileSettings, args, train_rows: int,
+def compile_if_it_pays(cfg: DictConfig, args, train_rows: int,
                        max_seq_length: int) -> CompileRecord | None:
     """trainer.torch_compile decided for this run's length (static_shapes.decide_compile) and,
     compiled, Dynamo prepared for its graphs; returns what will record the compile's cost."""
-    decide_compile(settings, args, planned_steps(args, train_rows, args.world_size))
+    decide_compile(cfg, args, planned_steps(args, train_rows, args.world_size))
     if not args.torch_compile:
         return None
-    prepare_compile(settings, compile_graphs(max_seq_length, settings.bucket_width))
+    prepare_compile(cfg.cache_dir, compile_graphs(max_seq_length, cfg.bucket_width))
     return CompileRecord()
 
 
@@ -240,3 +248,93 @@ def checkpoints_line(output_dir: Path, width: int) -> str:
     if not any(output_dir.glob("checkpoint-*")):
         return ""
     return f"  {'checkpoints:':<{width}} {output_dir}\n"
+
+
+# ================================================================================================
+# What a task family supplies to the one finetune job: a small spec of the steps that differ
+# between families. Everything else (arguments, seed, data under main_process_first, trainer,
+# train, evaluate, metrics.json, W&B, the printout) is written once, above.
+
+@dataclass
+class Evaluation:
+    """The final model's scores and files, in metrics.json's shape (bertkit.data.metrics_file)."""
+
+    validation: dict[str, dict[str, float]]  # dev split -> metric -> value
+    test: dict[str, dict[str, float]] = field(default_factory=dict)  # labelled test splits
+    files: dict[str, str] = field(default_factory=dict)  # name -> written file
+    details: dict = field(default_factory=dict)  # the family's own facts for metrics.json
+
+
+class TaskFamily:
+    """One task family's steps. `name` is task.family; `preparing` says what reading and
+    featurizing do (the log line of main_process_first).
+
+    Each step gets the settings it reads, not the whole config: the `task` node first, then
+    the `model` node, data_source or the preprocessing keys where it reads them."""
+
+    name: str
+    preparing = "reading and tokenizing the data"
+
+    def check(self, task: DictConfig, model: DictConfig) -> None:
+        """Settings errors, before any data is read."""
+
+    def second_segment(self, task: DictConfig, data_source: str) -> str | None:
+        """The setting that makes this task feed the model a second segment (token type 1:
+        a sentence pair, a question and its passage), as `key=value` for messages; None when
+        every input is one segment. check_model_settings holds model's token types to it."""
+        return None
+
+    def generate_data(self, task: DictConfig) -> None:
+        """Write generated data sets (the embedded demo) before the tokenizer or the reader
+        looks for their files; a no-op for real data."""
+
+    def read(self, task: DictConfig, data_source: str) -> TaskSplits:
+        """The raw splits, from local files or the Hub (bertkit.data.task_data). Before the
+        tokenizer loads, so that a bad data file is reported before a missing tokenizer."""
+        raise NotImplementedError
+
+    def featurize(self, task: DictConfig, splits: TaskSplits,
+                  tokenizer: PreTrainedTokenizerBase, cache_dir: str | None,
+                  num_proc: int | None) -> TaskData:
+        """The model's features of every split (cached under cache_dir: bertkit.data.cache;
+        num_proc: preprocessing_num_workers)."""
+        raise NotImplementedError
+
+    def build_model(self, task: DictConfig, model: DictConfig,
+                    tokenizer: PreTrainedTokenizerBase,
+                    data: TaskData) -> PreTrainedModel:
+        raise NotImplementedError
+
+    def build_trainer(self, task: DictConfig, args: TrainingArguments, model: PreTrainedModel,
+                      tokenizer: PreTrainedTokenizerBase, data: TaskData,
+                      pad_to_multiple_of: int | None) -> Trainer:
+        raise NotImplementedError
+
+    def padded_rows(self, task: DictConfig) -> PaddedRows:
+        """How the rows that fill a short batch up to its batch size weigh nothing (static
+        shapes: bertkit.training.static_shapes): by default, labels the loss ignores (-100)."""
+        return PaddedRows()
+
+    def hyperparameters(self, task: DictConfig, model: PreTrainedModel) -> dict:
+        """The family's settings beyond the paper's, for W&B and metrics.json."""
+        return {}
+
+    def train_sizes(self, data: TaskData) -> dict:
+        """How much data one epoch is, for metrics.json's train record."""
+        return {"examples": len(data.features["train"])}
+
+    def evaluate(self, task: DictConfig, trainer: Trainer, data: TaskData, run_dir: Path,
+                 main: bool) -> Evaluation:
+        """The final model (the best checkpoint's, with load_best_model_at_end) on the dev and
+        labelled test splits; prediction files written by the main process only."""
+        raise NotImplementedError
+
+    def save_model(self, trainer: Trainer, run_dir: Path, main: bool) -> None:
+        trainer.save_model(str(run_dir / "model"))
+
+    def headline(self, summary: dict) -> str:
+        """The scores in the printout after `<task>: <main metric> = <value>`."""
+        return "; ".join(f"{split}: " + ", ".join(f"{k} {v:.4f}" for k, v in scores.items()
+                                                  if isinstance(v, float))
+                         for split, scores in {**summary["validation"],
+                                               **summary["test"]}.items())

@@ -20,7 +20,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from bertkit.data.atomic_files import write_text_atomic
-from bertkit.data.limited_samples import LIMITED_SAMPLES, describe_cut, limited_samples
+from bertkit.data.metrics_file import LIMITED_SAMPLES, describe_cut, limited_samples
 from bertkit.errors import BertkitError
 from bertkit.secret_masking import mask_secrets, mask_text
 
@@ -255,8 +255,8 @@ class CardDataset:
     @classmethod
     def of(cls, node: DictConfig) -> CardDataset:
         """From a task or corpus config: its hub.path and hub.name, where it has them."""
-        path = OmegaConf.select(node, "hub.path", default=None)
-        config = OmegaConf.select(node, "hub.name", default=None)
+        path = OmegaConf.select(node, "hub.path")  # a task or corpus without hub node: None
+        config = OmegaConf.select(node, "hub.name")
         return cls(type=path or node.name, name=node.name, config=config,
                    on_hub=path is not None)
 
@@ -275,7 +275,7 @@ class CardFacts:
     hyperparameters: dict
     seed: int
     # The body's results table, where it shows more than the model-index (a cut split's
-    # scores, bertkit.data.limited_samples); None: the model-index's.
+    # scores, bertkit.data.metrics_file); None: the model-index's.
     shown_results: dict[str, dict[str, float]] | None = None
     training: dict = field(default_factory=dict)  # steps, loss, ...: the body's facts
     sections: list[str] = field(default_factory=list)  # further Markdown sections
@@ -291,34 +291,13 @@ def command_line() -> str | None:
     return " ".join(["bertkit", *(shlex.quote(o) for o in overrides)])
 
 
-@dataclass(frozen=True)
-class CardSettings:
-    """The nodes a run's card reads, taken once at the job's entry (card_settings): task for
-    a finetune, corpus for pretraining (None where the job has none)."""
-
-    model_card: DictConfig | None
-    trainer: DictConfig
-    model: DictConfig | None
-    task: DictConfig | None = None
-    corpus: DictConfig | None = None
-
-
-def card_settings(cfg: DictConfig) -> CardSettings:
-    """The job's CardSettings, from its config."""
-    return CardSettings(OmegaConf.select(cfg, "model_card"), cfg.trainer,
-                        OmegaConf.select(cfg, "model"), OmegaConf.select(cfg, "task"),
-                        OmegaConf.select(cfg, "corpus"))
-
-
-def check_hub_settings(settings: CardSettings) -> None:
+def check_hub_settings(cfg: DictConfig) -> None:
     """Before any data is read: without hub_model_id Trainer would name the repository after
     the checkpoint folder ("checkpoints"); a base_model the card gives must be a Hub id."""
-    if OmegaConf.select(settings.trainer, "push_to_hub", default=False) \
-            and not OmegaConf.select(settings.trainer, "hub_model_id"):
+    if cfg.trainer.push_to_hub and not cfg.trainer.hub_model_id:
         raise BertkitError("trainer.push_to_hub=true needs trainer.hub_model_id=<user>/<name>, "
                            "the Hub repository to push to")
-    base = (None if settings.model_card is None
-            else OmegaConf.select(settings.model_card, "base_model"))
+    base = cfg.model_card.base_model
     if base and not is_repo_id(str(base)):
         raise BertkitError(f"model_card.base_model={base}: expected the Hub id of a model "
                            f"(<user>/<name>), not a path")
@@ -341,26 +320,26 @@ def heldout_scores(final: dict) -> dict[str, float]:
             if key.endswith(("_loss", "_accuracy")) and _is_score(value)}
 
 
-def _model_name(trainer: DictConfig, default: str) -> str:
-    hub_model_id = trainer.get("hub_model_id")
-    return hub_model_id.split("/")[-1] if hub_model_id else default
+def _model_name(trainer: DictConfig, unnamed: str) -> str:
+    """The last part of trainer.hub_model_id, else `unnamed`."""
+    hub_model_id = trainer.hub_model_id
+    return hub_model_id.split("/")[-1] if hub_model_id else unnamed
 
 
 def _pushed_id(trainer: DictConfig) -> str | None:
     """The model's Hub id when the run pushes it (trainer.push_to_hub)."""
-    if trainer.get("push_to_hub", False):
-        return trainer.get("hub_model_id")
-    return None
+    return trainer.hub_model_id if trainer.push_to_hub else None
 
 
-def _usage(settings: CardSettings, family: str) -> str | None:
-    task, model = settings.task, settings.model
+def _usage(cfg: DictConfig, family: str) -> str | None:
+    """The card's usage section; the keys it reads are a family's own (a GLUE task's second
+    column, its labels; NER's feature-based tagger): absent in the other families' nodes."""
+    task = cfg.task if family != "pretraining" else None
     return usage_section(
-        family, _pushed_id(settings.trainer),
-        pair=bool(OmegaConf.select(task, "columns.text_b", default=None)) if task else False,
+        family, _pushed_id(cfg.trainer),
+        pair=bool(OmegaConf.select(task, "columns.text_b")) if task else False,
         regression=family == "glue" and OmegaConf.select(task, "labels") is None,
-        feature_based=bool(OmegaConf.select(model, "feature_based.enabled", default=False))
-        if model is not None else False)
+        feature_based=bool(OmegaConf.select(cfg.model, "feature_based.enabled")))
 
 
 # A finetune's training facts in its card: metrics.json's train key -> the card's name.
@@ -379,19 +358,19 @@ def partial_data_note(limited: dict[str, dict], what: str) -> str:
             f"{parts}")
 
 
-def finetune_facts(settings: CardSettings, record: dict) -> CardFacts:
+def finetune_facts(cfg: DictConfig, record: dict) -> CardFacts:
     """A finetune's card from its metrics.json record (bertkit.data.metrics_file). A run on
     part of its data (details.limited_samples) gives no model-index result: a cut dev split's
     score is not the task's, nor is a full split's score of a model trained on part of the
     training data; the body shows the scores and says what was cut."""
-    family, task = record["family"], settings.task
+    family, task = record["family"], cfg.task
     started = None if record["model"] == "from_scratch" else record["model"]
     origin = f"from {model_reference(started)}" if started else "from random initialisation"
     train = record.get("train", {})
     limited = limited_samples(record)
     scores = _scores({**record["validation"], **record.get("test", {})})
     return CardFacts(
-        model_name=_model_name(settings.trainer, f"bertkit-{task.name}"), family=family,
+        model_name=_model_name(cfg.trainer, f"bertkit-{task.name}"), family=family,
         summary=(f"BERT finetuned on {task.name} ({family} family, "
                  f"{TASK_TYPES[family][0]}) with bertkit, {origin}."),
         started_from=started, dataset=CardDataset.of(task),
@@ -405,12 +384,12 @@ def finetune_facts(settings: CardSettings, record: dict) -> CardFacts:
         # last step's, and the card says so.
         training={FINETUNE_TRAINING_FACTS[key]: train[key] for key in FINETUNE_TRAINING_FACTS
                   if key in train},
-        usage=_usage(settings, family))
+        usage=_usage(cfg, family))
 
 
-def pretraining_facts(settings: CardSettings, record: dict) -> CardFacts:
+def pretraining_facts(cfg: DictConfig, record: dict) -> CardFacts:
     """A pretraining run's card: the held-out set's final scores are its dev values."""
-    corpus = settings.corpus
+    corpus = cfg.corpus
     heldout = record.get("heldout") or {}
     final = heldout.get("final") or {}
     results = {}
@@ -442,9 +421,9 @@ def pretraining_facts(settings: CardSettings, record: dict) -> CardFacts:
                         "same job (each its own model, with its own card, in "
                         "downstream/<task>/model of the run):\n\n"
                         + _table(("task", "metric", "dev value"), rows))
-    started = settings.model.name_or_path
+    started = cfg.model.name_or_path
     return CardFacts(
-        model_name=_model_name(settings.trainer, f"bertkit-pretraining-{corpus.name}"),
+        model_name=_model_name(cfg.trainer, f"bertkit-pretraining-{corpus.name}"),
         family="pretraining",
         summary=(f"BERT pretrained with bertkit ({record['objective']}, {record['masking']} "
                  f"masking) on {corpus.name}, "
@@ -459,7 +438,7 @@ def pretraining_facts(settings: CardSettings, record: dict) -> CardFacts:
                      if key in train},
                   **{f"last log {key}": last[key] for key in last
                      if key.endswith(("_loss", "_accuracy"))}},
-        sections=sections, usage=_usage(settings, "pretraining"))
+        sections=sections, usage=_usage(cfg, "pretraining"))
 
 
 def base_model(started_from: str | None, settings: DictConfig) -> str | list[str] | None:
@@ -568,14 +547,14 @@ def build_card(facts: CardFacts, settings: DictConfig, command: str | None) -> M
     return ModelCard(mask_text(f"---\n{metadata.to_yaml()}\n---\n\n{card_body(facts, command)}"))
 
 
-def run_card(settings: CardSettings, record: dict) -> ModelCard | None:
+def run_card(cfg: DictConfig, record: dict) -> ModelCard | None:
     """The card of a finetune or pretraining run from its metrics.json record; None with
     model_card.enabled=false."""
-    if not settings.model_card.enabled:
+    if not cfg.model_card.enabled:
         return None
-    facts = (pretraining_facts(settings, record) if record["family"] == "pretraining"
-             else finetune_facts(settings, record))
-    return build_card(facts, settings.model_card, command_line())
+    facts = (pretraining_facts(cfg, record) if record["family"] == "pretraining"
+             else finetune_facts(cfg, record))
+    return build_card(facts, cfg.model_card, command_line())
 
 
 def write_card(card: ModelCard | None, model_dir: Path) -> Path | None:

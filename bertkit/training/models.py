@@ -24,8 +24,8 @@ from transformers import (
 from transformers.tokenization_utils_base import TOKENIZER_CONFIG_FILE
 from transformers.utils import CONFIG_NAME, WEIGHTS_NAME, cached_file
 
+from bertkit.data.atomic_files import read_json
 from bertkit.data.hub import offline_error, require_hub
-from bertkit.data.readback import read_json
 from bertkit.errors import BertkitError
 
 # ================================================================================================
@@ -161,7 +161,7 @@ def check_local_files(model: DictConfig, fetched_only: bool = False) -> None:
 def trusts_remote_code(model: DictConfig) -> bool:
     """model.trust_remote_code: whether code that a checkpoint or tokenizer folder ships may
     run; false unless the user sets it (a node without the key, too)."""
-    return OmegaConf.select(model, "trust_remote_code", default=False) is True
+    return model.trust_remote_code is True
 
 
 def _custom_code(name: str, file_name: str, entry: str | None,
@@ -335,7 +335,8 @@ def load_tokenizer(model: DictConfig, job: str = "finetuning") -> PreTrainedToke
     check_special_tokens(tokenizer, name, job)
     # Old checkpoints (e.g. Google's bert-base-uncased tokenizer_config.json) carry no
     # model_max_length, which would leave truncation unbounded.
-    limit = OmegaConf.select(model, "config.max_position_embeddings", default=512)
+    # (A model.config without it: BertConfig's own default, the length the model is built with.)
+    limit = model.config.get("max_position_embeddings") or BertConfig().max_position_embeddings
     if tokenizer.model_max_length > limit:
         tokenizer.model_max_length = limit
     return tokenizer
@@ -428,7 +429,7 @@ def model_shape(model: DictConfig, local_only: bool = True) -> dict[str, tuple[i
             return {}
         return {key: (config.get(key, defaults[key]),
                       f"model.name_or_path={name}'s config.json {key}") for key in SHAPE_KEYS}
-    given = OmegaConf.select(model, "config", default=None) or {}
+    given = model.config or {}
     return {key: (given[key] if key in given else defaults[key], f"model.config.{key}")
             for key in SHAPE_KEYS if key != "vocab_size" or key in given}
 

@@ -32,17 +32,12 @@ from dataclasses import dataclass
 import datasets
 import huggingface_hub.utils
 import transformers.utils.logging
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 logger = logging.getLogger(__name__)
 
 # The choices of progress_bars (bertkit.config_schema reads them).
 PROGRESS_BARS = ("auto", True, False)
-
-
-def progress_setting(cfg: DictConfig):
-    """progress_bars as given ("auto", True or False), read once at the job's entry."""
-    return OmegaConf.select(cfg, "progress_bars", default="auto")
 
 
 def stream_is_terminal() -> bool:
@@ -51,7 +46,7 @@ def stream_is_terminal() -> bool:
 
 
 def progress_bars_shown(setting) -> bool:
-    """Whether bars are shown under progress_bars=`setting` (progress_setting)."""
+    """Whether bars are shown under progress_bars=`setting` ("auto", True or False)."""
     return stream_is_terminal() if setting == "auto" else setting is True
 
 
@@ -65,7 +60,7 @@ def apply_progress_bars(cfg: DictConfig) -> bool:
     An environment variable a user set (HF_DATASETS_DISABLE_PROGRESS_BARS,
     HF_HUB_DISABLE_PROGRESS_BARS) keeps priority, as the libraries intend, without their
     warning that it does."""
-    shown = progress_bars_shown(progress_setting(cfg))
+    shown = progress_bars_shown(cfg.progress_bars)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if shown:

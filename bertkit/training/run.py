@@ -1,27 +1,22 @@
-"""The run lifecycle every training job shares, finetunes and pretraining alike: the
-TrainingArguments from the config, the process ranks, what happens around Trainer.train (early
-stopping, train_fraction, a time budget, resume, preemption, W&B) and the publishing of the
-results. One module because a job reads it top-down as one story: start_run, train_run,
-publish, push_if_asked (each section below says why it does what it does).
+"""The run lifecycle every training job shares, finetunes and pretraining alike: the run
+started (TrainingArguments from bertkit.training.arguments, the checkpoint to resume, the
+seed), what happens around Trainer.train (early stopping, train_fraction, a time budget,
+preemption, W&B) and the publishing of the results. One module because a job reads it
+top-down as one story: start_run, train_run, publish, push_if_asked (each section below says
+why it does what it does).
 """
 
 from __future__ import annotations
 
-import copy
-import copyreg
-import importlib.util
 import logging
-import os
 import shutil
 import time
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psutil
-import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from transformers import Trainer, TrainingArguments, set_seed
@@ -34,10 +29,10 @@ from bertkit.data.atomic_files import (
     write_json_atomic,
     write_yaml_atomic,
 )
-from bertkit.data.limited_samples import LIMITED_SAMPLES, limited_samples
-from bertkit.data.metrics_file import METRICS_FILE
+from bertkit.data.metrics_file import LIMITED_SAMPLES, METRICS_FILE, limited_samples
 from bertkit.errors import BertkitError
 from bertkit.secret_masking import mask_secrets, remember_secrets
+from bertkit.training.arguments import build_training_arguments
 from bertkit.training.budget import (
     Budget,
     ClockCallback,
@@ -46,7 +41,7 @@ from bertkit.training.budget import (
     add_early_stopping,
     add_train_fraction,
     budget_hyperparameters,
-    budget_settings,
+    run_budget,
     show_budget_progress,
 )
 from bertkit.training.checkpoints import (
@@ -59,20 +54,8 @@ from bertkit.training.checkpoints import (
     checkpoint_folders,
     scan_checkpoints,
 )
-from bertkit.training.model_card import (
-    CardSettings,
-    card_settings,
-    check_hub_settings,
-    run_card,
-    write_card,
-)
-from bertkit.training.progress import progress_bars_shown, progress_setting
-from bertkit.training.static_shapes import (
-    CompileSettings,
-    compile_settings,
-    padding_multiple,
-    static_shapes_pay,
-)
+from bertkit.training.model_card import check_hub_settings, run_card, write_card
+from bertkit.training.static_shapes import padding_multiple, static_shapes_pay
 from bertkit.training.throughput import add_throughput
 from bertkit.training.trainer import push_model
 from bertkit.training.wandb_logging import resolve_wandb_mode, start_wandb_run
@@ -93,31 +76,17 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class RunSetup:
-    """What start_run settled before the job reads its data."""
+    """What start_run settled before the job reads its data; the job's config, which the
+    later steps read their keys from (the callbacks, the card, keep_checkpoints)."""
 
+    cfg: DictConfig
     run_dir: Path
     args: TrainingArguments
     checkpoint: str | None  # the checkpoint to resume from (None: from the start)
     clock: TrainingClock  # the run's training clock, started by the trainer's ClockCallback
     pad_to_multiple_of: int | None  # finetuning batches' widths (static_shapes.padding_multiple)
     static_shapes: bool  # finetuning batches at full rows too (static_shapes.static_shapes_pay)
-    compile: CompileSettings  # whether and how the run compiles (static_shapes.compile_settings)
-    budget: Budget | None  # budget.* (budget.budget_settings; None: no time budget)
-    card: CardSettings  # what the model's card reads (model_card.card_settings)
-    watch: WatchSettings  # what attach_callbacks reads
-    keep_checkpoints: bool = False  # a finished run keeps its checkpoints (keep_checkpoints)
-
-
-@dataclass(frozen=True)
-class WatchSettings:
-    """The keys of the callbacks train_run attaches (attach_callbacks), read by start_run."""
-
-    early_stopping: DictConfig | None
-    metric_for_best_model: str | None
-    train_fraction: float | None
-    throughput: DictConfig | None
-    agree_every_steps: int
-    fsync_checkpoints: bool
+    budget: Budget | None  # budget.* (budget.run_budget; None: no time budget)
 
 
 @dataclass
@@ -145,24 +114,13 @@ def start_run(cfg: DictConfig, run_dir: Path | None = None) -> RunSetup:
     """Called after the job's own settings checks (the schema's check_ranges first among them:
     finetune and check_pretraining_config) and before it reads any data."""
     run_dir = Path(run_dir or hydra_run_dir())
-    budget = budget_settings(OmegaConf.select(cfg, "budget"),
-                             OmegaConf.select(cfg, "train_fraction"))
-    card = card_settings(cfg)
-    check_hub_settings(card)
-    args = build_training_arguments(argument_settings(cfg), run_dir, report_to(cfg.logger))
+    budget = run_budget(cfg.budget, cfg.train_fraction)
+    check_hub_settings(cfg)
+    args = build_training_arguments(cfg, run_dir, report_to(cfg.logger))
     checkpoint = resume_checkpoint(cfg.resume, args)
     set_seed(args.seed)
-    shapes = compile_settings(cfg)
-    pad_to = padding_multiple(shapes, args.bf16 or args.fp16)
-    watch = WatchSettings(
-        OmegaConf.select(cfg, "early_stopping"),
-        OmegaConf.select(cfg, "trainer.metric_for_best_model"),
-        OmegaConf.select(cfg, "train_fraction"), OmegaConf.select(cfg, "throughput"),
-        OmegaConf.select(cfg, "agree_every_steps", default=1),
-        OmegaConf.select(cfg, "fsync_checkpoints", default=True))
-    return RunSetup(run_dir, args, checkpoint, training_clock(), pad_to,
-                    static_shapes_pay(shapes), shapes, budget, card, watch,
-                    OmegaConf.select(cfg, "keep_checkpoints", default=False) is True)
+    return RunSetup(cfg, run_dir, args, checkpoint, training_clock(),
+                    padding_multiple(cfg, args.bf16 or args.fp16), static_shapes_pay(cfg), budget)
 
 
 def train_run(cfg: DictConfig, setup: RunSetup, trainer: Trainer, hyperparameters: dict,
@@ -170,7 +128,7 @@ def train_run(cfg: DictConfig, setup: RunSetup, trainer: Trainer, hyperparameter
     """Trains `trainer` from the checkpoint start_run chose, with bertkit's callbacks and the
     job's `callbacks`; `hyperparameters` (with the time budget's added) go to W&B and are kept
     in the returned run. `limited_samples`: the parts of the data the job cut, as read
-    (bertkit.data.limited_samples): its W&B run is tagged and grouped apart from the start."""
+    (bertkit.data.metrics_file): its W&B run is tagged and grouped apart from the start."""
     watch = attach_callbacks(setup, trainer, callbacks)
     hyperparameters, wandb_run = record_settings(cfg, setup, trainer, hyperparameters,
                                                  limited_samples)
@@ -200,13 +158,13 @@ def train_run(cfg: DictConfig, setup: RunSetup, trainer: Trainer, hyperparameter
 
 def publish(setup: RunSetup, run: TrainingRun, outcome: Outcome) -> None:
     """The job's results where users read them, each marking a score on part of the data
-    (bertkit.data.limited_samples): metrics.json, the model's card, the W&B summary and the
+    (bertkit.data.metrics_file): metrics.json, the model's card, the W&B summary and the
     printout; files are written by the main process only."""
     if not run.main:
         return
     write_json_atomic(setup.run_dir / METRICS_FILE, mask_secrets(outcome.record))
-    write_card(run_card(setup.card, outcome.record), setup.run_dir / "model")
-    if run.complete and not setup.keep_checkpoints:
+    write_card(run_card(setup.cfg, outcome.record), setup.run_dir / "model")
+    if run.complete and not setup.cfg.keep_checkpoints:
         removed = remove_checkpoints(Path(setup.args.output_dir))
         if removed:
             logger.info("keep_checkpoints=false: removed the finished run's %s from %s "
@@ -233,7 +191,7 @@ def push_if_asked(setup: RunSetup, trainer: Trainer, record: dict) -> None:
     """The model and its card to the Hub with trainer.push_to_hub=true; on every process (a
     sharded model saves from all)."""
     if trainer.args.push_to_hub:
-        push_model(trainer, run_card(setup.card, record), setup.run_dir / "model")
+        push_model(trainer, run_card(setup.cfg, record), setup.run_dir / "model")
 
 
 # ================================================================================================
@@ -346,16 +304,19 @@ def attach_callbacks(setup: RunSetup, trainer: Trainer, callbacks: Iterable) -> 
     trainer.add_callback(RemoveSetAsideRun())
     for callback in callbacks:
         trainer.add_callback(callback)
-    settings = setup.watch
-    add_early_stopping(settings.early_stopping, settings.metric_for_best_model, trainer)
-    stopper = add_train_fraction(settings.train_fraction, trainer)
-    budget = add_budget(setup.budget, trainer, setup.clock, settings.agree_every_steps)
+    cfg = setup.cfg
+    # The config's metric, not TrainingArguments' (it fills in "loss" by itself); a trainer
+    # group without the key (pretraining's) watches none.
+    add_early_stopping(cfg.early_stopping, OmegaConf.select(cfg, "trainer.metric_for_best_model"),
+                       trainer)
+    stopper = add_train_fraction(cfg.train_fraction, trainer)
+    budget = add_budget(setup.budget, trainer, setup.clock, cfg.agree_every_steps)
     if budget is not None:  # the bar counts the budget's time, not max_steps
         show_budget_progress(trainer, budget)
-    meter = add_throughput(settings.throughput, trainer)
-    preemption = PreemptionCallback(agree_every_steps=settings.agree_every_steps)
+    meter = add_throughput(cfg.throughput, trainer)
+    preemption = PreemptionCallback(cfg.agree_every_steps)
     trainer.add_callback(preemption)
-    if settings.fsync_checkpoints:
+    if cfg.fsync_checkpoints:
         trainer.add_callback(DurableCheckpoints())
     return Watch(preemption, stopper, budget, meter)
 
@@ -420,7 +381,7 @@ def finish_wandb(run: TrainingRun, final: dict[str, float], num_parameters: int,
                  limited: dict | None = None) -> str:
     """The final scores into the run's summary as final/<key>, the task's main metric and
     value (what bertkit-report ranks by, also from offline run files), and the parts of the
-    data that were cut (limited_samples, bertkit.data.limited_samples), then close it; returns
+    data that were cut (limited_samples, bertkit.data.metrics_file), then close it; returns
     a line saying where the run went."""
     if run.wandb_run is None:
         return "W&B: off"
@@ -439,216 +400,3 @@ def finish_wandb(run: TrainingRun, final: dict[str, float], num_parameters: int,
     where = f"W&B run: {run.wandb_run.dir if run.wandb_run.offline else run.wandb_run.url}"
     run.wandb_run.finish()
     return where
-
-
-# ================================================================================================
-# TrainingArguments from the `trainer` config group, plus what bertkit decides for the user:
-# mixed precision on a GPU, where checkpoints go, which tracker Trainer reports to, and no secret
-# in the training_args.bin Trainer saves.
-
-PRECISIONS = ("auto", "bf16", "fp16", "no")
-CHECKPOINTS_DIR = "checkpoints"  # Trainer's output_dir, in the run directory
-
-
-def resolve_mixed_precision(setting: str) -> str:
-    """auto: bf16 where the GPU has it, else fp16 on a GPU, else full precision on the CPU
-    (`setting` is one of PRECISIONS: the schema's choices, bertkit.config_schema)."""
-    if setting != "auto":
-        if setting != "no" and not torch.cuda.is_available():
-            raise BertkitError(f"mixed_precision={setting}: needs a GPU, and none is visible")
-        return setting
-    if not torch.cuda.is_available():
-        return "no"
-    return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
-
-
-def available_cores() -> int:
-    """The cores this process may run on: its CPU affinity where the system has one (a SLURM
-    job's cpus_per_task, a hydra/launcher=gpu_pack job's share), else the machine's."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0)) or 1
-    return os.cpu_count() or 1
-
-
-def resolve_dataloader_workers(setting, on_gpu: bool, gpu_workers: int, cpus: int,
-                               processes: int) -> int:
-    """trainer.dataloader_num_workers: a number as given; auto: none on a CPU, where workers
-    would take the cores training needs, and on a GPU gpu_workers, at most the cores each
-    process has less one (its own)."""
-    if setting == "auto":
-        workers = max(0, min(int(gpu_workers), cpus // max(processes, 1) - 1)) if on_gpu else 0
-        logger.info("trainer.dataloader_num_workers=auto: %d worker process(es) (%s, %d cores, "
-                    "%d process(es))", workers, "GPU" if on_gpu else "CPU", cpus, processes)
-        return workers
-    if isinstance(setting, bool) or not isinstance(setting, int) or setting < 0:
-        raise BertkitError(f"trainer.dataloader_num_workers={setting!r}: expected auto or a "
-                           f"number of worker processes, 0 or more")
-    return setting
-
-
-# Trainer's options that shard the model over the processes of a launch: in one process
-# started alone Trainer fails deep inside (FSDP: "only works in distributed training";
-# DeepSpeed: an MPI lookup), so they are refused here with the command that works.
-SHARDING_OPTIONS = {"fsdp": "FSDP", "deepspeed": "DeepSpeed"}
-
-
-def deepspeed_installed() -> bool:
-    return importlib.util.find_spec("deepspeed") is not None
-
-
-def check_sharding_launch(options: dict) -> None:
-    for key, name in SHARDING_OPTIONS.items():
-        value = options.get(key)
-        if value and not launched():
-            raise BertkitError(
-                f"trainer.{key}={value!r}: {name} shards the model over the processes of a "
-                f"launch, and this process was started alone: launch it with torchrun, e.g. "
-                f"torchrun --nproc_per_node=N -m bertkit <the same overrides> "
-                f"(docs/scale.md)")
-    if options.get("deepspeed") and not deepspeed_installed():
-        raise BertkitError(
-            f"trainer.deepspeed={options['deepspeed']!r}: DeepSpeed is not installed; it is "
-            f"an optional extra: pip install 'bertkit[deepspeed]'")
-
-
-class TrainingArgumentsWithoutSecrets(TrainingArguments):
-    """TrainingArguments whose pickle holds its secrets masked (trainer.hub_token: Trainer
-    pickles its arguments into training_args.bin beside every checkpoint and in the model
-    directory it pushes). Unpickled, it is plain TrainingArguments, readable without bertkit;
-    copies in this process keep the real values (Trainer's Hub calls read them)."""
-
-    def __reduce_ex__(self, protocol):
-        # pickle's own reconstructor, naming the base class: no bertkit needed to load it
-        return (copyreg._reconstructor, (TrainingArguments, object, None),
-                mask_secrets(self.__dict__))
-
-    def __copy__(self):
-        clone = object.__new__(type(self))
-        clone.__dict__.update(self.__dict__)
-        return clone
-
-    def __deepcopy__(self, memo):
-        clone = object.__new__(type(self))
-        memo[id(self)] = clone
-        clone.__dict__.update(copy.deepcopy(self.__dict__, memo))
-        return clone
-
-
-@dataclass(frozen=True)
-class ArgumentSettings:
-    """What TrainingArguments are built from, taken once at the job's entry
-    (argument_settings): the trainer node (resolved), mixed_precision, progress_bars and
-    gpu_dataloader_workers."""
-
-    trainer: dict
-    mixed_precision: str
-    progress_bars: bool | str = "auto"
-    gpu_dataloader_workers: int = 0
-
-    def with_trainer(self, options: dict) -> ArgumentSettings:
-        """These settings with these trainer options (TrainingArguments names the trainer
-        group may lack) merged in."""
-        merged = OmegaConf.to_container(OmegaConf.merge(self.trainer, options), resolve=True)
-        return replace(self, trainer=merged)
-
-
-def argument_settings(cfg: DictConfig) -> ArgumentSettings:
-    """The job's ArgumentSettings, from its config."""
-    return ArgumentSettings(OmegaConf.to_container(cfg.trainer, resolve=True),
-                            cfg.mixed_precision, progress_setting(cfg),
-                            OmegaConf.select(cfg, "gpu_dataloader_workers", default=0))
-
-
-def build_training_arguments(
-    settings: ArgumentSettings, run_dir: Path, report_to: list[str]
-) -> TrainingArguments:
-    options = copy.deepcopy(settings.trainer)
-    # auto: eager here; a finetune decides once it knows its length (decide_compile), so the
-    # other callers (pretraining, a script's own job), which build their arguments here, compile
-    # only when asked.
-    options["torch_compile"] = options.get("torch_compile", False) is True
-    check_sharding_launch(options)
-    if options.get("disable_tqdm") is None:  # progress_bars decides (training.progress)
-        options["disable_tqdm"] = not progress_bars_shown(settings.progress_bars)
-    precision = resolve_mixed_precision(settings.mixed_precision)
-    options["dataloader_num_workers"] = resolve_dataloader_workers(
-        options.get("dataloader_num_workers", 0), torch.cuda.is_available(),
-        settings.gpu_dataloader_workers, available_cores(), world_size())
-    if options["dataloader_num_workers"] == 0:
-        # Prefetching and persistence are worker settings: DataLoader refuses them without.
-        options.pop("dataloader_prefetch_factor", None)
-        options.pop("dataloader_persistent_workers", None)
-    if not torch.cuda.is_available():
-        options["dataloader_pin_memory"] = False  # pinning needs a GPU; it only warns on a CPU
-        if world_size() > 1:
-            # Without use_cpu, accelerate opens the gloo group but reports no distributed
-            # type, and each torchrun process trains alone on all the data.
-            options.setdefault("use_cpu", True)
-    try:
-        return TrainingArgumentsWithoutSecrets(
-            output_dir=str(run_dir / CHECKPOINTS_DIR),
-            bf16=precision == "bf16",
-            fp16=precision == "fp16",
-            report_to=report_to,
-            run_name=run_dir.name,
-            **options,
-        )
-    except TypeError as err:  # an option Trainer does not know: name it as a config key
-        raise BertkitError(f"trainer: {err} (the trainer group takes TrainingArguments' "
-                           f"argument names)") from None
-    except ValueError as err:
-        raise BertkitError(f"trainer: {err}") from None
-
-
-# ================================================================================================
-# Process-rank facts for torchrun / accelerate launches, readable before torch.distributed
-# starts; and the same facts for a SLURM job whose tasks are the processes (submitit).
-
-def world_size() -> int:
-    return int(os.environ.get("WORLD_SIZE", "1"))
-
-
-def rank() -> int:
-    return int(os.environ.get("RANK", "0"))
-
-
-def is_main_process() -> bool:
-    return rank() == 0
-
-
-def launched() -> bool:
-    """Started by a distributed launcher (torchrun, accelerate launch, deepspeed, a submitit
-    job's joined tasks), even as its only process: each process is given its LOCAL_RANK,
-    which is also what tells Trainer that it runs distributed."""
-    return "LOCAL_RANK" in os.environ
-
-
-def run_stamp() -> str:
-    """A time stamp for the run directory that every process of one launch agrees on.
-
-    Each torchrun worker composes its own Hydra config, and their clocks may tick over a
-    second apart; the launcher (their common parent) started once, so its start time is shared.
-    BERTKIT_RUN_STAMP overrides both, e.g. for multi-node launches.
-    """
-    if os.environ.get("BERTKIT_RUN_STAMP"):
-        return os.environ["BERTKIT_RUN_STAMP"]
-    started = time.time()
-    if world_size() > 1:
-        started = psutil.Process(os.getppid()).create_time()
-    return time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(started))
-
-
-def join_submitit_tasks() -> bool:
-    """Inside a submitit job with several tasks (hydra/launcher=slurm_multi_gpu: one task per
-    GPU), make each task one process of a data-parallel run by exporting what torchrun would:
-    RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT (submitit's own helper derives them
-    from SLURM's variables). CUDA_VISIBLE_DEVICES is left to SLURM; Trainer picks the GPU by
-    LOCAL_RANK. True when it exported them."""
-    if not os.environ.get("SUBMITIT_EXECUTOR") or "RANK" in os.environ:
-        return False
-    import submitit
-
-    if submitit.JobEnvironment().num_tasks < 2:
-        return False
-    submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
-    return True

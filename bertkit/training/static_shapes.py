@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 logger = logging.getLogger(__name__)
 
@@ -119,59 +119,33 @@ def use_padded_rows(trainer, padded: PaddedRows) -> None:
 # records CUDA graphs; max-autotune-no-cudagraphs searches without them.
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
-@dataclass(frozen=True)
-class CompileSettings:
-    """The root keys that say whether a run compiles and which shapes its batches take, read
-    once at the job's entry (compile_settings); the defaults are a config's that lacks them."""
-
-    torch_compile: bool | str = False  # trainer.torch_compile as given: True, False or "auto"
-    torch_compile_mode: str | None = None  # trainer.torch_compile_mode
-    buckets_on_cpu: bool = False
-    bucket_width: int = 1
-    pad_to_multiple_of: int | None = None
-    compile_min_steps: int = 0
-    cache_dir: str | None = None
-
-
-def compile_settings(cfg: DictConfig) -> CompileSettings:
-    """The job's CompileSettings, from its config."""
-    return CompileSettings(
-        torch_compile=OmegaConf.select(cfg, "trainer.torch_compile", default=False),
-        torch_compile_mode=OmegaConf.select(cfg, "trainer.torch_compile_mode"),
-        buckets_on_cpu=bool(OmegaConf.select(cfg, "buckets_on_cpu", default=False)),
-        bucket_width=int(OmegaConf.select(cfg, "bucket_width", default=1) or 1),
-        pad_to_multiple_of=OmegaConf.select(cfg, "pad_to_multiple_of"),
-        compile_min_steps=int(OmegaConf.select(cfg, "compile_min_steps", default=0)),
-        cache_dir=OmegaConf.select(cfg, "cache_dir"))
-
-
-def compile_wanted(settings: CompileSettings) -> bool:
+def compile_wanted(cfg: DictConfig) -> bool:
     """trainer.torch_compile=auto: on a GPU (whether the run is long enough to pay the compile
     back is decided once its data is known: decide_compile); true/false as given; a
     trainer.torch_compile_mode asks for compile (as TrainingArguments reads it)."""
-    setting = settings.torch_compile
-    if settings.torch_compile_mode:
+    setting = cfg.trainer.torch_compile
+    if cfg.trainer.torch_compile_mode:
         return True
     return torch.cuda.is_available() if setting == "auto" else bool(setting)
 
 
-def static_shapes_pay(settings: CompileSettings) -> bool:
+def static_shapes_pay(cfg: DictConfig) -> bool:
     """Batches of a few fixed shapes (pretraining's phase lengths, finetuning's buckets and full
     rows) where they pay: on a GPU, or compiled (one graph per shape). On a CPU without compile,
     where compute is the cost and shapes are free, each batch is padded to its longest sequence
     unless buckets_on_cpu=true."""
-    return torch.cuda.is_available() or compile_wanted(settings) or settings.buckets_on_cpu
+    return torch.cuda.is_available() or compile_wanted(cfg) or cfg.buckets_on_cpu
 
 
-def padding_multiple(settings: CompileSettings, mixed_precision: bool) -> int | None:
+def padding_multiple(cfg: DictConfig, mixed_precision: bool) -> int | None:
     """What finetuning batches are padded to a multiple of: bucket_width where static shapes
     pay (static_shapes_pay), and pad_to_multiple_of under mixed precision (tensor cores);
     None for 1."""
-    multiple = settings.bucket_width
-    if not static_shapes_pay(settings):
+    multiple = cfg.bucket_width
+    if not static_shapes_pay(cfg):
         multiple = 1
-    if mixed_precision and settings.pad_to_multiple_of:
-        multiple = math.lcm(multiple, int(settings.pad_to_multiple_of))
+    if mixed_precision and cfg.pad_to_multiple_of:
+        multiple = math.lcm(multiple, int(cfg.pad_to_multiple_of))
     return multiple if multiple > 1 else None
 
 
@@ -195,15 +169,15 @@ def compile_arguments(args, on: bool, mode: str | None) -> None:
     args.torch_compile_mode = mode if on else None
 
 
-def decide_compile(settings: CompileSettings, args, steps: int) -> None:
+def decide_compile(cfg: DictConfig, args, steps: int) -> None:
     """trainer.torch_compile=auto, once the run's length is known: compiled with CUDA graphs on
     a GPU when the run has at least compile_min_steps optimizer steps (shorter, the compile
     costs more than it saves: docs/speed.md), eager otherwise and on a CPU. A compiled run on a
     GPU records CUDA graphs unless trainer.torch_compile_mode says otherwise."""
-    mode = settings.torch_compile_mode
-    on = compile_wanted(settings)
-    if settings.torch_compile == "auto" and mode is None:
-        least = settings.compile_min_steps
+    mode = cfg.trainer.torch_compile_mode
+    on = compile_wanted(cfg)
+    if cfg.trainer.torch_compile == "auto" and mode is None:
+        least = cfg.compile_min_steps
         on = on and steps >= least
         logger.info("trainer.torch_compile=auto: %s (%d optimizer steps, compile_min_steps=%d,"
                     " %s)", "compiled" if on else "eager", steps, least,
@@ -213,7 +187,7 @@ def decide_compile(settings: CompileSettings, args, steps: int) -> None:
     compile_arguments(args, on, mode)
 
 
-def prepare_compile(settings: CompileSettings, graphs: int = 0) -> None:
+def prepare_compile(cache_dir: str, graphs: int = 0) -> None:
     """Dynamo set up for a run of at most `graphs` static graphs per compiled function: a
     recompile limit that keeps every bucket compiled instead of falling back to eager, the
     graphs of an earlier run in this process (a sweep's jobs under Hydra's basic launcher)
@@ -229,7 +203,7 @@ def prepare_compile(settings: CompileSettings, graphs: int = 0) -> None:
     # Inductor writes its default folder into the environment when it first looks (at import
     # of some libraries): that one is not the user's choice.
     if os.environ.get("TORCHINDUCTOR_CACHE_DIR") in (None, default_cache_dir()):
-        cache = Path(settings.cache_dir).resolve() / "torch_compile"
+        cache = Path(cache_dir).resolve() / "torch_compile"
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache)
         os.environ.setdefault("TRITON_CACHE_DIR", str(cache / "triton"))
 

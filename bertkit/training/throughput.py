@@ -456,13 +456,13 @@ def excluded_from_throughput(trainer: Trainer) -> AbstractContextManager:
     return nullcontext()
 
 
-def add_throughput(settings: DictConfig | None, trainer: Trainer) -> ThroughputMeter | None:
+def add_throughput(settings: DictConfig, trainer: Trainer) -> ThroughputMeter | None:
     """The meter on the trainer, first among its callbacks, unless throughput.enabled=false
-    (`settings`: the throughput node; None when the config has none)."""
-    if settings is None or not settings.enabled:
+    (`settings`: the throughput node)."""
+    if not settings.enabled:
         return None
     table = OmegaConf.to_container(settings.peak_tflops, resolve=True) \
-        if settings.get("peak_tflops") is not None else {}
+        if settings.peak_tflops is not None else {}
     meter = ThroughputMeter(trainer.args, trainer.accelerator, table)
     put_first(trainer, meter)
     return meter
@@ -557,7 +557,7 @@ def model_config(model: DictConfig) -> PretrainedConfig | None:
             return AutoConfig.for_model(given.pop("model_type"), **given)
         except (ValueError, KeyError):  # a model type transformers does not know
             return None
-    given = OmegaConf.to_container(OmegaConf.select(model, "config", default=None) or {},
+    given = OmegaConf.to_container(OmegaConf.select(model, "config") or {},
                                    resolve=True)
     vocab = given.pop("vocab_size", None) or tokenizer_size(model)
     if vocab is None:
@@ -593,7 +593,7 @@ def job_memory(cfg: DictConfig, settings: DictConfig, on_gpu: bool,
     """One job's estimate from its composed config and the launcher's `memory` settings;
     None when the model's config or the sequence length is not known before the job runs.
     `counted` caches parameter counts over the jobs of a launch (one model, many jobs)."""
-    length = sequence_length([OmegaConf.select(cfg, key, default=None)
+    length = sequence_length([OmegaConf.select(cfg, key)
                               for key in settings.sequence_length_keys])
     config = model_config(cfg.model)
     if length is None or config is None:
@@ -602,7 +602,7 @@ def job_memory(cfg: DictConfig, settings: DictConfig, on_gpu: bool,
     counted = {} if counted is None else counted
     if key not in counted:
         counted[key] = parameters_of(config)
-    family = OmegaConf.select(cfg, "task.family", default=None)
+    family = OmegaConf.select(cfg, "task.family")  # None: pretraining
     per_example = int((settings.sequences_per_example or {}).get(family, 1)) if family else 1
     return JobMemory(
         model=model_name or str(cfg.model.name_or_path or "model.config"),
@@ -614,6 +614,6 @@ def job_memory(cfg: DictConfig, settings: DictConfig, on_gpu: bool,
         hidden=int(config.hidden_size),
         activation_values=float(settings.activation_values_per_hidden_unit),
         activation_bytes=activation_bytes(
-            OmegaConf.select(cfg, "mixed_precision", default="auto"), on_gpu),
+            cfg.mixed_precision, on_gpu),
         process_overhead_gib=float(settings.process_overhead_gib),
     )

@@ -21,10 +21,9 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from transformers import PreTrainedModel, TrainingArguments
 
-from bertkit.data.atomic_files import write_json_atomic
+from bertkit.data.atomic_files import read_json, read_yaml, write_json_atomic
 from bertkit.data.job_overrides import configuration_of, override_key, short_key
-from bertkit.data.limited_samples import LIMITED_SAMPLES
-from bertkit.data.readback import read_json, read_yaml
+from bertkit.data.metrics_file import LIMITED_SAMPLES
 from bertkit.errors import BertkitError
 from bertkit.secret_masking import is_secret_key, mask_secrets, masked_argv, stand_in
 from bertkit.training.models import count_parameters
@@ -102,7 +101,7 @@ def start_wandb_run(log: DictConfig, job_type: str, config: dict, run_dir: Path,
                     hyperparameters: dict, limited_samples: dict | None = None):
     """Open the run (main process only; `log`: the logger node, `config`: the job's resolved
     config, recorded under "bertkit"); returns it, or None when logging is off. A run whose
-    data was cut (`limited_samples`, bertkit.data.limited_samples) is tagged PARTIAL_DATA_TAG
+    data was cut (`limited_samples`, bertkit.data.metrics_file) is tagged PARTIAL_DATA_TAG
     and grouped apart (partial_data_group)."""
     mode = resolve_wandb_mode(log.mode)
     if log.backend != "wandb" or mode == "disabled":

@@ -20,8 +20,7 @@ import pyarrow as pa
 import pytest
 
 import bertkit.pretraining.run as pretraining_module
-from bertkit.data.atomic_files import write_json_atomic
-from bertkit.data.readback import (
+from bertkit.data.atomic_files import (
     END_OF_STREAM,
     DamagedFile,
     check_arrow,
@@ -29,6 +28,7 @@ from bertkit.data.readback import (
     read_json,
     read_text,
     read_yaml,
+    write_json_atomic,
 )
 from bertkit.jobs import run_job
 from bertkit.pretraining.run import pretrain

@@ -34,7 +34,7 @@ def fresh_hub(monkeypatch):
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", False)
-    monkeypatch.setattr(hub, "_settings", hub.HubSettings())
+    monkeypatch.setattr(hub, "_settings", {})
     monkeypatch.setattr(hub, "_reachable", {})
     hub.use_hub_settings(SECONDS, lambda: offline_ways(config_dir()))
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
 
-from bertkit.finetuning.active_methods import ActiveMethods
+from bertkit.finetuning.methods import ActiveMethods
 from tests.conftest import compose_config
 
 VOCAB, LENGTH = 60, 12

@@ -9,7 +9,7 @@ import torch
 
 from bertkit.config_schema import check_ranges
 from bertkit.errors import BertkitError
-from bertkit.finetuning.active_methods import ActiveMethods
+from bertkit.finetuning.methods import ActiveMethods
 from tests.conftest import compose_config
 from tests.finetuning.method_fixtures import (
     method_trainer,

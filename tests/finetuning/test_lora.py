@@ -1,4 +1,4 @@
-"""LoRA through peft (bertkit.finetuning.lora_adapters) on tiny BERT task models: only the
+"""LoRA through peft (bertkit.finetuning.methods.lora) on tiny BERT task models: only the
 adapters and the task head train, the saved adapter carries the head, the merged model predicts
 the same, and the Trainer finds the labels of every wrapped task model."""
 
@@ -23,7 +23,7 @@ from transformers import (
 
 from bertkit.config_schema import check_ranges
 from bertkit.errors import BertkitError
-from bertkit.finetuning.lora_adapters import (
+from bertkit.finetuning.methods.lora import (
     add_lora,
     label_names,
     merge_lora,

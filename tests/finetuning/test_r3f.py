@@ -1,6 +1,6 @@
-"""The R3F regulariser (bertkit.finetuning.r3f_loss) on tiny BERT task models: zero with zero noise,
-positive otherwise, off in eval mode, differentiable, linear in its weight, and defined for every
-task model's outputs."""
+"""The R3F regulariser (bertkit.finetuning.methods.r3f) on tiny BERT task models: zero with zero
+noise, positive otherwise, off in eval mode, differentiable, linear in its weight, and defined
+for every task model's outputs."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from transformers import (
 
 from bertkit.config_schema import check_ranges
 from bertkit.errors import BertkitError
-from bertkit.finetuning.r3f_loss import add_r3f, symmetric_kl
+from bertkit.finetuning.methods.r3f import add_r3f, symmetric_kl
 from tests.conftest import compose_config
 
 TINY = dict(vocab_size=60, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,

@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import BertForQuestionAnswering, BertForSequenceClassification, TrainerCallback
 
-from bertkit.finetuning.active_methods import ActiveMethods
+from bertkit.finetuning.methods import ActiveMethods
 from tests.finetuning.method_fixtures import (
     method_trainer,
     settings,

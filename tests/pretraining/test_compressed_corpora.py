@@ -24,7 +24,7 @@ from bertkit.data.compressed_files import _zstd_open
 from bertkit.errors import BertkitError
 from bertkit.pretraining.corpora import corpus_documents, ensure_demo_corpus, files_fingerprint
 from bertkit.pretraining.run import prepare_pretraining_data, pretrain
-from bertkit.training.run import argument_settings, build_training_arguments
+from bertkit.training.arguments import build_training_arguments
 from tests.conftest import compose_config
 from tests.pretraining.test_corpus_source import corpus_config, documents
 from tests.pretraining.test_pretrain_recipe import small_run
@@ -88,7 +88,7 @@ def prepared(tmp_path: Path, corpus: Path, vocab: Path):
         "masking": "static", "masking.dupe_factor": 2, "objective": "mlm_nsp",
         "heldout.fraction": 0.2, "cache_dir": str(tmp_path / "cache")}))
     return prepare_pretraining_data(cfg,
-                                    build_training_arguments(argument_settings(cfg), tmp_path, []))
+                                    build_training_arguments(cfg, tmp_path, []))
 
 
 @pytest.mark.slow

@@ -43,8 +43,8 @@ from bertkit.pretraining.run import (
     split_corpus,
 )
 from bertkit.training import run as training_run
+from bertkit.training.arguments import build_training_arguments
 from bertkit.training.budget import ClockCallback, TrainingClock
-from bertkit.training.run import argument_settings, build_training_arguments
 from tests.conftest import compose_config
 from tests.pretraining.test_pretrain_recipe import small_run
 
@@ -144,7 +144,7 @@ def test_nsp_on_a_small_corpus_is_scored_on_two_heldout_documents(tmp_path, voca
                     "masking": "dynamic", "objective": "mlm_nsp",
                     "cache_dir": tmp_path / "cache"})
     prepared = prepare_pretraining_data(cfg,
-                                        build_training_arguments(argument_settings(cfg),
+                                        build_training_arguments(cfg,
                                                                  tmp_path, []))
     assert prepared.heldout.documents == 2 and prepared.train_documents == 6
     labels = prepared.heldout.pairs["next_sentence_label"]
@@ -165,7 +165,7 @@ def test_training_data_holds_no_heldout_text(tmp_path, vocab, masking, objective
                     "masking": masking, "objective": objective, "heldout.fraction": 0.2,
                     "cache_dir": tmp_path / "cache", **extra})
     prepared = prepare_pretraining_data(cfg,
-                                        build_training_arguments(argument_settings(cfg),
+                                        build_training_arguments(cfg,
                                                                  tmp_path, []))
     marker_ids = dict(zip(MARKERS, prepared.tokenizer.convert_tokens_to_ids(MARKERS),
                           strict=True))
@@ -198,7 +198,7 @@ def test_the_vocabulary_is_trained_without_the_heldout_documents(tmp_path):
                     "objective": "mlm", "heldout.fraction": 0.2, "cache_dir": tmp_path / "cache",
                     "tokenizer_training.enabled": True, "tokenizer_training.vocab_size": 400})
     prepared = prepare_pretraining_data(cfg,
-                                        build_training_arguments(argument_settings(cfg),
+                                        build_training_arguments(cfg,
                                                                  tmp_path, []))
     held = heldout_markers(cfg)
     vocabulary = set(prepared.tokenizer.get_vocab())

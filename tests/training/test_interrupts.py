@@ -250,7 +250,7 @@ def test_a_longer_schedule_on_a_finished_run_without_checkpoints_is_refused_in_o
 def test_a_second_ctrl_c_stops_at_once_and_an_ignored_one_stays_ignored():
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        callback = PreemptionCallback()
+        callback = PreemptionCallback(1)
         assert signal.SIGINT in callback.signals
         callback.on_train_begin(None, None, None)
         os.kill(os.getpid(), signal.SIGINT)  # caught: a checkpoint at the step's end
@@ -260,7 +260,7 @@ def test_a_second_ctrl_c_stops_at_once_and_an_ignored_one_stays_ignored():
         callback.restore_handlers()
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a background job of a shell script
-        assert signal.SIGINT not in PreemptionCallback().signals
+        assert signal.SIGINT not in PreemptionCallback(1).signals
     finally:
         signal.signal(signal.SIGINT, previous)
 

@@ -27,7 +27,6 @@ from bertkit.pretraining.run import pretrain
 from bertkit.training.model_card import (
     LOCAL_PLACEHOLDER,
     build_card,
-    card_settings,
     finetune_facts,
     portable_path,
     without_absolute_paths,
@@ -253,7 +252,7 @@ def test_base_model_is_a_hub_id_or_absent(model, base_model, expected, tmp_path)
     record = {"family": "glue", "model": model, "seed": 3, "main_metric": "f1",
               "validation": {"validation": {"f1": 0.5, "accuracy": 0.75}}, "test": {},
               "hyperparameters": {"learning_rate": 2e-5}}
-    card = build_card(finetune_facts(card_settings(cfg), record), cfg.model_card, None)
+    card = build_card(finetune_facts(cfg, record), cfg.model_card, None)
     parsed = ModelCard(str(card))
     assert parsed.data.base_model == expected
     assert model_index(parsed) == {"validation": {"f1": 0.5, "accuracy": 0.75}}
@@ -294,7 +293,7 @@ def test_base_model_of_a_local_checkpoint(card, config, setting, expected, tmp_p
     cfg = compose_config(["task=mrpc", f"model_card.base_model={setting or 'null'}"])
     record = {"family": "glue", "model": str(checkpoint), "seed": 3, "main_metric": "f1",
               "validation": {"validation": {"f1": 0.5}}, "test": {}, "hyperparameters": {}}
-    parsed = ModelCard(str(build_card(finetune_facts(card_settings(cfg), record),
+    parsed = ModelCard(str(build_card(finetune_facts(cfg, record),
                                       cfg.model_card, None)))
     assert parsed.data.base_model == expected
     # The body names the checkpoint by its directory, never by this machine's path.
@@ -364,7 +363,7 @@ def test_warm_up_is_one_line_of_the_hyperparameters(warmup, shown, hidden):
     record = {"family": "glue", "model": "bert-base-uncased", "seed": 3, "main_metric": "f1",
               "validation": {"validation": {"f1": 0.5}}, "test": {},
               "hyperparameters": {"learning_rate": 2e-5, **warmup, "weight_decay": 0.01}}
-    text = build_card(finetune_facts(card_settings(cfg), record), cfg.model_card, None).text
+    text = build_card(finetune_facts(cfg, record), cfg.model_card, None).text
     assert shown in text and hidden not in text
     assert "| learning_rate | 2e-05 |" in text and "| weight_decay | 0.01 |" in text
 

@@ -92,10 +92,12 @@ def our_refusal(sizes: dict, pair: bool, checkpoint: Path | None) -> str | None:
     """check_model_settings' message for these sizes, given in model.config or in a
     checkpoint's config.json; None when it lets them pass."""
     if checkpoint is None:
-        model = {"name_or_path": None, "tokenizer": None, "config": sizes}
+        model = {"name_or_path": None, "tokenizer": None, "trust_remote_code": False,
+                 "config": sizes}
     else:
         BertConfig(**sizes).save_pretrained(checkpoint)
-        model = {"name_or_path": str(checkpoint), "tokenizer": None, "config": {}}
+        model = {"name_or_path": str(checkpoint), "tokenizer": None,
+                 "trust_remote_code": False, "config": {}}
     try:
         check_model_settings(OmegaConf.create(model), {"task.max_seq_length": LENGTH},
                              PAIR if pair else None, TOKENS)

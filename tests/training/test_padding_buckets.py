@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from transformers import BertTokenizerFast, DataCollatorWithPadding
 
-from bertkit.training.static_shapes import compile_settings, padding_multiple
+from bertkit.training.static_shapes import padding_multiple
 from tests.conftest import compose_config
 
 
@@ -21,8 +21,7 @@ from tests.conftest import compose_config
     ([], True, 8),
 ])
 def test_the_padding_multiple_of_a_run(overrides, mixed, expected):
-    assert padding_multiple(compile_settings(compose_config(["recipe=glue", *overrides])),
-                            mixed) == expected
+    assert padding_multiple(compose_config(["recipe=glue", *overrides]), mixed) == expected
 
 
 def test_bucketed_batches_take_only_multiples_of_the_bucket(vocab_dir):

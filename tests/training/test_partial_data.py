@@ -1,4 +1,4 @@
-"""A score on part of the data is marked wherever a score goes (bertkit.data.limited_samples):
+"""A score on part of the data is marked wherever a score goes (bertkit.data.metrics_file):
 for every job whose result is metrics.json (bertkit.jobs.JOBS), a run with a cut split and a
 run whose limit cuts nothing, each read back from every writer (WRITERS: metrics.json, the
 model card, the W&B run, the printout); and the jobs made of finetunes (two-stage, pretraining's
@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 from huggingface_hub import ModelCard
 
-from bertkit.data.limited_samples import LIMITED_SAMPLES, describe_cut
-from bertkit.data.metrics_file import METRICS_FILE
+from bertkit.data.metrics_file import LIMITED_SAMPLES, METRICS_FILE, describe_cut
 from bertkit.jobs import JOBS, run_job
 from bertkit.training.wandb_logging import PARTIAL_DATA_TAG, PARTIAL_GROUP_SUFFIX
 from tests.conftest import compose_config, tiny_run_overrides
@@ -190,7 +189,7 @@ def test_downstream_finetunes_carry_their_cuts_into_the_pretraining_record(monke
 
 def test_a_pretraining_card_marks_a_cut_downstream_finetune(tmp_path):
     """The card's downstream table: a finetune on part of its data says so, a full one not."""
-    from bertkit.training.model_card import card_settings, run_card
+    from bertkit.training.model_card import run_card
 
     cfg = compose_config(["experiment=pretrain_small"])
     cuts = {"validation": {"examples": 16, "of": 277}}
@@ -199,7 +198,7 @@ def test_a_pretraining_card_marks_a_cut_downstream_finetune(tmp_path):
               "downstream": {"rte": {"main_metric": "accuracy", "main_value": 0.5,
                                      LIMITED_SAMPLES: cuts},
                              "mrpc": {"main_metric": "accuracy", "main_value": 0.6}}}
-    text = str(run_card(card_settings(cfg), record))
+    text = str(run_card(cfg, record))
     rows = {line.split("|")[1].strip(): line for line in text.splitlines()
             if line.startswith(("| rte", "| mrpc"))}
     assert describe_cut("validation", cuts["validation"]) in rows["rte"]

@@ -7,8 +7,8 @@ import pytest
 
 from bertkit.config_schema import check_ranges
 from bertkit.errors import BertkitError
-from bertkit.training import run as arguments
-from bertkit.training.run import resolve_mixed_precision
+from bertkit.training import arguments
+from bertkit.training.arguments import resolve_mixed_precision
 from tests.conftest import compose_config
 
 
@@ -51,5 +51,5 @@ def test_bad_dataloader_workers_are_refused_by_key(bad):
 def test_pretraining_on_this_cpu_runs_masking_in_the_main_process(tmp_path):
     cfg = compose_config(["recipe=pretrain", "model.tokenizer=unused"])
     assert cfg.trainer.dataloader_num_workers == "auto"
-    args = arguments.build_training_arguments(arguments.argument_settings(cfg), tmp_path, [])
+    args = arguments.build_training_arguments(cfg, tmp_path, [])
     assert args.dataloader_num_workers == 0

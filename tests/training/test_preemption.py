@@ -33,7 +33,7 @@ def test_a_signal_stops_the_run_at_the_end_of_the_step_with_a_checkpoint():
     handed_over = []
     previous = signal.signal(signal.SIGUSR1, lambda signum, frame: handed_over.append(signum))
     try:
-        callback = PreemptionCallback(signals=[signal.SIGUSR1])
+        callback = PreemptionCallback(1, signals=[signal.SIGUSR1])
         control = SimpleNamespace(should_save=False, should_training_stop=False)
         state = SimpleNamespace(global_step=7)
         callback.on_train_begin(None, state, control)
@@ -184,7 +184,7 @@ def test_under_ddp_processes_compare_flags_every_n_steps_only(monkeypatch):
     monkeypatch.setattr(torch.distributed, "get_backend", lambda: "gloo")
     monkeypatch.setattr(torch.distributed, "all_reduce",
                         lambda flag, op=None: reductions.append(int(flag)))
-    callback = PreemptionCallback(signals=[], agree_every_steps=5)
+    callback = PreemptionCallback(5, signals=[])
     stopped = []
     for step in range(1, 13):
         if step == 7:

@@ -21,8 +21,8 @@ import pytest
 import transformers.utils.logging
 
 from bertkit.pretraining.run import STAGES
+from bertkit.training.arguments import build_training_arguments
 from bertkit.training.progress import apply_progress_bars
-from bertkit.training.run import argument_settings, build_training_arguments
 from tests.conftest import compose_config, tiny_run_overrides
 from tests.pretraining.test_pretrain_recipe import small_run
 
@@ -121,7 +121,7 @@ def test_progress_bars_decide_every_librarys_bars(setting, terminal, shown, glue
         assert datasets.is_progress_bar_enabled() is shown
         assert transformers.utils.logging.is_progress_bar_enabled() is shown
         assert huggingface_hub.utils.are_progress_bars_disabled() is not shown
-        assert build_training_arguments(argument_settings(cfg), tmp_path,
+        assert build_training_arguments(cfg, tmp_path,
                                         []).disable_tqdm is not shown
     finally:  # the libraries' switches are the process's: back to their defaults
         datasets.enable_progress_bars()
@@ -130,7 +130,7 @@ def test_progress_bars_decide_every_librarys_bars(setting, terminal, shown, glue
     # trainer.disable_tqdm, when set, decides Trainer's bar.
     cfg = compose_config([*tiny_run_overrides("rte", glue_dir("rte"), vocab_dir),
                           f"progress_bars={setting}"])  # the fixture's disable_tqdm=true
-    assert build_training_arguments(argument_settings(cfg), tmp_path, []).disable_tqdm is True
+    assert build_training_arguments(cfg, tmp_path, []).disable_tqdm is True
 
 
 @pytest.mark.slow

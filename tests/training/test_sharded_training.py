@@ -15,7 +15,7 @@ from transformers import AutoModelForSequenceClassification
 
 from bertkit.config_tree import config_dir
 from bertkit.errors import BertkitError
-from bertkit.training import run as arguments
+from bertkit.training import arguments
 from tests.conftest import compose_config, tiny_run_overrides
 from tests.test_cli import assert_clean_failure, run_cli
 
@@ -30,7 +30,7 @@ def test_sharding_in_a_process_started_alone_is_refused_with_the_launch_command(
     cfg = compose_config(["recipe=glue", "task=rte", SHARDING[key]])
     with pytest.raises(BertkitError, match=rf"^trainer\.{key}=.*torchrun --nproc_per_node=N "
                                            r"-m bertkit <the same overrides>"):
-        arguments.build_training_arguments(arguments.argument_settings(cfg), tmp_path, [])
+        arguments.build_training_arguments(cfg, tmp_path, [])
 
 
 def test_under_a_launcher_fsdp_is_passed_to_trainer_and_deepspeed_asks_for_its_extra(

@@ -24,12 +24,12 @@ from bertkit.training import static_shapes
 from bertkit.training.static_shapes import (
     REAL_ROWS,
     FixedRows,
-    compile_settings,
     decide_compile,
     first_rows,
     planned_steps,
     prepare_compile,
 )
+from tests.conftest import compose_config
 
 ROWS, WIDTH, FULL = 5, 12, 8
 # Each family's head, its task settings, and its labels for `rows` examples.
@@ -136,11 +136,11 @@ def test_planned_steps_follow_the_schedule(tmp_path):
 ])
 def test_when_a_finetune_is_compiled(setting, gpu, steps, compiled, mode, tmp_path,
                                      monkeypatch):
-    cfg = OmegaConf.create({"compile_min_steps": 4000,
-                            "trainer": {"torch_compile": setting, "torch_compile_mode": None}})
+    cfg = compose_config(["recipe=glue", "compile_min_steps=4000",
+                          f"trainer.torch_compile={str(setting).lower()}"])
     args = arguments(tmp_path)
     monkeypatch.setattr(static_shapes.torch.cuda, "is_available", lambda: gpu)
-    decide_compile(compile_settings(cfg), args, steps)
+    decide_compile(cfg, args, steps)
     assert (args.torch_compile, args.torch_compile_mode) == (compiled, mode)
     assert args.torch_compile_backend == ("inductor" if compiled else None)
 
@@ -152,12 +152,10 @@ def test_compile_caches_live_under_the_cache_dir_unless_the_user_chose(tmp_path,
     # Inductor's own default, as it writes it into the environment on first use
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", default_cache_dir())
     with torch._dynamo.config.patch(recompile_limit=8):  # restored after: other tests' limit
-        prepare_compile(compile_settings(OmegaConf.create({"cache_dir": str(tmp_path)})),
-                        graphs=12)
+        prepare_compile(str(tmp_path), graphs=12)
         assert torch._dynamo.config.recompile_limit == 12  # every bucket's graph kept
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "torch_compile")
     assert os.environ["TRITON_CACHE_DIR"] == str(tmp_path / "torch_compile" / "triton")
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/theirs")
-    prepare_compile(compile_settings(OmegaConf.create({"cache_dir": str(tmp_path / "other")})),
-                    graphs=8)
+    prepare_compile(str(tmp_path / "other"), graphs=8)
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == "/theirs"

@@ -248,7 +248,7 @@ def test_bad_budget_settings_are_refused_before_any_data_is_read(key, value, mes
 def test_a_schedule_that_is_no_lambda_is_refused(tmp_path):
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1)
-    callback = BudgetCallback(Budget(1.0, 0.0, "linear", 0.0), TrainingClock())
+    callback = BudgetCallback(Budget(1.0, 0.0, "linear", 0.0), TrainingClock(), 1)
     args = SimpleNamespace(lr_scheduler_type="step", world_size=1)
     with pytest.raises(BertkitError, match=r"budget.minutes needs one of Trainer's step "
                                            r"schedules .* gives StepLR"):

@@ -114,7 +114,7 @@ LAYOUTS = {
 
 def tokenizer_node(folder: Path):
     return OmegaConf.create({"tokenizer": str(folder), "name_or_path": None,
-                             "do_lower_case": True, "trust_remote_code": False})
+                             "do_lower_case": True, "trust_remote_code": False, "config": {}})
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)

@@ -1,26 +1,19 @@
 """BitFit (Ben Zaken et al. 2022): only the bias terms of the encoder train, with the task head.
-Added as the registry's example: this module and conf/finetuning/bitfit.yaml, nothing else."""
+Added as the example of a new method: this module, its line in METHODS and
+conf/finetuning/bitfit.yaml."""
 
 from __future__ import annotations
 
 from bertkit.errors import BertkitError
 from bertkit.finetuning.layers import HEAD, depth_of
-from bertkit.finetuning.method import Method, register
+from bertkit.finetuning.methods import Method
 
 
-@register
 class BitFit(Method):
-    order = 55  # after freezing would have decided, before LoRA would wrap
-
-    @classmethod
-    def active(cls, settings) -> bool:
-        return bool(settings.get("bitfit", False))  # a key of bitfit.yaml alone
-
     @classmethod
     def check(cls, settings, num_layers=None) -> None:
-        if cls.active(settings) and (settings.freeze_layers or settings.freeze_embeddings
-                                     or settings.unfreeze_every is not None
-                                     or settings.lora.enabled):
+        if (settings.freeze_layers or settings.freeze_embeddings
+                or settings.unfreeze_every is not None or settings.lora.enabled):
             raise BertkitError("finetuning.bitfit=true decides itself what trains (the biases "
                                "and the head): it does not combine with "
                                "finetuning.freeze_embeddings, finetuning.freeze_layers, "

@@ -2,19 +2,11 @@
 
 from __future__ import annotations
 
-from bertkit.finetuning.checks import within_layers
-from bertkit.finetuning.freezing import freeze
-from bertkit.finetuning.method import Method, register
+from bertkit.finetuning.layers import freeze
+from bertkit.finetuning.methods import Method, within_layers
 
 
-@register
 class Freeze(Method):
-    order = 50
-
-    @classmethod
-    def active(cls, settings) -> bool:
-        return bool(settings.freeze_embeddings) or settings.freeze_layers != 0
-
     @classmethod
     def check(cls, settings, num_layers=None) -> None:
         within_layers("freeze_layers", settings.freeze_layers, num_layers)

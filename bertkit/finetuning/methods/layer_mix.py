@@ -3,17 +3,10 @@ Tenney et al. 2019)."""
 
 from __future__ import annotations
 
-from bertkit.finetuning.method import Method, register
+from bertkit.finetuning.methods import Method
 
 
-@register
 class LayerMix(Method):
-    order = 20
-
-    @classmethod
-    def active(cls, settings) -> bool:
-        return bool(settings.layer_mix)
-
     def apply(self, model):
         from bertkit.finetuning.head_inputs import add_layer_mix
 

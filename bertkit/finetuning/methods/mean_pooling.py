@@ -2,19 +2,10 @@
 
 from __future__ import annotations
 
-from bertkit.finetuning.method import Method, register
-
-POOLING = ("cls", "mean")  # finetuning.pooling's choices (config_schema)
+from bertkit.finetuning.methods import Method
 
 
-@register
 class MeanPooling(Method):
-    order = 30
-
-    @classmethod
-    def active(cls, settings) -> bool:
-        return settings.pooling == "mean"
-
     def apply(self, model):
         from bertkit.finetuning.head_inputs import use_mean_pooling
 

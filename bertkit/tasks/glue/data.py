@@ -1,21 +1,29 @@
-"""GLUE-style splits from the Hub or from local files, as TaskSplits with columns text_a,
-text_b (pair tasks), label (class id or float; absent on unlabelled test splits), idx."""
+"""A GLUE-like task's data: splits from the Hub or from local files, as TaskSplits with columns
+text_a, text_b (pair tasks), label (class id or float; absent on unlabelled test splits), idx.
+Below them, in the order they are used: the task's classes, the reader of GLUE files in their
+original layout, and the embedded demo set (`make demo`).
+"""
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import io
 import json
+import logging
+import random
+from collections.abc import Sequence
 from pathlib import Path
 
 import datasets
 from omegaconf import DictConfig, OmegaConf
 
+from bertkit.data.atomic_files import read_utf8, write_text_atomic
 from bertkit.data.hub import load_hub_dataset
-from bertkit.data.sources import SINGLE_FILE_KEYS, uses_local_files
-from bertkit.data.task_data import TaskSplits
+from bertkit.data.task_data import SINGLE_FILE_KEYS, TaskSplits, uses_local_files
 from bertkit.errors import BertkitError
-from bertkit.tasks.glue.classes import class_names, file_labels
-from bertkit.tasks.glue.files import read_glue_file
+
+logger = logging.getLogger(__name__)
 
 
 def is_test_split(split: str) -> bool:
@@ -157,3 +165,219 @@ def load_glue_splits(task: DictConfig, data_source: str = "auto") -> TaskSplits:
     if uses_local_files(task, data_source):
         return load_local_splits(task)
     return load_hub_splits(task)
+
+
+# ================================================================================================
+# A GLUE task's classes under two spellings: task.labels, the strings its files and the GLUE
+# leaderboard write ('0'/'1' for CoLA, SST-2, MRPC, QQP, WNLI), whose positions are the class
+# ids; and task.class_names, what GLUE and nyu-mll/glue call those classes, which the saved
+# model's id2label/label2id carry (and so the text-classification pipeline's labels).
+
+def file_labels(task: DictConfig) -> list[str] | None:
+    """Class id -> the files' label string; None for a regression task."""
+    return [str(label) for label in task.labels] if task.labels is not None else None
+
+
+def class_names(task: DictConfig) -> list[str] | None:
+    """Class id -> its name (task.class_names, in the order of task.labels); None for a
+    regression task."""
+    labels = file_labels(task)
+    names = task.class_names
+    if labels is None:
+        if names is not None:
+            raise BertkitError(f"task.class_names={list(names)} but task.labels is null (a "
+                               f"regression task has no classes): set task.class_names=null")
+        return None
+    if names is None:
+        raise BertkitError(f"task.class_names is null for the classification task {task.name}: "
+                           f"give one name per entry of task.labels {labels}")
+    names = [str(name) for name in names]
+    if len(names) != len(labels) or len(set(names)) != len(names):
+        raise BertkitError(f"task.class_names={names}: expected {len(labels)} distinct names, "
+                           f"one per entry of task.labels {labels}, in its order")
+    return names
+
+
+# ================================================================================================
+# Reader for GLUE task files in their original layout, with the original processors' rules.
+#
+# Why not pandas / `datasets.load_dataset("csv")`: the GLUE files need QUOTE_NONE (fields start
+# with a bare `"`), MRPC's BOM, CoLA's missing header on train/dev only, and every bad row must
+# be reported with its file and line, which neither does.
+
+# Raised well above the default (128 KiB): some MNLI/QNLI fields are long.
+csv.field_size_limit(1 << 30)
+
+
+def _column_positions(
+    path: Path, header: Sequence[str] | None, columns: dict, headerless_columns: dict | None,
+    need_label: bool,
+) -> dict[str, int | None]:
+    """Map text_a/text_b/label/index to field positions; label and index are optional."""
+    if header is None:
+        if not headerless_columns:
+            raise BertkitError(f"{path}: no header, and task.headerless_columns is not set")
+        positions = {key: headerless_columns.get(key) for key in ("text_a", "text_b", "label")}
+        positions["index"] = None
+        return positions
+    positions: dict[str, int | None] = {}
+    for key in ("text_a", "text_b", "label", "index"):
+        name = columns.get(key)
+        if name is None:
+            positions[key] = None
+        elif name in header:
+            positions[key] = header.index(name)
+        elif key == "index" or (key == "label" and not need_label):
+            positions[key] = None
+        else:
+            raise BertkitError(
+                f"{path}, line 1: no column {name!r} in the header (task.columns.{key}); "
+                f"the header has: {', '.join(header)}"
+            )
+    return positions
+
+
+def _parse_label(
+    value: str, path: Path, line: int, labels: Sequence[str] | None,
+    label_range: Sequence[float] | None,
+) -> int | float:
+    value = value.strip()
+    if labels is None:
+        try:
+            score = float(value)
+        except ValueError:
+            raise BertkitError(
+                f"{path}, line {line}: label {value!r} is not a number (regression task)"
+            ) from None
+        if label_range is not None and not label_range[0] <= score <= label_range[1]:
+            raise BertkitError(
+                f"{path}, line {line}: label {score} is outside task.label_range "
+                f"[{label_range[0]}, {label_range[1]}]"
+            )
+        return score
+    try:
+        return list(labels).index(value)
+    except ValueError:
+        raise BertkitError(
+            f"{path}, line {line}: label {value!r} is not one of the task's labels "
+            f"{list(labels)} (task.labels)"
+        ) from None
+
+
+def read_glue_file(
+    path: str | Path,
+    *,
+    columns: dict,
+    labels: Sequence[str] | None,
+    has_header: bool = True,
+    headerless_columns: dict | None = None,
+    label_range: Sequence[float] | None = None,
+    need_label: bool = True,
+    skip_malformed_rows: bool = False,
+) -> dict[str, list]:
+    """Read one GLUE tsv into columns text_a, text_b (pair tasks), label (if present) and idx.
+
+    Labels become class ids (positions in `labels`) or floats (regression, `labels` None).
+    `idx` is the file's index column where it has one, else the row's position.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise BertkitError(f"{path}: file not found")
+    # Lines end at \n, \r\n or \r only, as with open() in the original processors;
+    # str.splitlines() would also split inside fields at U+2028, U+0085, \x0c, \x1c-\x1e.
+    text = io.StringIO(read_utf8(path), newline=None)
+    rows = csv.reader(text, delimiter="\t", quoting=csv.QUOTE_NONE)
+    header = next(rows, None) if has_header else None
+    if has_header and header is None:
+        raise BertkitError(f"{path}: the file is empty")
+    positions = _column_positions(path, header, columns, headerless_columns, need_label)
+    needed = max(p for p in positions.values() if p is not None)
+
+    out: dict[str, list] = {"text_a": [], "idx": []}
+    if positions["text_b"] is not None:
+        out["text_b"] = []
+    if positions["label"] is not None:
+        out["label"] = []
+    first_line = 2 if has_header else 1
+    skipped = 0
+    for line, row in enumerate(rows, start=first_line):
+        if not row:
+            continue
+        if len(row) <= needed:
+            if skip_malformed_rows:
+                skipped += 1
+                continue
+            raise BertkitError(
+                f"{path}, line {line}: {len(row)} tab-separated fields, expected at least "
+                f"{needed + 1} (set task.skip_malformed_rows=true to skip such rows)"
+            )
+        out["text_a"].append(row[positions["text_a"]])
+        if "text_b" in out:
+            out["text_b"].append(row[positions["text_b"]])
+        if "label" in out:
+            out["label"].append(
+                _parse_label(row[positions["label"]], path, line, labels, label_range)
+            )
+        index = positions["index"]
+        out["idx"].append(int(row[index]) if index is not None and row[index].isdigit()
+                          else len(out["idx"]))
+    if skipped:
+        logger.warning("%s: skipped %d malformed rows (task.skip_malformed_rows)", path, skipped)
+    if not out["text_a"]:
+        raise BertkitError(f"{path}: no examples")
+    return out
+
+
+# ================================================================================================
+# The embedded demo set: generated, so that `make demo` needs neither the Hub nor ../shared.
+#
+# A sentence is filler words with a few cue words mixed in; its label is 1 when it holds more
+# positive than negative cues. A small BERT learns this in a few hundred steps, so the demo
+# shows a real learning curve. The vocabulary is whole words plus BERT's special tokens.
+
+SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+POSITIVE = ["good", "great", "fine", "bright", "happy", "superb", "lovely", "warm"]
+NEGATIVE = ["bad", "awful", "poor", "dull", "sad", "grim", "ugly", "cold"]
+FILLER = [
+    "the", "a", "film", "story", "actor", "plot", "scene", "music", "was", "is", "and", "but",
+    "very", "quite", "with", "of", "in", "to", "it", "this", "that", "ending", "cast", "script",
+    "director", "camera", "light", "night", "day", "city", "house", "road", "long", "short",
+    "old", "new", "some", "many", "its", "their", "one", "two", "first", "last", "again",
+]
+
+
+def _sentence(rng: random.Random, min_words: int, max_words: int) -> tuple[str, int]:
+    while True:
+        words = rng.choices(FILLER, k=rng.randint(min_words, max_words))
+        pos, neg = rng.randint(0, 4), rng.randint(0, 4)
+        if pos != neg:
+            break
+    for cue in rng.choices(POSITIVE, k=pos) + rng.choices(NEGATIVE, k=neg):
+        words.insert(rng.randrange(len(words) + 1), cue)
+    return " ".join(words), int(pos > neg)
+
+
+def write_demo_data(data_dir: str | Path, *, num_train: int, num_validation: int, num_test: int,
+                    min_words: int, max_words: int, seed: int) -> Path:
+    """Write train.tsv / dev.tsv / test.tsv (SST-2 layout) and vocab.txt; idempotent."""
+    data_dir = Path(data_dir)
+    rng = random.Random(seed)
+    splits = {"train.tsv": num_train, "dev.tsv": num_validation, "test.tsv": num_test}
+    for name, count in splits.items():
+        examples = [_sentence(rng, min_words, max_words) for _ in range(count)]
+        if name == "test.tsv":
+            lines = ["index\tsentence"] + [f"{i}\t{text}" for i, (text, _) in enumerate(examples)]
+        else:
+            lines = ["sentence\tlabel"] + [f"{text}\t{label}" for text, label in examples]
+        write_text_atomic(data_dir / name, "\n".join(lines) + "\n")
+    vocab = SPECIAL_TOKENS + sorted(set(POSITIVE + NEGATIVE + FILLER))
+    write_text_atomic(data_dir / "vocab.txt", "\n".join(vocab) + "\n")
+    return data_dir
+
+
+def ensure_demo_data(data_dir: str | Path, synthetic: dict) -> Path:
+    data_dir = Path(data_dir)
+    needed = ["train.tsv", "dev.tsv", "test.tsv", "vocab.txt"]
+    if not all((data_dir / name).is_file() for name in needed):
+        write_demo_data(data_dir, **synthetic)
+    return data_dir

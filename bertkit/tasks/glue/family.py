@@ -1,28 +1,34 @@
 """The GLUE family's steps of the finetuning run: sentence(-pair) classification and regression.
 
 Leaves in the run directory, beside what every finetune writes (bertkit.training.finetune):
-predictions/<dev split>.tsv and the GLUE leaderboard files of the test splits.
+predictions/<dev split>.tsv and the GLUE leaderboard files of the test splits
+(`index<TAB>prediction`), written by the functions at the end.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 from transformers import DataCollatorWithPadding, EvalPrediction
 
-from bertkit.data.sources import uses_local_files
-from bertkit.data.task_data import TaskData, TaskSplits
+from bertkit.data.atomic_files import write_tsv_atomic
+from bertkit.data.task_data import TaskData, TaskSplits, uses_local_files
 from bertkit.errors import BertkitError
-from bertkit.tasks.glue.classes import class_names, file_labels
-from bertkit.tasks.glue.data import is_test_split, is_validation_split, load_glue_splits
-from bertkit.tasks.glue.demo_data import ensure_demo_data
+from bertkit.tasks.glue.data import (
+    class_names,
+    ensure_demo_data,
+    file_labels,
+    is_test_split,
+    is_validation_split,
+    load_glue_splits,
+)
 from bertkit.tasks.glue.features import tokenize_splits
 from bertkit.tasks.glue.metrics import predictions_from_logits, task_metrics
 from bertkit.tasks.glue.models import load_sequence_classifier
-from bertkit.tasks.glue.predictions import write_dev_predictions, write_leaderboard_file
-from bertkit.training.family import Evaluation, TaskFamily
+from bertkit.training.finetune import Evaluation, TaskFamily
 from bertkit.training.static_shapes import PaddedRows, nan_ignoring_mse
 from bertkit.training.trainer import BertkitTrainer
 
@@ -122,3 +128,25 @@ class GlueFamily(TaskFamily):
 
 
 FAMILY = GlueFamily()
+
+
+# Dev prediction files and GLUE leaderboard submission files (`index<TAB>prediction`).
+
+def label_names(predictions: np.ndarray, labels: Sequence[str] | None) -> list[str]:
+    """Class ids become the task's label names; regression scores are written as numbers."""
+    if labels is None:
+        # The shortest text that reads back as the same float32 the model produced.
+        return [str(np.float32(score)) for score in predictions]
+    return [labels[int(i)] for i in predictions]
+
+
+def write_dev_predictions(path: Path, idx: Sequence[int], gold: np.ndarray,
+                          predictions: np.ndarray, labels: Sequence[str] | None) -> Path:
+    rows = zip(idx, label_names(gold, labels), label_names(predictions, labels), strict=True)
+    return write_tsv_atomic(path, ["index", "label", "prediction"], rows)
+
+
+def write_leaderboard_file(path: Path, idx: Sequence[int], predictions: np.ndarray,
+                           labels: Sequence[str] | None) -> Path:
+    rows = zip(idx, label_names(predictions, labels), strict=True)
+    return write_tsv_atomic(path, ["index", "prediction"], rows)

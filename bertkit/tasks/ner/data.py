@@ -14,9 +14,7 @@ import datasets
 from omegaconf import DictConfig, OmegaConf
 
 from bertkit.data.fingerprints import content_fingerprint
-from bertkit.data.sources import uses_local_files
-from bertkit.data.split_files import split_files
-from bertkit.data.task_data import TaskSplits
+from bertkit.data.task_data import TaskSplits, split_files, uses_local_files
 from bertkit.errors import BertkitError
 from bertkit.tasks.ner.files import ConllSentences, conll_from_hub, read_conll_file
 

@@ -29,7 +29,7 @@ from bertkit.tasks.ner.metrics import (
     write_conll_predictions,
 )
 from bertkit.tasks.ner.models import load_tagger
-from bertkit.training.family import Evaluation, TaskFamily
+from bertkit.training.finetune import Evaluation, TaskFamily
 from bertkit.training.trainer import BertkitTrainer
 
 _LABEL = re.compile(r"O|[BI]-\S+")

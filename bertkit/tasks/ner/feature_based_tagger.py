@@ -20,7 +20,7 @@ from transformers import BertConfig, BertModel
 from transformers.modeling_outputs import TokenClassifierOutput
 
 from bertkit.config_schema import check_setting
-from bertkit.data.readback import read_json
+from bertkit.data.atomic_files import read_json
 from bertkit.errors import BertkitError
 
 # name -> (how many encoder layers it needs, feature width in hidden sizes)

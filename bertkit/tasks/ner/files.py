@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bertkit.data.atomic_files import read_utf8
 from bertkit.data.hub import load_hub_dataset
-from bertkit.data.text_files import read_utf8
 from bertkit.errors import BertkitError
 
 logger = logging.getLogger(__name__)

@@ -11,9 +11,7 @@ from __future__ import annotations
 from omegaconf import DictConfig
 
 from bertkit.data.fingerprints import content_fingerprint
-from bertkit.data.sources import uses_local_files
-from bertkit.data.split_files import split_files
-from bertkit.data.task_data import TaskSplits
+from bertkit.data.task_data import TaskSplits, split_files, uses_local_files
 from bertkit.tasks.squad.files import read_squad_json, squad_from_hub
 
 SPLITS = ("train", "validation")

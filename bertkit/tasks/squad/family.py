@@ -22,7 +22,7 @@ from bertkit.tasks.squad.data import load_squad_splits
 from bertkit.tasks.squad.features import DECODING_COLUMNS, check_window_settings, window_splits
 from bertkit.tasks.squad.files import VERSIONS
 from bertkit.tasks.squad.models import load_question_answerer
-from bertkit.training.family import Evaluation, TaskFamily
+from bertkit.training.finetune import Evaluation, TaskFamily
 from bertkit.training.static_shapes import PAST_WINDOW, PaddedRows
 from bertkit.training.trainer import BertkitTrainer
 

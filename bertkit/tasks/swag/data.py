@@ -10,9 +10,7 @@ from __future__ import annotations
 from omegaconf import DictConfig
 
 from bertkit.data.fingerprints import content_fingerprint
-from bertkit.data.sources import uses_local_files
-from bertkit.data.split_files import split_files
-from bertkit.data.task_data import TaskSplits
+from bertkit.data.task_data import TaskSplits, split_files, uses_local_files
 from bertkit.tasks.swag.files import read_swag_csv, swag_from_hub
 
 SPLITS = ("train", "validation")

@@ -22,7 +22,7 @@ from bertkit.tasks.swag.data import load_swag_splits
 from bertkit.tasks.swag.features import check_max_seq_length, encode_splits
 from bertkit.tasks.swag.files import NUM_CHOICES
 from bertkit.tasks.swag.metrics import accuracy, choice_logits, write_predictions
-from bertkit.training.family import Evaluation, TaskFamily
+from bertkit.training.finetune import Evaluation, TaskFamily
 from bertkit.training.models import load_with_head
 from bertkit.training.trainer import BertkitTrainer
 

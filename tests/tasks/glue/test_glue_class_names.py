@@ -13,7 +13,7 @@ from transformers import AutoConfig, pipeline
 
 from bertkit.errors import BertkitError
 from bertkit.jobs import run_job
-from bertkit.tasks.glue.classes import class_names
+from bertkit.tasks.glue.data import class_names
 from tests.conftest import compose_config, glue_classification_tasks, tiny_run_overrides
 from tests.glue_fixtures import LABELS
 

@@ -1,4 +1,4 @@
-"""The GLUE tsv reader (bertkit.tasks.glue.files) and local split loading
+"""The GLUE tsv reader (bertkit.tasks.glue.data) and local split loading
 (bertkit.tasks.glue.data) against small files that reproduce each quirk of the real files,
 with exact expected outputs."""
 
@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 
 from bertkit.errors import BertkitError
-from bertkit.tasks.glue.data import load_glue_splits
-from bertkit.tasks.glue.files import read_glue_file
+from bertkit.tasks.glue.data import load_glue_splits, read_glue_file
 from tests.conftest import GLUE_TASKS, compose_config
 from tests.glue_fixtures import HEADERS
 

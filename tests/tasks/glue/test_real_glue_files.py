@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bertkit.tasks.glue.data import load_glue_splits
-from bertkit.tasks.glue.files import read_glue_file
+from bertkit.tasks.glue.data import load_glue_splits, read_glue_file
 from tests.conftest import compose_config, real_data_dir
 
 pytestmark = pytest.mark.real_data

@@ -7,7 +7,7 @@ import datasets
 import pytest
 
 from bertkit.config_schema import check_ranges
-from bertkit.data.split_files import split_files
+from bertkit.data.task_data import split_files
 from bertkit.errors import BertkitError
 from bertkit.tasks.ner.data import OPTIONAL, REQUIRED, load_ner_splits
 from bertkit.tasks.ner.files import (
