@@ -9,7 +9,7 @@ import datasets
 import pytest
 from omegaconf import DictConfig, OmegaConf
 
-from bertkit.config_schema import check_ranges
+from bertkit.config_schema import CorpusSchema, check_ranges
 from bertkit.config_tree import config_dir
 from bertkit.errors import BertkitError
 from bertkit.pretraining import corpora as corpus_source
@@ -32,8 +32,10 @@ BOOK_ROWS = ["The cat sat down.", "It purred.", "The dog ran off.", "It barked."
 
 
 def corpus_config(preset: str, **overrides) -> DictConfig:
-    """conf/corpus/<preset>.yaml with overrides (dotted keys), as the recipes compose it."""
-    corpus = OmegaConf.load(os.path.join(config_dir(), "corpus", f"{preset}.yaml"))
+    """conf/corpus/<preset>.yaml over its schema's defaults (what the group's node holds
+    before a recipe's own values), with overrides (dotted keys)."""
+    corpus = OmegaConf.merge(OmegaConf.structured(CorpusSchema),
+                             OmegaConf.load(os.path.join(config_dir(), "corpus", f"{preset}.yaml")))
     for key, value in overrides.items():
         OmegaConf.update(corpus, key.replace("__", "."), value)
     return corpus
