@@ -136,7 +136,7 @@ def test_every_numeric_key_declares_its_bounds():
     missing = undeclared(numeric_keys())
     assert not missing, "numeric keys without both bounds in bertkit.config_schema: " \
         + ", ".join(missing)
-    assert len(numeric_keys()) > 150  # the walk reached the groups
+    assert len(numeric_keys()) > 140  # the walk reached the groups (149 once the benchmarks left)
 
 
 def test_a_numeric_key_added_without_bounds_is_caught():
