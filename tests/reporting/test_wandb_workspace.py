@@ -163,6 +163,7 @@ def test_a_pretraining_runs_workspace_shows_mlm_and_nsp(tmp_path):
     assert spec["groups"] == ["pretrain-demo"]
 
 
+@pytest.mark.slow  # reads the module's sweep, which the slow tests above build anyway
 def test_a_workspace_in_another_project_or_without_credentials_is_refused(sweep, tmp_path,
                                                                           monkeypatch, capsys):
     assert main([str(sweep), "--wandb-workspace", "my-team/other", "--dry-run",

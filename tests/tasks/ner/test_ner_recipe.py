@@ -5,6 +5,7 @@ the errors a user meets first, the config tree, and a run on the real CoNLL-2003
 
 from __future__ import annotations
 
+import functools
 import json
 
 import pytest
@@ -24,26 +25,50 @@ from tests.ner_fixtures import (
     to_iob1,
     write_vocab,
 )
+from tests.runs import job_run
 from tests.wandb_records import read_offline_run
+
+SEEDS = {"train": 1, "validation": 2, "test": 3}  # of each split's generated sentences
 
 
 @pytest.fixture
 def conll_files(tmp_path):
-    def make(n_train: int = 48, n_dev: int = 16, n_test: int = 12, iob1: bool = False):
-        files = {}
-        for split, n, seed in (("train", n_train, 1), ("validation", n_dev, 2),
-                               ("test", n_test, 3)):
-            sentences = make_sentences(n, seed)
-            if iob1:
-                sentences = [list(zip([w for w, _ in s], to_iob1([t for _, t in s]),
-                                      strict=True)) for s in sentences]
-            path = tmp_path / "conll" / f"{split}.txt"
-            path.parent.mkdir(exist_ok=True)
-            path.write_text(conll_text(sentences))
-            files[split] = (path, make_sentences(n, seed))
-        return files
+    return functools.partial(write_conll_files, tmp_path)
 
-    return make
+
+def write_conll_files(directory, n_train: int = 48, n_dev: int = 16, n_test: int = 12,
+                      iob1: bool = False):
+    """split -> (its file under directory/conll, its sentences)."""
+    files = {}
+    for split, n in (("train", n_train), ("validation", n_dev), ("test", n_test)):
+        seed = SEEDS[split]
+        sentences = make_sentences(n, seed)
+        if iob1:
+            sentences = [list(zip([w for w, _ in s], to_iob1([t for _, t in s]),
+                                  strict=True)) for s in sentences]
+        path = directory / "conll" / f"{split}.txt"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(conll_text(sentences))
+        files[split] = (path, make_sentences(n, seed))
+    return files
+
+
+@pytest.fixture(scope="session")
+def ner_run(tmp_path_factory):
+    """The NER family's tiny end-to-end run (40 steps, evaluated and checkpointed every 20,
+    W&B offline), built once and read by each test of its outputs: (run directory, run_job's
+    record, split -> (file, sentences))."""
+    def overrides(directory):
+        return ner_overrides(write_conll_files(directory), write_vocab(directory / "vocab"),
+                             directory, logger="wandb", **{
+                                 "trainer.max_steps": 40, "trainer.eval_steps": 20,
+                                 "trainer.save_steps": 20})
+
+    run_dir, record = job_run(tmp_path_factory, "ner", overrides)
+    sizes = {"train": 48, "validation": 16, "test": 12}  # write_conll_files' defaults
+    return run_dir, record, {
+        split: (run_dir.parent / "conll" / f"{split}.txt", make_sentences(n, SEEDS[split]))
+        for split, n in sizes.items()}
 
 
 def ner_overrides(files, vocab, tmp_path, **extra) -> list[str]:
@@ -69,14 +94,8 @@ def rescore(path):
                      "f1": f1_score(gold, predicted, zero_division=0)}
 
 
-def test_tiny_finetune_writes_predictions_that_rescore_to_the_metrics(conll_files, tmp_path):
-    files = conll_files()
-    vocab = write_vocab(tmp_path / "vocab")
-    run_dir = tmp_path / "run"
-    cfg = compose_config(ner_overrides(files, vocab, tmp_path,
-                                       **{"trainer.max_steps": 40, "trainer.eval_steps": 20,
-                                          "trainer.save_steps": 20}))
-    summary = run_job(cfg, run_dir)
+def test_tiny_finetune_writes_predictions_that_rescore_to_the_metrics(ner_run):
+    run_dir, summary, files = ner_run
 
     assert json.loads((run_dir / "metrics.json").read_text()) == summary
     assert summary["main_metric"] == "f1" and summary["train"]["steps"] == 40
@@ -99,11 +118,8 @@ def test_tiny_finetune_writes_predictions_that_rescore_to_the_metrics(conll_file
     assert config["id2label"] == {str(i): label for i, label in enumerate(LABELS)}
 
 
-def test_offline_wandb_run_holds_the_entity_scores(conll_files, tmp_path):
-    run_dir = tmp_path / "run"
-    summary = run_job(compose_config(ner_overrides(
-        conll_files(), write_vocab(tmp_path / "vocab"), tmp_path, logger="wandb",
-        **{"trainer.max_steps": 4})), run_dir)
+def test_offline_wandb_run_holds_the_entity_scores(ner_run):
+    run_dir, summary, _ = ner_run
     (offline,) = (run_dir / "wandb").glob("offline-run-*")
     logged = read_offline_run(offline)
     # The evaluation's entity scores during training, and the final ones of both splits.

@@ -1,0 +1,129 @@
+"""Tiny end-to-end runs built once per pytest session and read by every test that checks their
+outputs, so that no test re-runs what another already ran. Under pytest-xdist the workers
+share a run through the session's common temporary directory: the first worker to take its
+lock builds it, the others wait and read it (a failed build is reported to each, not redone)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from filelock import FileLock
+
+RECORD = "record.json"  # what run_job returned, beside the run's own files
+
+
+def session_root(tmp_path_factory) -> Path:
+    """The temporary directory every worker of this pytest session sees."""
+    root = tmp_path_factory.getbasetemp()
+    return root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
+
+
+def isolate(patch: pytest.MonkeyPatch, cache: Path) -> None:
+    """What tests.conftest's autouse fixture sets for a test, for a run built outside one
+    (session fixtures are made before a test's own fixtures): the cache under cache, W&B
+    silent and without credentials, the Hub decided anew."""
+    from tests.conftest import fresh_hub_decision
+
+    patch.setenv("BERTKIT_CACHE", str(cache))
+    patch.setenv("WANDB_SILENT", "true")
+    patch.delenv("WANDB_MODE", raising=False)
+    patch.delenv("WANDB_API_KEY", raising=False)
+    patch.setenv("NETRC", str(cache / "no-netrc"))
+    fresh_hub_decision(patch)
+
+
+def built_once(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Path:
+    """root/name, made by build(root/name) once in the session, whichever worker asks first."""
+    root = session_root(tmp_path_factory)
+    directory = root / "runs" / name
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(directory) + ".lock"):
+        failed, done = Path(f"{directory}.failed"), Path(f"{directory}.done")
+        if failed.is_file():
+            raise AssertionError(f"shared run {name} failed: {failed.read_text()}")
+        if not done.is_file():
+            shutil.rmtree(directory, ignore_errors=True)
+            directory.mkdir()
+            try:
+                with pytest.MonkeyPatch.context() as patch:
+                    isolate(patch, root / "runs" / "bertkit-cache")
+                    build(directory)
+            except BaseException as err:
+                failed.write_text(f"{type(err).__name__}: {err}")
+                raise
+            done.touch()
+    return directory
+
+
+def job_run(tmp_path_factory, name: str, overrides: Callable[[Path], list[str]],
+            hub_offline: bool = False) -> tuple[Path, dict]:
+    """A run of bertkit.jobs.run_job with overrides(directory) into directory/run, built once:
+    its run directory and the record run_job returned."""
+    from bertkit.jobs import run_job
+    from tests.conftest import compose_config
+
+    def build(directory: Path) -> None:
+        with pytest.MonkeyPatch.context() as patch:
+            if hub_offline:
+                offline(patch)
+            record = run_job(compose_config(overrides(directory)), directory / "run")
+        (directory / RECORD).write_text(json.dumps(record, default=str))
+
+    directory = built_once(tmp_path_factory, name, build)
+    return directory / "run", json.loads((directory / RECORD).read_text())
+
+
+def offline(patch: pytest.MonkeyPatch) -> None:
+    """tests.conftest's hub_offline, for a run built outside a test."""
+    import datasets
+    import huggingface_hub.constants
+
+    patch.setenv("HF_DATASETS_OFFLINE", "1")
+    patch.setenv("HF_HUB_OFFLINE", "1")
+    patch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    patch.setattr(datasets.config, "HF_DATASETS_OFFLINE", True)
+    patch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+
+
+GLUE_SIZES = (24, 12, 6)  # training, each dev and each test split of a shared GLUE run
+GLUE_STEPS = 4
+
+
+@pytest.fixture(scope="session")
+def glue_task_run(tmp_path_factory) -> Callable[[str], tuple[Path, dict, Path]]:
+    """task -> (run directory, run_job's record, data directory) of a tiny finetune of that
+    GLUE task (tests.conftest.tiny_run_overrides, GLUE_STEPS steps, the Hub offline) on
+    GLUE_SIZES examples: the task's files in the original GLUE layout, or for a task that
+    generates its own set (demo) that set."""
+    import random
+
+    from omegaconf import OmegaConf
+
+    from tests.conftest import compose_config, tiny_run_overrides, write_vocab
+    from tests.glue_fixtures import LABELS, write_glue_task
+
+    n_train, n_dev, n_test = GLUE_SIZES
+
+    def overrides(task: str, directory: Path) -> list[str]:
+        data = directory / "data"
+        if OmegaConf.select(compose_config([f"task={task}"]).task, "synthetic") is not None:
+            return tiny_run_overrides(task, data, data, **{
+                "task.synthetic.num_train": n_train, "task.synthetic.num_validation": n_dev,
+                "task.synthetic.num_test": n_test, "trainer.max_steps": GLUE_STEPS})
+        if task not in LABELS:
+            pytest.fail(f"task {task}: no file layout for it in tests/glue_fixtures.py")
+        write_glue_task(task, data, n_train, n_dev, n_test, random.Random(0))
+        return tiny_run_overrides(task, data, write_vocab(directory / "vocab"),
+                                  **{"trainer.max_steps": GLUE_STEPS})
+
+    def make(task: str) -> tuple[Path, dict, Path]:
+        run_dir, record = job_run(tmp_path_factory, f"glue-{task}",
+                                  lambda directory: overrides(task, directory), hub_offline=True)
+        return run_dir, record, run_dir.parent / "data"
+
+    return make
