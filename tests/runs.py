@@ -127,3 +127,54 @@ def glue_task_run(tmp_path_factory) -> Callable[[str], tuple[Path, dict, Path]]:
         return run_dir, record, run_dir.parent / "data"
 
     return make
+
+
+@pytest.fixture(scope="session")
+def swag_run(tmp_path_factory) -> tuple[Path, dict, Path]:
+    """The SWAG family's tiny run (tests.tasks.swag.test_swag_recipe.swag_overrides: 6 steps,
+    evaluated every 3), W&B offline, seed 5: (run directory, run_job's record, dev file)."""
+    from tests.tasks.swag.test_swag_recipe import swag_overrides, write_swag_files
+
+    run_dir, record = job_run(tmp_path_factory, "swag", lambda directory: swag_overrides(
+        *write_swag_files(directory), directory, logger="wandb", seed=5))
+    return run_dir, record, run_dir.parent / "data" / "val.csv"
+
+
+@pytest.fixture(scope="session")
+def ner_run(tmp_path_factory) -> tuple[Path, dict, dict]:
+    """The NER family's tiny run (tests.tasks.ner.test_ner_recipe.ner_overrides, 40 steps,
+    evaluated and checkpointed every 20), W&B offline: (run directory, run_job's record,
+    split -> (its file, its sentences))."""
+    from tests.ner_fixtures import make_sentences, write_vocab
+    from tests.tasks.ner.test_ner_recipe import SEEDS, ner_overrides, write_conll_files
+
+    sizes = {"train": 48, "validation": 16, "test": 12}
+
+    def overrides(directory: Path) -> list[str]:
+        files = write_conll_files(directory, *sizes.values())
+        return ner_overrides(files, write_vocab(directory / "vocab"), directory,
+                             logger="wandb", **{"trainer.max_steps": 40,
+                                                "trainer.eval_steps": 20,
+                                                "trainer.save_steps": 20})
+
+    run_dir, record = job_run(tmp_path_factory, "ner", overrides)
+    return run_dir, record, {
+        split: (run_dir.parent / "conll" / f"{split}.txt", make_sentences(n, SEEDS[split]))
+        for split, n in sizes.items()}
+
+
+@pytest.fixture(scope="session")
+def pretraining_run(tmp_path_factory) -> tuple[Path, dict]:
+    """The pretraining recipe's tiny run (tests.pretraining.test_pretrain_recipe.small_run: a
+    32-wide BERT, 8 steps on the demo corpus, MLM + NSP), W&B offline, seed 5: (run
+    directory, the summary pretrain returned)."""
+    from bertkit.pretraining.run import pretrain
+    from tests.conftest import compose_config
+    from tests.pretraining.test_pretrain_recipe import small_run
+
+    def build(directory: Path) -> None:
+        summary = pretrain(compose_config(small_run(logger="wandb", seed=5)), directory / "run")
+        (directory / RECORD).write_text(json.dumps(summary, default=str))
+
+    directory = built_once(tmp_path_factory, "pretraining", build)
+    return directory / "run", json.loads((directory / RECORD).read_text())

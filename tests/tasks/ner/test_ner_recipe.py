@@ -25,7 +25,6 @@ from tests.ner_fixtures import (
     to_iob1,
     write_vocab,
 )
-from tests.runs import job_run
 from tests.wandb_records import read_offline_run
 
 SEEDS = {"train": 1, "validation": 2, "test": 3}  # of each split's generated sentences
@@ -51,24 +50,6 @@ def write_conll_files(directory, n_train: int = 48, n_dev: int = 16, n_test: int
         path.write_text(conll_text(sentences))
         files[split] = (path, make_sentences(n, seed))
     return files
-
-
-@pytest.fixture(scope="session")
-def ner_run(tmp_path_factory):
-    """The NER family's tiny end-to-end run (40 steps, evaluated and checkpointed every 20,
-    W&B offline), built once and read by each test of its outputs: (run directory, run_job's
-    record, split -> (file, sentences))."""
-    def overrides(directory):
-        return ner_overrides(write_conll_files(directory), write_vocab(directory / "vocab"),
-                             directory, logger="wandb", **{
-                                 "trainer.max_steps": 40, "trainer.eval_steps": 20,
-                                 "trainer.save_steps": 20})
-
-    run_dir, record = job_run(tmp_path_factory, "ner", overrides)
-    sizes = {"train": 48, "validation": 16, "test": 12}  # write_conll_files' defaults
-    return run_dir, record, {
-        split: (run_dir.parent / "conll" / f"{split}.txt", make_sentences(n, SEEDS[split]))
-        for split, n in sizes.items()}
 
 
 def ner_overrides(files, vocab, tmp_path, **extra) -> list[str]:
@@ -135,6 +116,7 @@ def test_offline_wandb_run_holds_the_entity_scores(ner_run):
     assert {"recipe:ner", "task:conll2003"} <= set(logged["tags"])
 
 
+@pytest.mark.slow  # a run
 def test_checkpoints_are_selected_by_entity_f1(conll_files, tmp_path, monkeypatch):
     """With F1 0.1, 0.3, 0.2 at steps 2, 4, 6 the run keeps step 4's weights."""
     from bertkit.tasks.ner import metrics as ner_metrics
@@ -153,6 +135,7 @@ def test_checkpoints_are_selected_by_entity_f1(conll_files, tmp_path, monkeypatc
     assert all((best[key] == final[key]).all() for key in best)
 
 
+@pytest.mark.slow  # a run
 def test_iob1_files_with_document_context_and_all_subtokens(conll_files, tmp_path):
     files = conll_files(iob1=True)
     assert " I-PER\n" in files["train"][0].read_text()
@@ -173,6 +156,7 @@ def test_iob1_files_with_document_context_and_all_subtokens(conll_files, tmp_pat
     assert summary["validation"]["validation"]["f1"] == pytest.approx(scores["f1"])
 
 
+@pytest.mark.slow  # a run
 def test_feature_based_run_trains_the_tagger_only(conll_files, tmp_path, monkeypatch):
     created = {}
     real_load = ner_finetune.load_tagger
@@ -220,6 +204,7 @@ class Interrupted(Exception):
     pass
 
 
+@pytest.mark.slow  # two runs
 def test_resume_continues_an_interrupted_run(conll_files, tmp_path, monkeypatch):
     files = conll_files()
     overrides = ner_overrides(files, write_vocab(tmp_path / "vocab"), tmp_path, **{

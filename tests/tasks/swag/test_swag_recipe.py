@@ -14,7 +14,6 @@ from bertkit.errors import BertkitError
 from bertkit.jobs import run_job
 from bertkit.training.trainer import BertkitTrainer
 from tests.conftest import compose_config
-from tests.runs import job_run
 from tests.swag_fixtures import make_rows, write_swag_csv, write_vocab
 
 
@@ -27,15 +26,6 @@ def write_swag_files(directory):
     train = write_swag_csv(directory / "data" / "train.csv", make_rows(40, seed=1))
     dev = write_swag_csv(directory / "data" / "val.csv", make_rows(24, seed=2))
     return train, dev
-
-
-@pytest.fixture(scope="session")
-def swag_run(tmp_path_factory):
-    """The SWAG family's tiny end-to-end run (6 steps, W&B offline, seed 5), built once and
-    read by each test of its outputs: (run directory, run_job's record, dev file)."""
-    run_dir, record = job_run(tmp_path_factory, "swag", lambda directory: swag_overrides(
-        *write_swag_files(directory), directory, logger="wandb", seed=5))
-    return run_dir, record, run_dir.parent / "data" / "val.csv"
 
 
 def swag_overrides(train, dev, tmp_path, **extra) -> list[str]:
