@@ -374,6 +374,7 @@ def test_the_curve_has_step_zero_the_intervals_and_the_end_and_survives_a_resume
     assert all("heldout/mlm_loss" not in line for line in resumed["log"])  # training lines
 
 
+@pytest.mark.slow  # a pretraining run
 def test_an_evaluation_keeps_the_training_log_line_of_its_step(tmp_path):
     """trainer.log from a callback resets Trainer's should_log: the training line of a step
     that is also evaluated must still be there."""

@@ -153,6 +153,7 @@ def test_other_objectives_log_their_own_statistics(tmp_path, objective):
     assert summary["hyperparameters"]["objective"] == objective
 
 
+@pytest.mark.slow  # a pretraining run
 def test_streaming_hub_corpus_trains_with_dynamic_masking(tmp_path, monkeypatch):
     corpus = ensure_demo_corpus(tmp_path / "demo" / "corpus.txt", dict(
         num_documents=40, min_sentences=4, max_sentences=8, min_words=5, max_words=10,

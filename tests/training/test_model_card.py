@@ -128,6 +128,7 @@ def test_glue_card_matches_metrics_and_names_the_command(glue_dir, vocab_dir, tm
     assert re.search(r"'label': '(contradiction|entailment|neutral)'", printed)
 
 
+@pytest.mark.slow  # a SQuAD v2 run
 def test_squad_v2_card(tmp_path):
     train, dev = tmp_path / "train.json", tmp_path / "dev.json"
     write_squad_json(train, make_examples(40, seed=1, unanswerable=0.3), "v2.0")
@@ -296,6 +297,7 @@ def test_model_card_base_model_must_be_a_hub_id(glue_dir, vocab_dir, tmp_path):
         run_job(cfg, tmp_path / "run")
 
 
+@pytest.mark.slow  # a run
 def test_no_absolute_path_in_the_card(glue_dir, vocab_dir, tmp_path, monkeypatch):
     """A run whose config is full of absolute paths (a checkpoint in $HOME, the data, the
     tokenizer, the cache, all given on the command line): the card shows their names."""
@@ -355,6 +357,7 @@ def test_warm_up_is_one_line_of_the_hyperparameters(warmup, shown, hidden):
     assert "| learning_rate | 2e-05 |" in text and "| weight_decay | 0.01 |" in text
 
 
+@pytest.mark.slow  # a run
 def test_no_card_with_model_card_disabled(glue_dir, vocab_dir, tmp_path):
     run_dir = tmp_path / "run"
     run_job(compose_config(tiny_run_overrides("rte", glue_dir("rte"), vocab_dir,
@@ -469,6 +472,7 @@ def test_an_unreachable_hub_is_one_message_before_training(glue_dir, vocab_dir, 
     assert not (tmp_path / "run" / "metrics.json").exists()
 
 
+@pytest.mark.slow  # a run
 def test_a_failed_upload_names_the_saved_model_and_card(glue_dir, vocab_dir, tmp_path,
                                                         monkeypatch):
     use_fake_hub(monkeypatch, FakeHub("upload_folder"))
