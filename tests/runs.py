@@ -38,7 +38,8 @@ def isolate(patch: pytest.MonkeyPatch, cache: Path) -> None:
 
 
 def built_once(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Path:
-    """root/name, made by build(root/name) once in the session, whichever worker asks first."""
+    """root/runs/name, made by build(root/runs/name) once in the session, whichever worker asks
+    first."""
     root = session_root(tmp_path_factory)
     directory = root / "runs" / name
     directory.parent.mkdir(parents=True, exist_ok=True)
@@ -51,7 +52,7 @@ def built_once(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Pa
             directory.mkdir()
             try:
                 with pytest.MonkeyPatch.context() as patch:
-                    isolate(patch, root / "runs" / "bertkit-cache")
+                    isolate(patch, Path(f"{directory}.cache"))  # its own: builds may overlap
                     build(directory)
             except BaseException as err:
                 failed.write_text(f"{type(err).__name__}: {err}")
