@@ -179,3 +179,25 @@ def pretraining_run(tmp_path_factory) -> tuple[Path, dict]:
 
     directory = built_once(tmp_path_factory, "pretraining", build)
     return directory / "run", json.loads((directory / RECORD).read_text())
+
+
+@pytest.fixture(scope="session")
+def halving_sweep(tmp_path_factory) -> Path:
+    """sweep=paper_grid_halving through the `bertkit` command and the sequential launcher
+    (tests.sweeps.test_launchers.grid_overrides: a 2 x 2 grid x 2 seeds of WNLI, 64 training
+    examples, W&B offline): the directory holding its data (glue/wnli, vocab) and its sweep
+    (sequential/)."""
+    import random
+
+    from tests.conftest import write_vocab
+    from tests.glue_fixtures import write_glue_task
+    from tests.sweeps.test_launchers import grid_overrides, run_bertkit
+
+    def build(directory: Path) -> None:
+        data = directory / "glue" / "wnli"
+        write_glue_task("wnli", data, 64, 12, 6, random.Random(0))  # glue_dir's, 64 to train
+        run_bertkit(directory, "-m", "sweep=paper_grid_halving", *grid_overrides(
+            data, write_vocab(directory / "vocab"), directory / "sequential",
+            directory / "cache"))
+
+    return built_once(tmp_path_factory, "halving-sweep", build)

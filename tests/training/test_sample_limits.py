@@ -55,6 +55,7 @@ def _tokenise(monkeypatch, family_name: str, overrides: list[str], tmp_path: Pat
     return seen, set(cache.glob("*")) - before
 
 
+@pytest.mark.slow  # three jobs per family, up to their features
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_only_the_first_examples_are_tokenised_into_an_entry_of_their_own(
         family, tmp_path, monkeypatch):
