@@ -12,7 +12,9 @@ PYTEST_ARGS ?=
 # make test / test-all: pytest-xdist worker processes, each with an equal share of the cores
 # for torch and the processes its tests start (tests/conftest.py); 0: one process, no xdist.
 # worksteal: each worker starts on its half of the tests, one that runs out takes half of
-# what the other has left (the slow tests take from 0.1 to 200 s).
+# what the other has left (the slow tests take from 0.1 to 200 s). The tiny runs the tests
+# share (tests/runs.py) are built once in a session whichever worker asks first, so worksteal
+# needs no grouping of the tests that read them.
 TEST_WORKERS ?= 2
 PYTEST_XDIST = -n $(TEST_WORKERS) $(if $(filter 0,$(TEST_WORKERS)),,--dist worksteal)
 # The original GLUE layout (CoLA/, SST-2/, MRPC/, ...); empty: the Hub's nyu-mll/glue.

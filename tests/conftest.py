@@ -17,6 +17,8 @@ from bertkit.config_paths import recipes_dir
 from bertkit.config_tree import config_dir
 from tests.glue_fixtures import WORDS, write_glue_task
 
+pytest_plugins = ["tests.runs"]  # the session-shared runs' fixtures
+
 GLUE_TASKS = ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli"]
 # The calibrated protocols: the experiment presets recipes/experiment/minilm_<task>.yaml.
 PROTOCOLS = sorted(path.stem for path in (Path(recipes_dir()) / "experiment").glob("minilm_*.yaml"))
@@ -37,6 +39,15 @@ def pytest_configure(config):
     torch.set_num_threads(threads)
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m "not slow" deselects
+def pytest_collection_modifyitems(items):
+    """A test of the benchmark files or of the pretrained checkpoint is slow as well: make test
+    is the everyday run, on a fresh clone without either (make test-all and .ci/run have them)."""
+    for item in items:
+        if item.get_closest_marker("real_data") or item.get_closest_marker("real_model"):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):
     """Tokenised data and demo files go to a per-session temp dir, never to ~/.cache."""
@@ -46,10 +57,10 @@ def _isolated_cache(tmp_path_factory, monkeypatch):
     monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("NETRC", str(cache / "no-netrc"))
-    _fresh_hub_decision(monkeypatch)
+    fresh_hub_decision(monkeypatch)
 
 
-def _fresh_hub_decision(monkeypatch) -> None:
+def fresh_hub_decision(monkeypatch) -> None:
     """Each test decides anew whether the Hub can be reached (bertkit.data.hub decides once
     per process), and what a job's offline mode sets is undone after it."""
     import datasets.config
@@ -75,14 +86,9 @@ def hub_offline(monkeypatch):
     """Hub offline mode as a user without network gets it. The environment variables alone
     come too late in a test (datasets and huggingface_hub read them at import), and without
     the flags each Hub call retries DNS for about 20 s before it fails."""
-    import datasets
-    import huggingface_hub.constants
+    from tests.runs import offline  # after pytest registers the plugin (assert rewriting)
 
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", True)
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    offline(monkeypatch)
 
 
 @functools.cache
@@ -107,8 +113,12 @@ def compose_config(overrides: list[str], with_hydra: bool = False) -> DictConfig
 @pytest.fixture
 def vocab_dir(tmp_path) -> Path:
     """A whole-word WordPiece vocabulary covering every word the GLUE fixtures write."""
-    directory = tmp_path / "vocab"
-    directory.mkdir()
+    return write_vocab(tmp_path / "vocab")
+
+
+def write_vocab(directory: Path) -> Path:
+    """vocab_dir's vocabulary, written into directory."""
+    directory.mkdir(parents=True)
     tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", '"', ".", "?"] + sorted(WORDS)
     (directory / "vocab.txt").write_text("\n".join(tokens) + "\n")
     return directory

@@ -150,6 +150,7 @@ def test_resume_on_a_finished_run_leaves_it_as_it_is_and_returns_its_result(job,
         assert check_finished_run(cfg, unfinished) is None
 
 
+@pytest.mark.slow  # two runs per job
 @pytest.mark.parametrize("job", [name for name, job in JOBS.items() if job.resumes])
 def test_resume_with_a_longer_schedule_continues_a_finished_run(job, tmp_path):
     """A finished run's config.yaml holds its schedule (SCHEDULE_KEYS): resumed with the same

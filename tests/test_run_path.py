@@ -39,6 +39,7 @@ def listed(job: str, page: str | None = None) -> list[str]:
     return re.findall(r"^\d+\. `([^`]+)`", block.group(1), re.M)
 
 
+@pytest.mark.slow  # a finetune and a pretraining run, profiled
 @pytest.mark.parametrize("job", ["finetune", "pretrain"])
 def test_the_page_lists_the_run_path_the_code_takes(job, tmp_path):
     path = measured(job, tmp_path / "run")

@@ -113,6 +113,7 @@ def config_keys(node, prefix: str = ""):
             yield from config_keys(value, f"{prefix}{key}.")
 
 
+@pytest.mark.slow  # composes every recipe and preset, Hydra's node too
 def test_no_setting_of_bertkit_is_named_like_a_secret():
     """Every recipe and preset composed, Hydra's node too: none of bertkit's own keys (nor the
     Hydra settings bertkit's config gives) would be masked."""

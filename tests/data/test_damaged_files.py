@@ -374,6 +374,7 @@ def _cuts_between(path: Path, ends: list[int]):
         path.write_bytes(whole)
 
 
+@pytest.mark.slow  # reads the module's GLUE run, built for the slow tests above
 def test_an_arrow_file_cut_between_record_batches_is_refused(real_runs):
     """A stream cut after its schema or after any record batch parses, with fewer rows: only
     the missing end-of-stream marker tells it from a whole file."""
@@ -392,6 +393,7 @@ def test_an_arrow_file_cut_between_record_batches_is_refused(real_runs):
             check_arrow(path)
 
 
+@pytest.mark.slow  # reads the module's sweep run, built for the slow tests above
 def test_a_config_yaml_cut_at_a_line_end_is_refused(real_runs):
     """A run's config.yaml cut at any line end still parses as a (shorter) mapping; its
     missing end marker refuses it."""

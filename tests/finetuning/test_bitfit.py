@@ -59,6 +59,7 @@ def test_a_bitfit_that_is_no_switch_is_refused():
         check_ranges(compose_config(["finetuning=bitfit", "finetuning.bitfit=yes"]))
 
 
+@pytest.mark.slow  # a run
 def test_a_glue_run_with_the_preset_records_bitfit(glue_dir, vocab_dir, tmp_path):
     """`bertkit recipe=glue finetuning=bitfit`: the template picks the method up from the
     registry with no other change."""

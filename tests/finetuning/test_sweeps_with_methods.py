@@ -62,6 +62,7 @@ def test_layer_decay_swept_through_successive_halving(glue_dir, vocab_dir, tmp_p
         assert chosen["run_dirs"][0].startswith(f"decay{decay}/")
 
 
+@pytest.mark.slow  # a run
 def test_early_stopping_stops_a_methods_run(glue_dir, vocab_dir, tmp_path):
     data = glue_dir("wnli", n_train=16, n_dev=8)
     cfg = compose_config(tiny_run_overrides(

@@ -11,6 +11,7 @@ from tests.conftest import compose_config, tiny_run_overrides
 from tests.wandb_records import read_offline_run
 
 
+@pytest.mark.slow  # a run
 def test_settings_rates_and_mix_weights_reach_w_and_b(glue_dir, vocab_dir, tmp_path):
     cfg = compose_config(tiny_run_overrides("rte", glue_dir("rte"), vocab_dir, logger="wandb",
                                             finetuning="llrd",

@@ -207,6 +207,7 @@ def test_the_cache_key_of_a_compressed_file_follows_its_content(tmp_path):
     assert documents(corpus_documents(corpus, str(tmp_path / "cache")))[0] == ["New words here."]
 
 
+@pytest.mark.slow  # a pretraining run
 def test_a_tiny_pretraining_run_on_a_gzip_corpus_trains(tmp_path, demo_corpus):
     packed = compress(tmp_path / "corpus.txt", demo_corpus.read_bytes(), ".gz")
     summary = pretrain(compose_config(small_run(**{

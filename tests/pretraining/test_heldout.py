@@ -375,6 +375,7 @@ def test_the_curve_has_step_zero_the_intervals_and_the_end_and_survives_a_resume
     assert all("heldout/mlm_loss" not in line for line in resumed["log"])  # training lines
 
 
+@pytest.mark.slow  # a pretraining run
 def test_an_evaluation_keeps_the_training_log_line_of_its_step(tmp_path):
     """trainer.log from a callback resets Trainer's should_log: the training line of a step
     that is also evaluated must still be there."""
@@ -385,6 +386,7 @@ def test_an_evaluation_keeps_the_training_log_line_of_its_step(tmp_path):
     assert [point["step"] for point in record["heldout"]["curve"]] == [0, 2, 4, 6, 8]
 
 
+@pytest.mark.slow  # a pretraining run
 def test_evaluations_follow_training_time_and_do_not_consume_it(tmp_path, monkeypatch):
     """A fake clock: each training forward pass takes 10 s, each evaluation forward 100 s;
     every 25 s of training an evaluation, none of whose time is counted."""

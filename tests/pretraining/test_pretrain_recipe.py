@@ -121,6 +121,7 @@ def small_run(**extra) -> list[str]:
         "trainer.per_device_train_batch_size": 8, **extra})
 
 
+@pytest.mark.slow  # a pretraining run
 def test_two_phases_switch_length_at_the_share_and_keep_one_schedule(tmp_path):
     summary = pretrain(compose_config(small_run(**{
         "pretraining.max_seq_length": 32, "pretraining.long_phase.fraction": 0.25,
@@ -141,6 +142,7 @@ def test_two_phases_switch_length_at_the_share_and_keep_one_schedule(tmp_path):
     assert phases[1]["mean_length"] > phases[0]["mean_length"]
 
 
+@pytest.mark.slow  # a pretraining run per objective
 @pytest.mark.parametrize("objective", ["mlm", "sop"])
 def test_other_objectives_log_their_own_statistics(tmp_path, objective):
     summary = pretrain(compose_config(small_run(objective=objective)), tmp_path)
@@ -150,6 +152,7 @@ def test_other_objectives_log_their_own_statistics(tmp_path, objective):
     assert summary["hyperparameters"]["objective"] == objective
 
 
+@pytest.mark.slow  # a pretraining run
 def test_streaming_hub_corpus_trains_with_dynamic_masking(tmp_path, monkeypatch):
     corpus = ensure_demo_corpus(tmp_path / "demo" / "corpus.txt", dict(
         num_documents=40, min_sentences=4, max_sentences=8, min_words=5, max_words=10,
@@ -172,9 +175,8 @@ def test_streaming_hub_corpus_trains_with_dynamic_masking(tmp_path, monkeypatch)
     assert summary["last_log"]["mlm_loss"] > 0 and "nsp_accuracy" in summary["last_log"]
 
 
-def test_offline_wandb_run_logs_each_objective(tmp_path):
-    run_dir = tmp_path / "run"
-    pretrain(compose_config(small_run(logger="wandb", seed=5)), run_dir)
+def test_offline_wandb_run_logs_each_objective(pretraining_run):
+    run_dir, _ = pretraining_run  # tests.runs: small_run(logger="wandb", seed=5)
     (offline,) = (run_dir / "wandb").glob("offline-run-*")
     logged = read_offline_run(offline)
     for key in ("train/mlm_loss", "train/mlm_accuracy", "train/nsp_loss", "train/nsp_accuracy",

@@ -34,6 +34,7 @@ def overrides(corpus: Path, vocab: Path, cache: Path, **extra) -> list[str]:
                         "pretraining.max_seq_length": 64, "cache_dir": str(cache), **extra})
 
 
+@pytest.mark.slow  # a pretraining run (two where refused) per objective and corpus size
 @pytest.mark.parametrize("documents", [1, 2, 3])
 @pytest.mark.parametrize("objective", OBJECTIVES)
 def test_a_small_corpus_trains_or_names_the_setting_that_works(tmp_path, vocab, objective,

@@ -52,6 +52,7 @@ MNLI_SCORES = {"validation_matched/accuracy": 0.8125, "validation_matched/loss":
                "validation_mismatched/accuracy": 0.75}
 
 
+@pytest.mark.slow  # runs
 def test_finished_failed_and_unfinished_runs(tmp_path):
     """Logs of older runs: recipe.family in the config, SQuAD's flat final/<metric>."""
     root = tmp_path / "outputs"

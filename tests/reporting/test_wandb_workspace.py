@@ -10,12 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from bertkit.pretraining.run import pretrain
 from bertkit.reporting.cli import main
 from bertkit.reporting.wandb_log import read_offline_run
 from bertkit.reporting.wandb_workspace import WORKSPACE_FILE
-from tests.conftest import WORDS, compose_config, write_glue_task
-from tests.pretraining.test_pretrain_recipe import small_run
+from tests.conftest import WORDS, write_glue_task
 from tests.test_cli import run_cli
 
 OFFLINE = {"WANDB_MODE": "offline", "WANDB_SILENT": "true"}
@@ -147,9 +145,9 @@ def test_a_real_sweeps_workspace_groups_by_grid_point_and_plots_what_it_logged(s
     assert "Throughput / MFU" in spec["left_out"]
 
 
-def test_a_pretraining_runs_workspace_shows_mlm_and_nsp(tmp_path):
-    pretrain(compose_config(small_run(logger="wandb", seed=5)), tmp_path / "run")
-    spec = spec_of(tmp_path / "run", tmp_path / "out")
+def test_a_pretraining_runs_workspace_shows_mlm_and_nsp(pretraining_run, tmp_path):
+    run_dir, _ = pretraining_run  # tests.runs
+    spec = spec_of(run_dir, tmp_path / "out")
     lines = {panel["config"]["chartTitle"]: panel["config"]["metrics"]
              for panel in panels(spec)["Pretraining"]}
     # the training batches' and the held-out set's, against the step
@@ -157,12 +155,13 @@ def test_a_pretraining_runs_workspace_shows_mlm_and_nsp(tmp_path):
     assert set(lines["MLM accuracy"]) == {"train/mlm_accuracy", "train/heldout/mlm_accuracy"}
     assert "train/nsp_loss" in lines["NSP / SOP loss"]
     assert "train/nsp_accuracy" in lines["NSP / SOP accuracy"]
-    (logged,) = logged_runs(tmp_path / "run")
+    (logged,) = logged_runs(run_dir)
     for keys in lines.values():
         assert set(keys) <= logged["history_keys"]
     assert spec["groups"] == ["pretrain-demo"]
 
 
+@pytest.mark.slow  # reads the module's sweep, which the slow tests above build anyway
 def test_a_workspace_in_another_project_or_without_credentials_is_refused(sweep, tmp_path,
                                                                           monkeypatch, capsys):
     assert main([str(sweep), "--wandb-workspace", "my-team/other", "--dry-run",

@@ -105,16 +105,17 @@ def test_paper_grid_through_a_launcher(launcher, glue_dir, vocab_dir, tmp_path):
 
 
 @pytest.mark.slow
-def test_successive_halving_through_joblib_matches_the_sequential_launcher(
-        glue_dir, vocab_dir, tmp_path):
-    data = glue_dir("wnli", n_train=64)
+def test_successive_halving_through_joblib_matches_the_sequential_launcher(halving_sweep,
+                                                                           tmp_path):
+    """The sequential sweep is the shared one (tests.runs.halving_sweep); joblib's, on its data,
+    is run here."""
+    data, vocab = halving_sweep / "glue" / "wnli", halving_sweep / "vocab"
+    run_bertkit(tmp_path, "-m", "sweep=paper_grid_halving", "hydra/launcher=local_parallel",
+                "hydra.launcher.n_jobs=2",
+                *grid_overrides(data, vocab, tmp_path / "joblib", tmp_path / "cache"))
     results = {}
-    for name, launcher in [("sequential", []),
-                           ("joblib", ["hydra/launcher=local_parallel",
-                                       "hydra.launcher.n_jobs=2"])]:
-        sweep_dir = tmp_path / name
-        run_bertkit(tmp_path, "-m", "sweep=paper_grid_halving", *launcher,
-                    *grid_overrides(data, vocab_dir, sweep_dir, tmp_path / "cache"))
+    for name, sweep_dir in [("sequential", halving_sweep / "sequential"),
+                            ("joblib", tmp_path / "joblib")]:
         ledger = json.loads((sweep_dir / "halving.json").read_text())
         rungs = [sorted(Path(job["run_dir"]).relative_to(sweep_dir).as_posix()
                         for job in rung["jobs_detail"] if job["continues"])

@@ -176,14 +176,12 @@ def tiny_sweep_overrides(data: Path, vocab: Path, sweep_dir: Path) -> list[str]:
 
 
 @pytest.mark.slow
-def test_halving_sweep_end_to_end(glue_dir, vocab_dir, tmp_path, monkeypatch):
+def test_halving_sweep_end_to_end(halving_sweep):
     """2 x 2 grid x 2 seeds, min_fraction 0.25, eta 2: 4 -> 2 -> 1 configurations; the
     survivors' scores are those of their own jobs; stopped jobs lose their checkpoints; the
-    compute saved is recomputed from the jobs' metrics files."""
-    data = glue_dir("wnli", n_train=64)
-    sweep_dir = tmp_path / "sweep"
-    run_bertkit_in_process(monkeypatch, "-m", "sweep=paper_grid_halving",
-                           *tiny_sweep_overrides(data, vocab_dir, sweep_dir))
+    compute saved is recomputed from the jobs' metrics files. The shared sweep
+    (tests.runs.halving_sweep: the `bertkit` command, W&B offline)."""
+    sweep_dir = halving_sweep / "sequential"
     ledger = json.loads((sweep_dir / "halving.json").read_text())
     assert ledger["fractions"] == [0.25, 0.5, 1.0]
     assert [(r["configurations"], r["jobs"], r["continued_configurations"])

@@ -87,6 +87,7 @@ def test_a_resumed_run_starts_its_bar_at_the_time_already_spent(fake_clock, seen
     assert second.steps_per_second == pytest.approx(1 / 6)  # this session's 6 steps in 36 s
 
 
+@pytest.mark.slow  # a run per case
 @pytest.mark.parametrize("budget,quiet,shown", [
     (None, False, ProgressCallback),
     (1.0, True, PrinterCallback),

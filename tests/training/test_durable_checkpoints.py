@@ -23,6 +23,7 @@ def fsynced_paths(monkeypatch) -> list[str]:
     return synced
 
 
+@pytest.mark.slow  # a checkpointed run
 @pytest.mark.parametrize("enabled", [True, False])
 def test_every_file_of_each_checkpoint_and_its_folders_are_fsynced(
         enabled, glue_dir, vocab_dir, tmp_path, monkeypatch):

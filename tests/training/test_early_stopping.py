@@ -25,6 +25,7 @@ WATCHED = {
 }
 
 
+@pytest.mark.slow  # a run per patience
 @pytest.mark.parametrize(("patience", "steps"), [(None, 10), (1, 2), (3, 4)])
 def test_training_stops_after_patience_evaluations_without_improvement(
         patience, steps, glue_dir, vocab_dir, tmp_path):

@@ -59,11 +59,13 @@ def test_pretraining_prints_and_records_the_last_steps_losses(tmp_path, monkeypa
     assert summary["final/step"] == 3
 
 
+@pytest.mark.slow  # a pretraining run
 def test_a_run_logged_every_step_says_its_last_step(tmp_path, capsys):
     run_job(compose_config(small_run(**{"trainer.max_steps": 2})), tmp_path / "run")
     assert "(step 2), after 2 steps" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # a run
 def test_finetuning_last_training_loss_is_the_last_steps(glue_dir, vocab_dir, tmp_path,
                                                          monkeypatch):
     losses = []

@@ -62,6 +62,7 @@ def test_pretraining_step_makes_no_host_sync(arm, counted, tmp_path):
     assert record["train"]["tokens_seen"] > STEPS * 32 * 40
 
 
+@pytest.mark.slow  # a run per arm
 # A time budget (long enough not to stop) with its progress bar reads the host's clock only.
 @pytest.mark.parametrize("arm", [{}, {"budget.minutes": 60, "trainer.disable_tqdm": False}],
                          ids=["plain", "budget-bar"])

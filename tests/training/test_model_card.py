@@ -32,15 +32,10 @@ from bertkit.training.model_card import (
     without_absolute_paths,
 )
 from tests.conftest import compose_config, tiny_run_overrides
-from tests.ner_fixtures import conll_text, make_sentences
-from tests.ner_fixtures import write_vocab as write_ner_vocab
 from tests.pretraining.test_heldout import tiny_run as tiny_pretraining_run
-from tests.swag_fixtures import make_rows, write_swag_csv
-from tests.tasks.ner.test_ner_recipe import ner_overrides
 from tests.tasks.squad.test_squad_features import make_examples
 from tests.tasks.squad.test_squad_features import write_vocab as write_squad_vocab
 from tests.tasks.squad.test_squad_recipe import squad_overrides, write_squad_json
-from tests.tasks.swag.test_swag_recipe import swag_overrides
 
 # The final evaluation only (the card's scores), not the recipes' checkpoint selection.
 ONE_EVALUATION = {"trainer.max_steps": 2, "trainer.eval_strategy": "no",
@@ -132,6 +127,7 @@ def test_glue_card_matches_metrics_and_names_the_command(glue_dir, vocab_dir, tm
     assert re.search(r"'label': '(contradiction|entailment|neutral)'", printed)
 
 
+@pytest.mark.slow  # a SQuAD v2 run
 def test_squad_v2_card(tmp_path):
     train, dev = tmp_path / "train.json", tmp_path / "dev.json"
     write_squad_json(train, make_examples(40, seed=1, unanswerable=0.3), "v2.0")
@@ -153,11 +149,9 @@ def test_squad_v2_card(tmp_path):
     assert len(run_usage(card, run_dir / "model").splitlines()) == 1
 
 
-def test_swag_card(tmp_path):
-    train = write_swag_csv(tmp_path / "data" / "train.csv", make_rows(40, seed=1))
-    dev = write_swag_csv(tmp_path / "data" / "val.csv", make_rows(24, seed=2))
-    run_dir = tmp_path / "run"
-    run_job(compose_config(swag_overrides(train, dev, tmp_path)), run_dir)
+def test_swag_card(swag_run):
+    """The SWAG family's shared run (tests.runs.swag_run)."""
+    run_dir, _, _ = swag_run
 
     card, metrics = read_card(run_dir)
     check_card(card, metrics, "multiple-choice", "allenai/swag")
@@ -172,16 +166,9 @@ def test_swag_card(tmp_path):
         "He paints the sky."}
 
 
-def test_ner_card_holds_the_labelled_test_split_too(tmp_path):
-    files = {}
-    for split, n, seed in (("train", 48, 1), ("validation", 16, 2), ("test", 12, 3)):
-        path = tmp_path / "conll" / f"{split}.txt"
-        path.parent.mkdir(exist_ok=True)
-        path.write_text(conll_text(make_sentences(n, seed)))
-        files[split] = (path, None)
-    vocab = write_ner_vocab(tmp_path / "vocab")
-    run_dir = tmp_path / "run"
-    run_job(compose_config(ner_overrides(files, vocab, tmp_path, **ONE_EVALUATION)), run_dir)
+def test_ner_card_holds_the_labelled_test_split_too(ner_run):
+    """The NER family's shared run (tests.runs.ner_run)."""
+    run_dir, _, _ = ner_run
 
     card, metrics = read_card(run_dir)
     check_card(card, metrics, "token-classification", "lhoestq/conll2003")
@@ -309,6 +296,7 @@ def test_model_card_base_model_must_be_a_hub_id(glue_dir, vocab_dir, tmp_path):
         run_job(cfg, tmp_path / "run")
 
 
+@pytest.mark.slow  # a run
 def test_no_absolute_path_in_the_card(glue_dir, vocab_dir, tmp_path, monkeypatch):
     """A run whose config is full of absolute paths (a checkpoint in $HOME, the data, the
     tokenizer, the cache, all given on the command line): the card shows their names."""
@@ -368,6 +356,7 @@ def test_warm_up_is_one_line_of_the_hyperparameters(warmup, shown, hidden):
     assert "| learning_rate | 2e-05 |" in text and "| weight_decay | 0.01 |" in text
 
 
+@pytest.mark.slow  # a run
 def test_no_card_with_model_card_disabled(glue_dir, vocab_dir, tmp_path):
     run_dir = tmp_path / "run"
     run_job(compose_config(tiny_run_overrides("rte", glue_dir("rte"), vocab_dir,
@@ -427,6 +416,7 @@ def push_overrides(glue_dir, vocab_dir, **extra) -> list[str]:
         "trainer.push_to_hub": True, "trainer.hub_model_id": "someone/tiny-mrpc", **extra})
 
 
+@pytest.mark.slow  # a run per strategy
 @pytest.mark.parametrize(("strategy", "saves"), [("every_save", [2, 4]), ("end", [])])
 def test_push_uploads_the_model_with_the_bertkit_card(strategy, saves, glue_dir, vocab_dir,
                                                       tmp_path, monkeypatch):
@@ -481,6 +471,7 @@ def test_an_unreachable_hub_is_one_message_before_training(glue_dir, vocab_dir, 
     assert not (tmp_path / "run" / "metrics.json").exists()
 
 
+@pytest.mark.slow  # a run
 def test_a_failed_upload_names_the_saved_model_and_card(glue_dir, vocab_dir, tmp_path,
                                                         monkeypatch):
     use_fake_hub(monkeypatch, FakeHub("upload_folder"))

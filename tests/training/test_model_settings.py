@@ -206,6 +206,7 @@ def test_the_issue_heads_that_do_not_divide_the_hidden_size(glue_dir, vocab_dir,
     assert not (tmp_path / "cache").exists()
 
 
+@pytest.mark.slow  # a run
 def test_model_config_vocab_size_is_held_to_the_tokenizer_and_honoured(glue_dir, vocab_dir,
                                                                         tmp_path):
     """Below the tokenizer's ids: one line naming both keys, before data is read; at or

@@ -169,6 +169,7 @@ def test_two_stage_targets_carry_the_first_stages_cuts(monkeypatch, tmp_path):
     assert calls[1][LIMITED_SAMPLES] == {"intermediate/train": {"examples": 16, "of": 24}}
 
 
+@pytest.mark.slow  # a pretraining run
 def test_downstream_finetunes_carry_their_cuts_into_the_pretraining_record(monkeypatch,
                                                                           tmp_path):
     from bertkit.pretraining import run as downstream

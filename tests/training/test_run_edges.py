@@ -60,6 +60,7 @@ def test_resume_true_without_a_checkpoint_is_refused(glue_dir, vocab_dir, tmp_pa
     assert not (tmp_path / "cache").exists()
 
 
+@pytest.mark.slow  # a run
 def test_resume_auto_starts_without_a_checkpoint(glue_dir, vocab_dir, tmp_path):
     run_job(compose_config(tiny_run_overrides("rte", glue_dir("rte"), vocab_dir,
                                               resume="auto")), run_dir=tmp_path / "run")

@@ -55,6 +55,7 @@ def _tokenise(monkeypatch, family_name: str, overrides: list[str], tmp_path: Pat
     return seen, set(cache.glob("*")) - before
 
 
+@pytest.mark.slow  # three jobs per family, up to their features
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_only_the_first_examples_are_tokenised_into_an_entry_of_their_own(
         family, tmp_path, monkeypatch):
@@ -72,6 +73,7 @@ def test_only_the_first_examples_are_tokenised_into_an_entry_of_their_own(
     assert again == limited and not new_entries
 
 
+@pytest.mark.slow  # a run
 def test_the_first_examples_in_their_order_and_metrics_json_says_so(tmp_path, capsys):
     """A whole tiny GLUE run: the dev predictions are of the first examples, and metrics.json
     and the printout name each cut split with its size."""

@@ -48,6 +48,7 @@ def model_config(run_dir) -> BertConfig:
     return BertConfig.from_json_file(str(run_dir / "model" / "config.json"))
 
 
+@pytest.mark.slow  # a run
 def test_glue_record_counts_exactly_the_tokens_and_samples_fed(glue_dir, vocab_dir, tmp_path):
     cfg = one_epoch_of_mrpc(glue_dir, vocab_dir)
     run_dir = tmp_path / "run"
@@ -85,6 +86,7 @@ def test_glue_record_counts_exactly_the_tokens_and_samples_fed(glue_dir, vocab_d
                                                                     (8 * max(batch)))
 
 
+@pytest.mark.slow  # a run
 def test_mfu_divides_by_the_peak_of_a_device_in_the_table(glue_dir, vocab_dir, tmp_path,
                                                          monkeypatch):
     monkeypatch.setattr(throughput, "device_name", lambda device: "NVIDIA Testcard 9000 PCIe")
@@ -98,6 +100,7 @@ def test_mfu_divides_by_the_peak_of_a_device_in_the_table(glue_dir, vocab_dir, t
     assert 0 < record["mfu"] < 1
 
 
+@pytest.mark.slow  # a run
 def test_disabled_records_nothing_and_logs_nothing(glue_dir, vocab_dir, tmp_path):
     cfg = one_epoch_of_mrpc(glue_dir, vocab_dir, **{"throughput.enabled": False})
     run_dir = tmp_path / "run"
@@ -108,6 +111,7 @@ def test_disabled_records_nothing_and_logs_nothing(glue_dir, vocab_dir, tmp_path
                    for key in line)
 
 
+@pytest.mark.slow  # a run
 def test_swag_counts_examples_and_every_choice(swag_files, tmp_path):  # noqa: F811
     """Multiple choice feeds [batch, 4, length]: a sample is an example, each of its four
     choices a sequence; 40 examples in batches of 8 is one epoch in 5 steps."""
@@ -132,6 +136,7 @@ def test_swag_counts_examples_and_every_choice(swag_files, tmp_path):  # noqa: F
     assert record["samples_per_second"] * record["seconds"] == pytest.approx(40)
 
 
+@pytest.mark.slow  # a pretraining run
 def test_pretraining_counts_the_predicted_positions_the_head_ran_on(tmp_path, monkeypatch):
     """The model's own count of the masked positions it projected (its mlm_count) and of the
     real tokens it saw, summed over the training steps, against the record."""
@@ -166,6 +171,7 @@ def test_pretraining_counts_the_predicted_positions_the_head_ran_on(tmp_path, mo
         assert line["throughput/real_token_share"] == pytest.approx(line["real_token_share"])
 
 
+@pytest.mark.slow  # a run
 def test_wandb_gets_the_window_curves_and_the_whole_run_in_its_summary(glue_dir, vocab_dir,
                                                                        tmp_path):
     cfg = one_epoch_of_mrpc(glue_dir, vocab_dir, **{"logger": "wandb",

@@ -115,6 +115,7 @@ def test_the_schedule_is_a_function_of_the_elapsed_share(fraction, warmup, decay
     assert budget_multiplier(fraction, warmup, decay, floor) == pytest.approx(value)
 
 
+@pytest.mark.slow  # a pretraining run
 def test_pretraining_follows_the_time_schedule_and_stops_at_the_budget(fake_clock, tmp_path):
     run_dir = tmp_path / "run"
     minutes, warmup, decay, floor = 1.0, 0.25, "cosine", 0.1
@@ -177,6 +178,7 @@ def test_a_resumed_run_counts_the_time_already_spent(fake_clock, glue_dir, vocab
             rel=1e-9, abs=1e-15), line
 
 
+@pytest.mark.slow  # a run
 def test_a_finetune_stops_by_time_and_keeps_its_layerwise_rates(fake_clock, glue_dir,
                                                                 vocab_dir, tmp_path):
     run_dir = tmp_path / "run"
@@ -218,6 +220,7 @@ def test_every_process_stops_at_the_same_step(glue_dir, vocab_dir, tmp_path):
     assert carried_seconds(str(saved)) >= 1.2
 
 
+@pytest.mark.slow  # a run
 def test_a_run_without_a_budget_records_its_training_time(fake_clock, glue_dir, vocab_dir,
                                                           tmp_path):
     record = run_job(compose_config(tiny_run_overrides("rte", glue_dir("rte"), vocab_dir)),

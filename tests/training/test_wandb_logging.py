@@ -13,6 +13,7 @@ from tests.conftest import compose_config, tiny_run_overrides
 from tests.wandb_records import read_offline_run
 
 
+@pytest.mark.slow  # a run
 def test_offline_run_logs_paper_hyperparameters(glue_dir, vocab_dir, tmp_path, capsys, caplog):
     data = glue_dir("rte")
     overrides = tiny_run_overrides("rte", data, vocab_dir, logger="wandb", seed=7,
@@ -60,8 +61,7 @@ def test_mode_resolution(monkeypatch, tmp_path):
     assert resolve_wandb_mode("online") == "disabled"
 
 
-def test_logger_none_writes_no_wandb_files(glue_dir, vocab_dir, tmp_path):
-    cfg = compose_config(tiny_run_overrides("wnli", glue_dir("wnli"), vocab_dir))
-    run_job(cfg, run_dir=tmp_path / "run")
-    assert not (tmp_path / "run" / "wandb").exists()
-    assert (tmp_path / "run" / "metrics.json").is_file()
+def test_logger_none_writes_no_wandb_files(glue_task_run):
+    run_dir, _, _ = glue_task_run("wnli")  # tests.runs: tiny_run_overrides, logger=none
+    assert not (run_dir / "wandb").exists()
+    assert (run_dir / "metrics.json").is_file()

@@ -77,6 +77,7 @@ def test_a_main_metric_no_entry_computes_is_refused(glue_dir, vocab_dir, tmp_pat
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow  # a run
 def test_finetune_records_the_module_scores(module_path, glue_dir, vocab_dir, tmp_path):
     run_dir = tmp_path / "run"
     overrides = tiny_run_overrides("mrpc", glue_dir("mrpc"), vocab_dir)

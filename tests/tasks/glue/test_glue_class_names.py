@@ -8,14 +8,11 @@ from __future__ import annotations
 import csv
 
 import pytest
-from omegaconf import OmegaConf
 from transformers import AutoConfig, pipeline
 
 from bertkit.errors import BertkitError
-from bertkit.jobs import run_job
 from bertkit.tasks.glue.data import class_names
-from tests.conftest import compose_config, glue_classification_tasks, tiny_run_overrides
-from tests.glue_fixtures import LABELS
+from tests.conftest import compose_config, glue_classification_tasks
 
 # The class names of nyu-mll/glue's label features (ClassLabel), by Hub class id.
 HUB_CLASS_NAMES = {
@@ -58,28 +55,12 @@ def test_class_names_are_glue_names_in_the_file_labels_order(task):
     assert all(not name.isdigit() for name in names)
 
 
-def _data_overrides(task: str, cfg_task, glue_dir, vocab_dir, tmp_path) -> list[str]:
-    """A tiny run's data: the generated set of a task that generates its own (demo), else
-    the task's files in the original GLUE layout (tests/glue_fixtures.py)."""
-    if OmegaConf.select(cfg_task, "synthetic") is not None:
-        data = tmp_path / "generated"
-        return tiny_run_overrides(task, data, data, **{
-            "task.synthetic.num_train": 24, "task.synthetic.num_validation": 8,
-            "task.synthetic.num_test": 4})
-    if task not in LABELS:
-        pytest.fail(f"task {task}: no file layout for it in tests/glue_fixtures.py")
-    return tiny_run_overrides(task, glue_dir(task, n_train=16, n_dev=8, n_test=4), vocab_dir)
-
-
 @pytest.mark.parametrize("task", glue_classification_tasks())
-def test_saved_model_shows_the_class_names_in_a_pipeline(task, glue_dir, vocab_dir, tmp_path,
-                                                         hub_offline):
-    task_cfg = compose_config(["recipe=glue", f"task={task}"]).task
-    names = class_names(task_cfg)
-    cfg = compose_config([*_data_overrides(task, task_cfg, glue_dir, vocab_dir, tmp_path),
-                          "trainer.max_steps=2"])
-    run_dir = tmp_path / "run"
-    run_job(cfg, run_dir=run_dir)
+def test_saved_model_shows_the_class_names_in_a_pipeline(task, glue_task_run, hub_offline):
+    """The shared run of the task (tests.runs.glue_task_run)."""
+    cfg = compose_config(["recipe=glue", f"task={task}"])
+    names = class_names(cfg.task)
+    run_dir, _, _ = glue_task_run(task)
     model_dir = run_dir / "model"
 
     config = AutoConfig.from_pretrained(model_dir)
@@ -110,12 +91,9 @@ def test_saved_model_shows_the_class_names_in_a_pipeline(task, glue_dir, vocab_d
         assert {row[1] for row in rows[1:]} <= set(file_labels)
 
 
-def test_saved_mrpc_model_says_equivalent_or_not(glue_dir, vocab_dir, tmp_path, hub_offline):
-    """The issue's case: MRPC's pipeline labels were '0'/'1' (LABEL_1-style)."""
-    run_dir = tmp_path / "run"
-    data = glue_dir("mrpc", n_train=16, n_dev=8, n_test=4)
-    run_job(compose_config([*tiny_run_overrides("mrpc", data, vocab_dir), "trainer.max_steps=2"]),
-            run_dir)
+def test_saved_mrpc_model_says_equivalent_or_not(glue_task_run, hub_offline):
+    """The issue's case: MRPC's pipeline labels were '0'/'1' (LABEL_1-style); the shared run."""
+    run_dir, _, _ = glue_task_run("mrpc")
     classifier = pipeline("text-classification", model=str(run_dir / "model"),
                           tokenizer=str(run_dir / "model"), device="cpu")
     pair = {"text": "the man was playing guitar .", "text_pair": "a man is playing guitar ."}

@@ -12,8 +12,9 @@ import yaml
 
 from bertkit.jobs import run_job
 from bertkit.tasks.glue.metrics import compute_metrics
-from tests.conftest import GLUE_TASKS, compose_config, tiny_run_overrides
+from tests.conftest import GLUE_TASKS, compose_config
 from tests.glue_fixtures import LABELS
+from tests.runs import GLUE_SIZES, GLUE_STEPS
 
 VALIDATION = {"mnli": ["validation_matched", "validation_mismatched"]}
 LEADERBOARD = {"cola": ["CoLA.tsv"], "sst2": ["SST-2.tsv"], "mrpc": ["MRPC.tsv"],
@@ -31,12 +32,11 @@ def read_tsv(path):
 
 
 @pytest.mark.parametrize("task", GLUE_TASKS)
-def test_tiny_finetune_writes_every_result(task, glue_dir, vocab_dir, tmp_path):
-    n_dev, n_test = 12, 6
-    data = glue_dir(task, n_train=24, n_dev=n_dev, n_test=n_test)
-    cfg = compose_config(tiny_run_overrides(task, data, vocab_dir))
-    run_dir = tmp_path / "run"
-    run_job(cfg, run_dir=run_dir)
+def test_tiny_finetune_writes_every_result(task, glue_task_run):
+    """The shared run of the task (tests.runs.glue_task_run)."""
+    _, n_dev, n_test = GLUE_SIZES
+    run_dir, _, data = glue_task_run(task)
+    cfg = compose_config(["recipe=glue", f"task={task}"])
 
     metrics = json.loads((run_dir / "metrics.json").read_text())
     splits = VALIDATION.get(task, ["validation"])
@@ -45,7 +45,7 @@ def test_tiny_finetune_writes_every_result(task, glue_dir, vocab_dir, tmp_path):
         assert set(metrics["validation"][split]) == METRIC_KEYS[task]
         assert all(np.isfinite(v) for v in metrics["validation"][split].values())
     assert metrics["main_value"] == metrics["validation"][splits[0]][cfg.task.main_metric]
-    assert metrics["train"]["steps"] == 4
+    assert metrics["train"]["steps"] == GLUE_STEPS
     assert metrics["hyperparameters"]["max_seq_length"] == 128
 
     labels = LABELS[task]

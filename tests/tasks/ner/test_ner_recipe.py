@@ -5,6 +5,7 @@ the errors a user meets first, the config tree, and a run on the real CoNLL-2003
 
 from __future__ import annotations
 
+import functools
 import json
 
 import pytest
@@ -26,24 +27,29 @@ from tests.ner_fixtures import (
 )
 from tests.wandb_records import read_offline_run
 
+SEEDS = {"train": 1, "validation": 2, "test": 3}  # of each split's generated sentences
+
 
 @pytest.fixture
 def conll_files(tmp_path):
-    def make(n_train: int = 48, n_dev: int = 16, n_test: int = 12, iob1: bool = False):
-        files = {}
-        for split, n, seed in (("train", n_train, 1), ("validation", n_dev, 2),
-                               ("test", n_test, 3)):
-            sentences = make_sentences(n, seed)
-            if iob1:
-                sentences = [list(zip([w for w, _ in s], to_iob1([t for _, t in s]),
-                                      strict=True)) for s in sentences]
-            path = tmp_path / "conll" / f"{split}.txt"
-            path.parent.mkdir(exist_ok=True)
-            path.write_text(conll_text(sentences))
-            files[split] = (path, make_sentences(n, seed))
-        return files
+    return functools.partial(write_conll_files, tmp_path)
 
-    return make
+
+def write_conll_files(directory, n_train: int = 48, n_dev: int = 16, n_test: int = 12,
+                      iob1: bool = False):
+    """split -> (its file under directory/conll, its sentences)."""
+    files = {}
+    for split, n in (("train", n_train), ("validation", n_dev), ("test", n_test)):
+        seed = SEEDS[split]
+        sentences = make_sentences(n, seed)
+        if iob1:
+            sentences = [list(zip([w for w, _ in s], to_iob1([t for _, t in s]),
+                                  strict=True)) for s in sentences]
+        path = directory / "conll" / f"{split}.txt"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(conll_text(sentences))
+        files[split] = (path, make_sentences(n, seed))
+    return files
 
 
 def ner_overrides(files, vocab, tmp_path, **extra) -> list[str]:
@@ -69,14 +75,8 @@ def rescore(path):
                      "f1": f1_score(gold, predicted, zero_division=0)}
 
 
-def test_tiny_finetune_writes_predictions_that_rescore_to_the_metrics(conll_files, tmp_path):
-    files = conll_files()
-    vocab = write_vocab(tmp_path / "vocab")
-    run_dir = tmp_path / "run"
-    cfg = compose_config(ner_overrides(files, vocab, tmp_path,
-                                       **{"trainer.max_steps": 40, "trainer.eval_steps": 20,
-                                          "trainer.save_steps": 20}))
-    summary = run_job(cfg, run_dir)
+def test_tiny_finetune_writes_predictions_that_rescore_to_the_metrics(ner_run):
+    run_dir, summary, files = ner_run
 
     assert json.loads((run_dir / "metrics.json").read_text()) == summary
     assert summary["main_metric"] == "f1" and summary["train"]["steps"] == 40
@@ -99,11 +99,8 @@ def test_tiny_finetune_writes_predictions_that_rescore_to_the_metrics(conll_file
     assert config["id2label"] == {str(i): label for i, label in enumerate(LABELS)}
 
 
-def test_offline_wandb_run_holds_the_entity_scores(conll_files, tmp_path):
-    run_dir = tmp_path / "run"
-    summary = run_job(compose_config(ner_overrides(
-        conll_files(), write_vocab(tmp_path / "vocab"), tmp_path, logger="wandb",
-        **{"trainer.max_steps": 4})), run_dir)
+def test_offline_wandb_run_holds_the_entity_scores(ner_run):
+    run_dir, summary, _ = ner_run
     (offline,) = (run_dir / "wandb").glob("offline-run-*")
     logged = read_offline_run(offline)
     # The evaluation's entity scores during training, and the final ones of both splits.
@@ -119,6 +116,7 @@ def test_offline_wandb_run_holds_the_entity_scores(conll_files, tmp_path):
     assert {"recipe:ner", "task:conll2003"} <= set(logged["tags"])
 
 
+@pytest.mark.slow  # a run
 def test_checkpoints_are_selected_by_entity_f1(conll_files, tmp_path, monkeypatch):
     """With F1 0.1, 0.3, 0.2 at steps 2, 4, 6 the run keeps step 4's weights."""
     from bertkit.tasks.ner import metrics as ner_metrics
@@ -137,6 +135,7 @@ def test_checkpoints_are_selected_by_entity_f1(conll_files, tmp_path, monkeypatc
     assert all((best[key] == final[key]).all() for key in best)
 
 
+@pytest.mark.slow  # a run
 def test_iob1_files_with_document_context_and_all_subtokens(conll_files, tmp_path):
     files = conll_files(iob1=True)
     assert " I-PER\n" in files["train"][0].read_text()
@@ -157,6 +156,7 @@ def test_iob1_files_with_document_context_and_all_subtokens(conll_files, tmp_pat
     assert summary["validation"]["validation"]["f1"] == pytest.approx(scores["f1"])
 
 
+@pytest.mark.slow  # a run
 def test_feature_based_run_trains_the_tagger_only(conll_files, tmp_path, monkeypatch):
     created = {}
     real_load = ner_finetune.load_tagger
@@ -204,6 +204,7 @@ class Interrupted(Exception):
     pass
 
 
+@pytest.mark.slow  # two runs
 def test_resume_continues_an_interrupted_run(conll_files, tmp_path, monkeypatch):
     files = conll_files()
     overrides = ner_overrides(files, write_vocab(tmp_path / "vocab"), tmp_path, **{

@@ -111,6 +111,7 @@ def test_tiny_v1_finetune_writes_official_files_whose_scores_match(squad_files, 
     assert logged["config"]["doc_stride"] == 16
 
 
+@pytest.mark.slow  # a SQuAD v2 run
 def test_tiny_v2_finetune_thresholds_and_sweeps_like_the_official_script(squad_files,
                                                                          tmp_path):
     train, dev = squad_files("v2.0")
@@ -153,6 +154,7 @@ def test_tiny_v2_finetune_thresholds_and_sweeps_like_the_official_script(squad_f
     assert reported["best_f1"] == pytest.approx(f1_at(reported["best_f1_thresh"]))
 
 
+@pytest.mark.slow  # a run
 def test_checkpoints_are_selected_by_f1(squad_files, tmp_path, monkeypatch):
     """With F1 10, 30, 20 at steps 2, 4, 6 the run keeps step 4: its weights are the final
     model, and its scores the final ones (Hugging Face's run_qa.py cannot select by F1)."""

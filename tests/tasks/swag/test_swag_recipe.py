@@ -19,8 +19,12 @@ from tests.swag_fixtures import make_rows, write_swag_csv, write_vocab
 
 @pytest.fixture
 def swag_files(tmp_path):
-    train = write_swag_csv(tmp_path / "data" / "train.csv", make_rows(40, seed=1))
-    dev = write_swag_csv(tmp_path / "data" / "val.csv", make_rows(24, seed=2))
+    return write_swag_files(tmp_path)
+
+
+def write_swag_files(directory):
+    train = write_swag_csv(directory / "data" / "train.csv", make_rows(40, seed=1))
+    dev = write_swag_csv(directory / "data" / "val.csv", make_rows(24, seed=2))
     return train, dev
 
 
@@ -55,11 +59,8 @@ def read_tsv(path) -> list[dict]:
         return list(csv.DictReader(handle, delimiter="\t"))
 
 
-def test_tiny_finetune_writes_predictions_whose_accuracy_is_the_reported_one(swag_files,
-                                                                             tmp_path):
-    train, dev = swag_files
-    run_dir = tmp_path / "run"
-    summary = run_job(compose_config(swag_overrides(train, dev, tmp_path)), run_dir)
+def test_tiny_finetune_writes_predictions_whose_accuracy_is_the_reported_one(swag_run):
+    run_dir, summary, dev = swag_run
 
     assert json.loads((run_dir / "metrics.json").read_text()) == summary
     rows = read_tsv(run_dir / "predictions" / "validation.tsv")
@@ -169,13 +170,10 @@ def test_settings_are_checked_before_any_data_is_read(tmp_path):
         run_job(cfg, tmp_path / "run")
 
 
-def test_offline_wandb_run_holds_the_paper_settings_and_final_accuracy(swag_files, tmp_path):
+def test_offline_wandb_run_holds_the_paper_settings_and_final_accuracy(swag_run):
     from tests.wandb_records import read_offline_run
 
-    train, dev = swag_files
-    run_dir = tmp_path / "run"
-    summary = run_job(compose_config(swag_overrides(train, dev, tmp_path, logger="wandb",
-                                                          seed=5)), run_dir)
+    run_dir, summary, _ = swag_run
     (offline,) = (run_dir / "wandb").glob("offline-run-*")
     logged = read_offline_run(offline)
     config = logged["config"]
