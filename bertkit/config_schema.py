@@ -1034,8 +1034,7 @@ def _plugin_schemas() -> dict[str, type]:
                 continue
             node = getattr(entry, "node", None)
             schema = OmegaConf.get_type(node) if isinstance(node, DictConfig) else None
-            target = OmegaConf.select(node, "_target_", throw_on_missing=False, default=None) \
-                if schema is not None else None
+            target = _target(node) if schema is not None else None
             if dataclasses.is_dataclass(schema) and isinstance(target, str):
                 found.setdefault(target, schema)
 
@@ -1043,8 +1042,14 @@ def _plugin_schemas() -> dict[str, type]:
     return found
 
 
+def _target(node: DictConfig) -> str | None:
+    """A plugin node's `_target_` (Hydra's key: the class it instantiates), None without one."""
+    return node["_target_"] if "_target_" in node and not OmegaConf.is_missing(node, "_target_") \
+        else None
+
+
 def _plugin_schema(node: DictConfig, schemas: dict[str, type]) -> type | None:
-    target = OmegaConf.select(node, "_target_", throw_on_missing=False, default=None)
+    target = _target(node)
     if isinstance(target, str) and target in schemas:
         return schemas[target]
     schema = OmegaConf.get_type(node)
