@@ -35,8 +35,6 @@ Two-stage finetuning's target names its first stage's cut splits as intermediate
 
 from __future__ import annotations
 
-from bertkit.data.task_data import sample_limit_key
-
 SCHEMA_VERSION = 2
 METRICS_FILE = "metrics.json"
 FAILED_FILE = "failed.json"
@@ -102,6 +100,9 @@ def cut(examples: int, of: int | None) -> dict | None:
 
 def cut_setting(part: str) -> tuple[str, str]:
     """(the setting that cut `part`, what its numbers count)."""
+    # Imported here: task_data imports datasets, and the CLI reads this module (FAILED_FILE).
+    from bertkit.data.task_data import sample_limit_key
+
     if part in PRETRAINING_CUTS:
         return PRETRAINING_CUTS[part]
     split = part.removeprefix(INTERMEDIATE_PREFIX)
