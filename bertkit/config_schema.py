@@ -194,6 +194,13 @@ def _default(value, interval: str | None = None, expect: str | None = None, **me
     return field(default=value, metadata=_bounds(interval, expect, **metadata))
 
 
+def _switch(value: bool):
+    """A true/false field: true or false only, as YAML spells them. Typed Any, not bool, so
+    that the check refuses a word: OmegaConf's bool would take 'yes', 'no', 'on' or 1 as Hydra
+    composes, where bertkit has always asked for true or false."""
+    return _default(value, choices=(True, False), expect="true or false")
+
+
 DECAYS = ("linear", "cosine", "constant")  # the learning rate's shape after warm-up
 
 
@@ -235,7 +242,7 @@ class ModelCardSchema:
     (model-index with the dev scores, license, base model, tags) and the run's command, seed,
     hyperparameters and results. enabled=false: no card (a push carries Trainer's draft)."""
 
-    enabled: bool = True
+    enabled: Any = _switch(True)
     # The license of the weights (a Hub license id): BERT's and MiniLM's are apache-2.0.
     license: str = "apache-2.0"
     language: str = "en"
@@ -268,13 +275,13 @@ class RunSchema:
     resume: Any = False
     # A directory holding a finished run is refused (resume=true|auto leaves it, exit 0);
     # true: the earlier run is set aside and removed once this run's training begins.
-    overwrite: bool = False
+    overwrite: Any = _switch(False)
     # What a finished run keeps of its checkpoints once model/ and metrics.json are written:
     # false: none; true: as Trainer left them (trainer.save_total_limit) (docs/reliability.md).
-    keep_checkpoints: bool = False
+    keep_checkpoints: Any = _switch(False)
     # fsync each checkpoint's files once saved (NFS, Lustre, a node crash); false: leave it to
     # the filesystem (a resume still skips a torn checkpoint).
-    fsync_checkpoints: bool = True
+    fsync_checkpoints: Any = _switch(True)
     # auto: bf16 on a GPU that has it, else fp16 on a GPU, else fp32; or bf16 | fp16 | "no".
     mixed_precision: str = _default("auto", choices=PRECISIONS)
     # Pad batches to a multiple of this under mixed precision (tensor cores); 1: off.
@@ -290,7 +297,7 @@ class RunSchema:
     # phase's length. On a CPU without compile, to their longest unless buckets_on_cpu=true.
     bucket_width: int = _default(32, COUNT, "a positive number of tokens (1: no buckets)")
     # Buckets, and the last batch filled up with rows that weigh nothing, on a CPU too.
-    buckets_on_cpu: bool = False
+    buckets_on_cpu: Any = _switch(False)
     # trainer.torch_compile=auto compiles a finetune on a GPU from this many optimizer steps (a
     # cold compile pays back after 4,000-9,000 steps on an H100: cards/gpu.md, docs/speed.md).
     compile_min_steps: int = _default(4000, "[0, inf)",
@@ -384,7 +391,7 @@ class FeatureBasedSchema:
     """model.feature_based: NER's feature-based tagger (the paper's Table 7), a BiLSTM or a
     linear layer on frozen BERT features; off unless enabled."""
 
-    enabled: bool = False
+    enabled: Any = _switch(False)
     # Which layers' outputs make the features (bertkit/tasks/ner/feature_based_tagger.py).
     layers: str = _default("concat_last_four", choices=NER_LAYERS)
     classifier: str = _default("bilstm", choices=NER_CLASSIFIERS)
@@ -407,7 +414,7 @@ class ModelSchema:
     # A Hub tokenizer id or a directory holding vocab.txt (a checkpoint's preset names its
     # own: ${.name_or_path}); ??? until a preset or the command line gives it.
     tokenizer: str | None = _default(MISSING, reads="folder")
-    do_lower_case: bool = True
+    do_lower_case: Any = _switch(True)
     hidden_dropout_prob: float = _default(0.1, PROBABILITY)
     attention_probs_dropout_prob: float = _default(0.1, PROBABILITY)
     # auto: FlashAttention-2 on a GPU where flash_attn is installed, else PyTorch SDPA; or
@@ -415,7 +422,7 @@ class ModelSchema:
     attn_implementation: str = _default("auto", choices=ATTENTION)
     # Code a checkpoint or tokenizer folder ships (an auto_map) runs only when true: read it
     # first (docs/reliability.md).
-    trust_remote_code: bool = False
+    trust_remote_code: Any = _switch(False)
     # BertConfig's keys for a model trained from scratch (model.config; BertConfigSchema).
     config: dict[str, Any] = _default({})
     # A preset whose files are fetched to a local folder (model=minilm_l6: make minilm).
@@ -445,7 +452,7 @@ class LoraSchema:
     """finetuning.lora: LoRA (Hu et al. 2021) with peft: low-rank adapters on the target
     modules, the task head trained and saved in full; merged before evaluation and saving."""
 
-    enabled: bool = False
+    enabled: Any = _switch(False)
     r: int = _default(8, COUNT)
     alpha: float = _default(16.0, "(0, inf)")
     dropout: float = _default(0.1, PROBABILITY)
@@ -454,7 +461,7 @@ class LoraSchema:
     modules_to_save: list[str] | None = None
     # BERT's pooler trains in full too, as RoBERTa's classification head's dense layer does in
     # Hu et al.; false: frozen, peft's plain SEQ_CLS way.
-    train_pooler: bool = True
+    train_pooler: Any = _switch(True)
 
 
 @dataclass
@@ -478,7 +485,7 @@ class FinetuningSchema:
     # The method's name in metrics.json, W&B and bertkit-report's tables.
     name: str = "full"
     # Freezing: the embeddings and/or the bottom k encoder layers get no gradient.
-    freeze_embeddings: bool = False
+    freeze_embeddings: Any = _switch(False)
     freeze_layers: int = _default(0, "[0, inf)")  # above: the model's layers
     # Layer-wise learning-rate decay (Sun et al. 2019: 0.95): encoder layer l of L gets
     # trainer.learning_rate * decay^(L - l), the embeddings decay^L; 1: all alike; never
@@ -493,17 +500,17 @@ class FinetuningSchema:
                                    choices=("epoch",), integer=True)
     # Re-initialise the top k encoder layers (Zhang et al. 2021); reinit_pooler: the pooler too.
     reinit_layers: int = _default(0, "[0, inf)")  # above: the model's layers
-    reinit_pooler: bool = False
+    reinit_pooler: Any = _switch(False)
     # The head reads a learned softmax-weighted mix of every layer's output (Kondratyuk &
     # Straka 2019) instead of the last layer.
-    layer_mix: bool = False
+    layer_mix: Any = _switch(False)
     # Classification's sentence vector: cls (through BERT's pooler, the paper's) or mean.
     pooling: str = _default("cls", choices=POOLING)
     intermediate: IntermediateSchema = field(default_factory=IntermediateSchema)
     lora: LoraSchema = field(default_factory=LoraSchema)
     r3f: R3FSchema = field(default_factory=R3FSchema)
     # BitFit (Ben Zaken et al. 2022): only the biases (and the head) train.
-    bitfit: bool = False
+    bitfit: Any = _switch(False)
 
 
 @dataclass
@@ -621,7 +628,7 @@ class CorpusHubSchema:
     split: str = "train"
     text_column: str = "text"
     # Read as training consumes it, nothing downloaded up front.
-    streaming: bool = False
+    streaming: Any = _switch(False)
     # Rows joined into one document (one row: one document).
     rows_per_document: int = _default(1, COUNT)
 

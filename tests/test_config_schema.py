@@ -207,13 +207,16 @@ def test_a_boolean_choice_accepts_only_its_own_spelling(key):
     """0 and 1 were taken for false and true (Python's 1 == True) and a bad word was told
     "expected one of auto, True, False": now each is refused naming the key, and the choices
     are spelled as a user types them."""
-    choices = config_schema.choices_of(dict(boolean_choice_fields()[key].metadata))
+    metadata = dict(boolean_choice_fields()[key].metadata)
+    choices = config_schema.choices_of(metadata)
     typed = ", ".join({True: "true", False: "false"}.get(choice, choice)
                       if isinstance(choice, bool) else str(choice) for choice in choices)
+    # A switch (true or false only) says so in its own words.
+    expected = metadata.get("expect") or f"one of {typed}"
     for value in (0, 1, "yes"):
         with pytest.raises(BertkitError) as error:
             check_ranges(_config_with(key, value))
-        assert str(error.value) == f"{key}={value!r}: expected one of {typed}"
+        assert str(error.value) == f"{key}={value!r}: expected {expected}"
     for value in choices:
         check_ranges(_config_with(key, value))
 
