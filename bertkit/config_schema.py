@@ -113,9 +113,6 @@ NOISE = ("normal", "uniform")
 MASKING_KINDS = ("static", "dynamic")
 MASKING_UNITS = ("token", "whole_word", "span")
 MASKING_CONVENTIONS = ("google", "non_special")
-OBJECTIVES = ("mlm", "mlm_nsp", "sop")
-PACKINGS = ("full_sentences", "pairs")
-SENTENCE_TASKS = ("nsp", "sop")
 CORPUS_FORMATS = ("google", "wikitext", "text")
 
 
@@ -546,11 +543,15 @@ class ObjectiveSchema:
     """conf/objective/ (stored as objective_schema): the registered objectives' values
     (bertkit.pretraining.objective); by default the paper's, MLM + NSP on sentence pairs."""
 
-    name: str = _default("mlm_nsp", choices=OBJECTIVES)
+    # No choices for name, sentence_task and packing here: the OBJECTIVES table is open (an
+    # objective of one's own registers there, with values of its own), and
+    # bertkit.pretraining.objective.objective_of refuses a name or value no registered
+    # objective has, in one line naming the key.
+    name: str = "mlm_nsp"
     # The sentence-level task: nsp | sop | null (none).
-    sentence_task: str | None = _default("nsp", choices=SENTENCE_TASKS)
+    sentence_task: str | None = "nsp"
     # pairs: [CLS] A [SEP] B [SEP]; full_sentences: [CLS] sentences [SEP].
-    packing: str = _default("pairs", choices=PACKINGS)
+    packing: str = "pairs"
 
 
 @dataclass

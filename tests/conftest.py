@@ -110,6 +110,25 @@ def compose_config(overrides: list[str], with_hydra: bool = False) -> DictConfig
                        return_hydra_config=with_hydra)
 
 
+def refusal(overrides: list[str], check) -> str:
+    """The one line that refuses `bertkit <overrides>`: a wrong type as Hydra composes (as the
+    command prints it), else what `check(cfg)` raises (a range, a rule between settings)."""
+    from hydra.errors import ConfigCompositionException
+
+    from bertkit.cli import composition_message
+    from bertkit.errors import BertkitError
+
+    try:
+        cfg = compose_config(overrides)
+    except ConfigCompositionException as err:
+        message = composition_message(err)
+        assert message is not None, f"{overrides}: Hydra's own message {err}"
+        return message
+    with pytest.raises(BertkitError) as error:
+        check(cfg)
+    return str(error.value)
+
+
 @pytest.fixture
 def vocab_dir(tmp_path) -> Path:
     """A whole-word WordPiece vocabulary covering every word the GLUE fixtures write."""

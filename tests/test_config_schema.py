@@ -241,9 +241,6 @@ CHOICE_SOURCES = {
     "MASKING_KINDS": "bertkit.pretraining.run:MASKING_KINDS",
     "MASKING_UNITS": "bertkit.pretraining.masking:UNITS",
     "MASKING_CONVENTIONS": "bertkit.pretraining.masking:CONVENTIONS",
-    "OBJECTIVES": "bertkit.pretraining.objective:NAMES",
-    "PACKINGS": "bertkit.pretraining.objective:PACKINGS",
-    "SENTENCE_TASKS": "bertkit.pretraining.objective:SENTENCE_TASKS",
     "CORPUS_FORMATS": "bertkit.pretraining.corpora:FORMATS",
 }
 

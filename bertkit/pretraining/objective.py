@@ -181,8 +181,8 @@ def objective_named(name: str) -> Objective:
     """The objective of that name (objective.name)."""
     found = OBJECTIVES.get(name)
     if found is None:
-        raise BertkitError(f"objective={name}: no objective of that name (objective.name); "
-                           f"expected one of {', '.join(registered())}")
+        raise BertkitError(f"objective.name={name!r}: expected one of "
+                           f"{', '.join(registered())}")
     return found()
 
 
