@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 from omegaconf import OmegaConf
 
+from bertkit.config_schema import ModelSchema
 from bertkit.errors import BertkitError
 from bertkit.pretraining.wordpiece import (
     SPECIAL_TOKENS,
@@ -72,8 +73,10 @@ def test_small_corpus_gives_at_most_the_requested_size(tmp_path):
 
 def test_saved_dir_reloads_through_load_tokenizer_with_identical_ids(trained):
     tokenizer, directory = trained
-    model = OmegaConf.create({"tokenizer": str(directory), "do_lower_case": True,
-                              "config": {"max_position_embeddings": 512}})
+    # The model node as a job holds it: its schema's defaults under these values.
+    model = OmegaConf.merge(OmegaConf.structured(ModelSchema),
+                            {"name_or_path": None, "tokenizer": str(directory),
+                             "do_lower_case": True, "config": {"max_position_embeddings": 512}})
     reloaded = load_tokenizer(model)
     text = f"Kalo MIPE renzan {RARE_WORD}, unseen-qq!"
     pair = ("lolo vuka", "peren tosgul")

@@ -98,7 +98,8 @@ def test_every_load_in_bertkit_goes_through_the_one_loading_function():
     function says trust_remote_code (no site can forget it), never a literal True; every
     torch.load reads with weights_only=True."""
     sites, helper_calls, torch_loads = [], [], []
-    for path in sorted(PACKAGE.rglob("*.py")):
+    # bertkit and the benchmarks beside it (they load models as bertkit's jobs do)
+    for path in sorted([*PACKAGE.rglob("*.py"), *(PACKAGE.parent / "benchmarks").rglob("*.py")]):
         tree = ast.parse(path.read_text(), filename=str(path))
         where = path.relative_to(PACKAGE.parent)
         for call, function in _calls(tree):
