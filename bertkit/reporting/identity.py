@@ -86,10 +86,11 @@ def run_settings(config: Mapping, prefix: str = "", data_fingerprint: str | None
         flat = {k: v for k, v in flat.items()
                 if not any(fnmatchcase(k, p) for p in _patterns()["data_location"])}
         flat[DATA_KEY] = data_fingerprint
-    if flat.get(STARTED_FROM) is not None:
+    started_from = flat.pop(STARTED_FROM, None)  # every config holds it: null but in STILTs
+    if started_from is not None:
         # The second stage of a two-stage run (STILTs) loads the encoder its first stage
         # saved, one path per seed: the model is the checkpoint it all started from.
-        flat[MODEL_KEY] = flat.pop(STARTED_FROM)
+        flat[MODEL_KEY] = started_from
     for key, fingerprint in (input_fingerprints or {}).items():
         flat[key] = CONTENT + fingerprint  # model.name_or_path: the checkpoint it started from
     flat = {f"{prefix}{k}": v for k, v in flat.items()}
