@@ -30,13 +30,13 @@ def test_sweep_benchmark_launches_the_grid_both_ways(glue_dir, vocab_dir, tmp_pa
                   "model=scratch_tiny", f"model.tokenizer={vocab_dir}",
                   "model.config.hidden_size=32", "model.config.intermediate_size=64",
                   "bench_sweep.grid=['trainer.learning_rate=1e-3,3e-4']",
-                  "bench_sweep.seeds=[1]", f"cache_dir={tmp_path / 'cache'}",
+                  "bench_sweep.seeds=[1,2]", f"cache_dir={tmp_path / 'cache'}",
                   f"hydra.run.dir={run_dir}")
     result = json.loads((run_dir / "sweep_bench.json").read_text())
-    assert result["jobs"] == 2 and result["n_jobs"] == 2  # 2 jobs side by side
+    assert result["jobs"] == 4 and result["n_jobs"] == 2
     for way in ("sequential", "parallel"):
         scores = result[way]["scores"]
-        assert len(scores) == 2
+        assert len(scores) == 4
         on_disk = {p.parent.relative_to(run_dir / way).as_posix():
                    json.loads(p.read_text())["main_value"]
                    for p in (run_dir / way).rglob("metrics.json")}
