@@ -136,13 +136,14 @@ def dev_probabilities(model_dir, dev_file) -> tuple[list[int], list[float]]:
 @pytest.mark.slow
 @pytest.mark.real_data
 def test_a_short_finetune_on_real_mrpc_beats_the_majority_class(minilm_dir, tmp_path):
-    """150 steps (a CPU's two minutes). At this budget accuracy is still pulled towards the
+    """100 steps, few for a CPU. At this budget accuracy is still pulled towards the
     majority class (68.4 %), so the clear signal is the ranking: the majority class, or a model
-    that learned nothing, has a dev ROC-AUC of 0.5 (measured: 0.71 at seed 42)."""
+    that learned nothing, has a dev ROC-AUC of 0.5 (measured at seed 42: accuracy 70.6 %,
+    ROC-AUC 0.70; 0.71 after 150 steps)."""
     data = real_data_dir()
     cfg = compose_config([
         "recipe=glue", "task=mrpc", f"task.data_dir={data}/glue/MRPC", "model=minilm_l6",
-        f"model.name_or_path={minilm_dir}", "logger=none", "trainer.max_steps=150",
+        f"model.name_or_path={minilm_dir}", "logger=none", "trainer.max_steps=100",
         "trainer.learning_rate=1e-4", "trainer.per_device_train_batch_size=16",
         "trainer.eval_strategy=no", "trainer.save_strategy=no", "trainer.disable_tqdm=true"])
     record = run_job(cfg, tmp_path / "mrpc")

@@ -1,8 +1,8 @@
 """Compiled runs make one graph per shape, read from torch._dynamo's counters over real (tiny)
 runs: one per pretraining phase; in finetuning, for every family, at most one per padding bucket
 for training and one per bucket for evaluation (the last, partial batches filled up to the batch
-size), and no graph break. The finetunes compile with Dynamo's eager backend: the same graphs
-and guards as Inductor's, without generating kernels (seconds, not minutes, on a CPU)."""
+size), and no graph break. The runs compile with Dynamo's eager backend: the same graphs and guards
+as Inductor's, without generating kernels (seconds, not minutes, on a CPU)."""
 
 from __future__ import annotations
 
@@ -41,6 +41,7 @@ def dynamo():
                          ids=["static-nsp", "dynamic-mlm"])
 def test_pretraining_compiles_one_graph_per_phase(arm, dynamo, tmp_path):
     cfg = compose_config(tiny_pretraining_overrides(**COMPILED, **arm, **{
+        "+trainer.torch_compile_backend": "eager",
         "cache_dir": str(tmp_path / "cache"), "heldout.fraction": 0}))
     pretrain(cfg, tmp_path / "run")
     assert dynamo["stats"]["unique_graphs"] == 1  # one phase
