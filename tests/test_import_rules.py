@@ -12,11 +12,10 @@ import bertkit
 # Subpackage -> the subpackages it may import ("tasks.*" is every family, "tasks" the
 # table of families alone).
 # A subpackage imports itself freely; a family never another family.
-LEAVES = {"errors", "registry", "config_paths", "config_tree", "config_schema",
+LEAVES = {"errors", "config_paths", "config_tree", "config_schema",
           "wandb_credentials", "trainer_internals", "secret_masking"}
 RULES: dict[str, set[str]] = {
     "errors": set(),
-    "registry": set(),  # the tables of families, jobs, methods and objectives resolve with it
     "config_paths": set(),  # read by hydra_plugins/bertkit_recipes: imports nothing heavy
     "config_tree": {"errors", "config_schema", "config_paths"},
     "config_schema": {"errors"},
@@ -26,10 +25,10 @@ RULES: dict[str, set[str]] = {
     "data": {"errors"},
     # Written once for every family, below the template and the families. data.atomic_files:
     # the LoRA adapters it saves follow the umask like every other result file.
-    "finetuning": {"errors", "registry", "trainer_internals", "data.atomic_files"},
+    "finetuning": {"errors", "trainer_internals", "data.atomic_files"},
     "sweeps": {"data", "errors"},
     "training": {"data", "finetuning", *LEAVES},
-    "tasks": {"errors", "registry"},
+    "tasks": {"errors"},
     "tasks.*": {"data", "training", *LEAVES},
     "pretraining": {"data", "training", "tasks", *LEAVES},
     "reporting": {"data", *LEAVES},

@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from pkgutil import resolve_name as imported
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
@@ -34,7 +35,6 @@ from bertkit.data.hub import use_hub_settings
 from bertkit.data.metrics_file import FAILED_FILE, METRICS_FILE
 from bertkit.errors import BertkitError
 from bertkit.jobs.two_stage import finetune_two_stage
-from bertkit.registry import imported
 from bertkit.tasks import task_family
 from bertkit.training.arguments import CHECKPOINTS_DIR, is_main_process
 from bertkit.training.checkpoints import (

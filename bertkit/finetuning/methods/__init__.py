@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from pkgutil import resolve_name as imported
 
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
@@ -32,7 +33,6 @@ from torch import nn
 from bertkit.errors import BertkitError
 from bertkit.finetuning.layers import num_layers
 from bertkit.finetuning.optimizer import GroupLearningRates, build_optimizer, parameter_groups
-from bertkit.registry import imported
 from bertkit.trainer_internals import put_first, use_optimizer
 
 
