@@ -25,7 +25,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from bertkit.config_schema import DECAYS
 from bertkit.data.atomic_files import write_json_atomic
 from bertkit.errors import BertkitError
-from bertkit.trainer_internals import callbacks_of
+from bertkit.training.trainer import callbacks_of
 
 # ================================================================================================
 # The training clock: seconds a run has spent training, across resumes.

@@ -41,7 +41,7 @@ from transformers.utils import (
 )
 
 from bertkit.data.atomic_files import DamagedFile, read_json
-from bertkit.trainer_internals import callbacks_of
+from bertkit.training.trainer import callbacks_of
 
 # ================================================================================================
 # Whether a checkpoint's files are whole, judged by their content, cheaply.
