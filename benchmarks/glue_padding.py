@@ -47,9 +47,8 @@ from benchmarks.side_by_side import (
 from bertkit.errors import BertkitError
 from bertkit.jobs import Job
 from bertkit.tasks.glue.family import FAMILY as GLUE
-from bertkit.training.arguments import build_training_arguments
 from bertkit.training.models import count_parameters, load_tokenizer
-from bertkit.training.run import hydra_run_dir
+from bertkit.training.run import build_training_arguments, hydra_run_dir
 from bertkit.training.static_shapes import (
     padding_multiple,
     static_shapes_pay,

@@ -65,9 +65,8 @@ from bertkit.pretraining.run import (
     is_streaming,
     prepare_pretraining_data,
 )
-from bertkit.training.arguments import build_training_arguments
 from bertkit.training.models import count_parameters, dropout_settings
-from bertkit.training.run import hydra_run_dir
+from bertkit.training.run import build_training_arguments, hydra_run_dir
 from bertkit.training.throughput import peak_flops, precision_of, training_flops
 
 logger = logging.getLogger(__name__)

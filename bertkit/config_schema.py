@@ -295,7 +295,7 @@ class RunSchema:
     # cold compile pays back after 4,000-9,000 steps on an H100: cards/gpu.md, docs/speed.md).
     compile_min_steps: int = _default(4000, "[0, inf)",
                                       "a number of optimizer steps, 0 or more")
-    # Progress bars (bertkit/training/progress.py): auto on a terminal only, plain log lines
+    # Progress bars (bertkit/training/run.py): auto on a terminal only, plain log lines
     # in a redirected log; true: every bar; false: none (trainer.disable_tqdm, when set, wins).
     progress_bars: Any = _default("auto", choices=AUTO_OR_BOOL)
     # Processes for datasets.map tokenisation.

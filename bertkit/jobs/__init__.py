@@ -36,7 +36,6 @@ from bertkit.data.metrics_file import FAILED_FILE, METRICS_FILE
 from bertkit.errors import BertkitError
 from bertkit.jobs.two_stage import finetune_two_stage
 from bertkit.tasks import task_family
-from bertkit.training.arguments import CHECKPOINTS_DIR, is_main_process
 from bertkit.training.checkpoints import (
     checkpoint_folders,
     forget_set_aside,
@@ -45,8 +44,12 @@ from bertkit.training.checkpoints import (
 )
 from bertkit.training.finetune import finetune
 from bertkit.training.models import check_local_files, offline_ways
-from bertkit.training.progress import apply_progress_bars
-from bertkit.training.run import hydra_run_dir
+from bertkit.training.run import (
+    CHECKPOINTS_DIR,
+    apply_progress_bars,
+    hydra_run_dir,
+    is_main_process,
+)
 
 logger = logging.getLogger(__name__)
 

@@ -93,11 +93,12 @@ from bertkit.training.budget import TrainingClock
 from bertkit.training.finetune import finetune
 from bertkit.training.model_card import run_card, write_card
 from bertkit.training.models import check_model_settings, load_tokenizer, tokenizer_size
-from bertkit.training.progress import every_bar_shown, preprocessing_stage
 from bertkit.training.run import (
     Outcome,
     RunSetup,
     TrainingRun,
+    every_bar_shown,
+    preprocessing_stage,
     publish,
     push_if_asked,
     saving_model,
@@ -113,7 +114,7 @@ logger = logging.getLogger(__name__)
 MASKING_KINDS = ("static", "dynamic")
 
 # The stages of the data preparation, in order: each prints one line when it ends (its count
-# and time) in place of datasets' bars for each of its maps (bertkit.training.progress).
+# and time) in place of datasets' bars for each of its maps (bertkit.training.run).
 READING, HOLDING_OUT, VOCABULARY, TOKENIZING, INSTANCES, HELDOUT_SET = STAGES = (
     "pretraining data 1/6, reading the corpus",
     "pretraining data 2/6, holding out documents",
