@@ -31,8 +31,8 @@ from omegaconf import DictConfig, OmegaConf
 from bertkit.config_paths import config_dir
 from bertkit.config_schema import checked_once
 from bertkit.data.atomic_files import read_json
-from bertkit.data.hub import use_hub_settings
 from bertkit.data.metrics_file import FAILED_FILE, METRICS_FILE
+from bertkit.data.task_data import use_hub_settings
 from bertkit.errors import BertkitError
 from bertkit.jobs.two_stage import finetune_two_stage
 from bertkit.tasks import task_family
@@ -303,7 +303,7 @@ def prepare_job(cfg: DictConfig, run_dir: Path | None, job: Job | None = None) -
         folder = set_aside(run_dir, keep)
         if folder is not None:
             logger.warning(set_aside_message(run_dir, folder))
-    # Whether the Hub can be reached is checked at its first use (bertkit.data.hub).
+    # Whether the Hub can be reached is checked at its first use (bertkit.data.task_data).
     use_hub_settings(cfg.hub_check_seconds,
                      lambda: offline_ways(config_dir()))
     check_local_files(cfg.model, fetched_only=True)  # model=minilm_l6: make minilm

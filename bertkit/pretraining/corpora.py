@@ -32,6 +32,7 @@ from bertkit.config_schema import check_setting
 from bertkit.data import binary_content, compressed_files
 from bertkit.data.atomic_files import write_text_atomic
 from bertkit.data.binary_content import TextCheck
+from bertkit.data.cache import content_fingerprint, files_content_fingerprint
 from bertkit.data.compressed_files import (
     READABLE,
     compressed_tail_digest,
@@ -39,8 +40,7 @@ from bertkit.data.compressed_files import (
     read_chunks,
     text_stream,
 )
-from bertkit.data.fingerprints import content_fingerprint, files_content_fingerprint
-from bertkit.data.hub import require_hub, why_offline
+from bertkit.data.task_data import require_hub, why_offline
 from bertkit.errors import BertkitError
 
 logger = logging.getLogger(__name__)
@@ -100,7 +100,7 @@ def files_fingerprint(files: list[Path], corpus_format: str, max_documents: int 
 
 
 def corpus_input_fingerprints(corpus: DictConfig, cache_dir: str) -> dict[str, str]:
-    """details.input_fingerprints of a local corpus (bertkit.data.fingerprints): each part's
+    """details.input_fingerprints of a local corpus (bertkit.data.cache): each part's
     format and its files' contents in reading order, whatever their paths, under the key that
     names them (corpus.files, or corpus.parts). A Hub corpus is named by its id: none."""
     if corpus.source != "local":
@@ -198,7 +198,7 @@ def _is_network_error(err: Exception) -> bool:
 
 
 def _load_hub(hub: DictConfig, streaming: bool) -> Documents:
-    online = require_hub()  # without the Hub: offline mode, no retries (bertkit.data.hub)
+    online = require_hub()  # without the Hub: offline mode, no retries (bertkit.data.task_data)
     try:
         return datasets.load_dataset(hub.path, hub.name, split=hub.split, streaming=streaming)
     except Exception as err:  # one message, not a Hub traceback

@@ -40,8 +40,7 @@ from transformers import PreTrainedTokenizerBase, TrainingArguments
 from bertkit.config_schema import check_ranges
 from bertkit.config_tree import compose_config, debug_overrides
 from bertkit.data.atomic_files import discard_damaged_arrow_cache, write_json_atomic
-from bertkit.data.fingerprints import model_input_fingerprints
-from bertkit.data.hub import known_offline
+from bertkit.data.cache import model_input_fingerprints
 from bertkit.data.metrics_file import (
     INPUT_FINGERPRINTS,
     LIMITED_SAMPLES,
@@ -51,6 +50,7 @@ from bertkit.data.metrics_file import (
     describe_cut,
     limited_samples,
 )
+from bertkit.data.task_data import known_offline
 from bertkit.errors import BertkitError
 from bertkit.pretraining.batches import Phase, phase_steps
 from bertkit.pretraining.corpora import (
@@ -593,7 +593,7 @@ def _outcome(cfg: DictConfig, trainer, data: PretrainingData, run: TrainingRun,
                 f"  metrics:  {run_dir / METRICS_FILE}\n"
                 f"  model:    {model_dir}\n"
                 f"  finetune: bertkit recipe=glue task=mrpc model.name_or_path={model_dir}"
-                # without the Hub, MRPC's files are needed (bertkit.data.hub)
+                # without the Hub, MRPC's files are needed (bertkit.data.task_data)
                 + (" task.data_dir=<MRPC's files>" if known_offline() else ""))
 
     final = {**last, **{f"heldout/{key}": value for key, value in heldout_final.items()

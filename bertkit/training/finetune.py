@@ -19,7 +19,7 @@ from omegaconf import DictConfig
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, Trainer, TrainingArguments
 
 from bertkit.config_schema import check_ranges
-from bertkit.data.fingerprints import model_input_fingerprints
+from bertkit.data.cache import model_input_fingerprints
 from bertkit.data.metrics_file import (
     INPUT_FINGERPRINTS,
     LIMITED_SAMPLES,
