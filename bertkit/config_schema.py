@@ -169,7 +169,7 @@ class TrainerSchema:
     dataloader_prefetch_factor: int | None = field(default=None, metadata=_bounds(COUNT))
     include_num_input_tokens_seen: Any = "no"
     # auto (finetuning's default): compiled on a GPU for runs of compile_min_steps or more
-    # (bertkit.training.static_shapes.decide_compile); true or false as given.
+    # (bertkit.training.trainer.decide_compile); true or false as given.
     torch_compile: Any = field(default=False, metadata=_bounds(choices=AUTO_OR_BOOL))
     # With torch_compile: reduce-overhead records CUDA graphs (the shapes are static),
     # max-autotune also searches kernels; null: reduce-overhead on a GPU for a finetune,

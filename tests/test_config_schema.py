@@ -226,7 +226,7 @@ CHOICE_SOURCES = {
     "INTERVALS": "transformers.trainer_utils:IntervalStrategy",
     "SAVE_INTERVALS": "transformers.trainer_utils:SaveStrategy",
     "ACTIVATIONS": "transformers.activations:ACT2FN",
-    "COMPILE_MODES": "bertkit.training.static_shapes:COMPILE_MODES",
+    "COMPILE_MODES": "bertkit.training.trainer:COMPILE_MODES",
     "PRECISIONS": "bertkit.training.run:PRECISIONS",
     "DATA_SOURCES": "bertkit.data.task_data:DATA_SOURCES",
     "ATTENTION": "bertkit.training.models:CHOICES",

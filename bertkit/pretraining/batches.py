@@ -188,7 +188,7 @@ def per_position_labels(batch: dict) -> torch.Tensor:
 # schedule, the logs and resumption are continuous across the switch.
 #
 # The order within a phase is a plain shuffle, as Google's code draws it, wherever batches have
-# their phase's length anyway (a GPU, or compiled: bertkit.training.static_shapes) or are packed
+# their phase's length anyway (a GPU, or compiled: bertkit.training.trainer) or are packed
 # (bertkit.pretraining.padding_free). Only on an eager CPU, where a batch is padded to its longest
 # row and shapes are free, is each pass grouped by length (short instances together, so little
 # compute goes to padding): batches then hold instances of similar length rather than a random

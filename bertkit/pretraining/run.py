@@ -105,7 +105,7 @@ from bertkit.training.run import (
     start_run,
     train_run,
 )
-from bertkit.training.static_shapes import prepare_compile, static_shapes_pay
+from bertkit.training.trainer import prepare_compile, static_shapes_pay
 from bertkit.training.wandb_logging import paper_hyperparameters
 
 logger = logging.getLogger(__name__)
@@ -272,7 +272,7 @@ def prepare_pretraining_data(cfg: DictConfig, args: TrainingArguments) -> Pretra
 
 
 def static_shapes(cfg: DictConfig) -> bool:
-    """Batches at their phase's length (bertkit.training.static_shapes.static_shapes_pay)."""
+    """Batches at their phase's length (bertkit.training.trainer.static_shapes_pay)."""
     return static_shapes_pay(cfg)
 
 

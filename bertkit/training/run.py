@@ -68,9 +68,8 @@ from bertkit.training.checkpoints import (
     scan_checkpoints,
 )
 from bertkit.training.model_card import check_hub_settings, run_card, write_card
-from bertkit.training.static_shapes import padding_multiple, static_shapes_pay
 from bertkit.training.throughput import add_throughput
-from bertkit.training.trainer import push_model
+from bertkit.training.trainer import padding_multiple, push_model, static_shapes_pay
 from bertkit.training.wandb_logging import resolve_wandb_mode, start_wandb_run
 
 logger = logging.getLogger(__name__)
@@ -97,8 +96,8 @@ class RunSetup:
     args: TrainingArguments
     checkpoint: str | None  # the checkpoint to resume from (None: from the start)
     clock: TrainingClock  # the run's training clock, started by the trainer's ClockCallback
-    pad_to_multiple_of: int | None  # finetuning batches' widths (static_shapes.padding_multiple)
-    static_shapes: bool  # finetuning batches at full rows too (static_shapes.static_shapes_pay)
+    pad_to_multiple_of: int | None  # finetuning batches' widths (trainer.padding_multiple)
+    static_shapes: bool  # finetuning batches at full rows too (trainer.static_shapes_pay)
     budget: Budget | None  # budget.* (budget.run_budget; None: no time budget)
 
 

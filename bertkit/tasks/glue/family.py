@@ -29,8 +29,7 @@ from bertkit.tasks.glue.features import tokenize_splits
 from bertkit.tasks.glue.metrics import predictions_from_logits, task_metrics
 from bertkit.tasks.glue.models import load_sequence_classifier
 from bertkit.training.finetune import Evaluation, TaskFamily
-from bertkit.training.static_shapes import PaddedRows, nan_ignoring_mse
-from bertkit.training.trainer import BertkitTrainer
+from bertkit.training.trainer import BertkitTrainer, PaddedRows, nan_ignoring_mse
 
 
 def logits_of(output) -> np.ndarray:
