@@ -51,10 +51,9 @@ from bertkit.pretraining.batches import Phase
 from bertkit.pretraining.masking import IGNORE_INDEX
 from bertkit.pretraining.model import MaskedOnlyBertForPreTraining, use_padding_free_attention
 from bertkit.pretraining.trainer import PretrainingTrainer
-from bertkit.training.budget import ClockCallback, TrainingClock
-from bertkit.training.checkpoints import PreemptionCallback
 from bertkit.training.models import count_parameters
 from bertkit.training.run import build_training_arguments, hydra_run_dir
+from bertkit.training.stop_and_resume import ClockCallback, PreemptionCallback, TrainingClock
 from bertkit.training.throughput import add_throughput
 from bertkit.training.trainer import BertkitTrainer
 

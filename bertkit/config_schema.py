@@ -199,8 +199,8 @@ DECAYS = ("linear", "cosine", "constant")  # the learning rate's shape after war
 
 @dataclass
 class BudgetSchema:
-    """budget.* (bertkit.training.budget): train for a time budget. The learning rate follows
-    the elapsed training time (warm-up, then the decay), replacing trainer.lr_scheduler_type
+    """budget.* (bertkit.training.stop_and_resume): train for a time budget. The learning rate
+    follows the elapsed training time (warm-up, then the decay), replacing trainer.lr_scheduler_type
     and trainer.warmup_steps, and the run stops with a checkpoint at the first step past the
     time; trainer.max_steps / num_train_epochs remain an upper bound. Training time: the
     training loop's wall clock (Trainer's own evaluations included, bertkit's held-out

@@ -13,7 +13,7 @@ never written into by a new job unless asked (check_finished_run): run_job makes
 after the settings-only checks, before anything is read or written; bertkit.cli makes it
 before Hydra writes too. overwrite=true sets the earlier run aside first (nothing of it is
 left for a later step to read) and removes it once the new run has started
-(bertkit.training.checkpoints.set_aside); resume=true|auto on a finished run leaves it as it
+(bertkit.training.stop_and_resume.set_aside); resume=true|auto on a finished run leaves it as it
 is and returns its result.
 """
 
@@ -36,12 +36,6 @@ from bertkit.data.task_data import use_hub_settings
 from bertkit.errors import BertkitError
 from bertkit.jobs.two_stage import finetune_two_stage
 from bertkit.tasks import task_family
-from bertkit.training.checkpoints import (
-    checkpoint_folders,
-    forget_set_aside,
-    remove_set_aside,
-    set_aside,
-)
 from bertkit.training.finetune import finetune
 from bertkit.training.models import check_local_files, offline_ways
 from bertkit.training.run import (
@@ -49,6 +43,12 @@ from bertkit.training.run import (
     apply_progress_bars,
     hydra_run_dir,
     is_main_process,
+)
+from bertkit.training.stop_and_resume import (
+    checkpoint_folders,
+    forget_set_aside,
+    remove_set_aside,
+    set_aside,
 )
 
 logger = logging.getLogger(__name__)

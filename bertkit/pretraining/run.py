@@ -89,7 +89,6 @@ from bertkit.pretraining.trainer import PretrainingTrainer
 from bertkit.pretraining.wordpiece import ensure_trained_tokenizer, trained_tokenizer_dir
 from bertkit.secret_masking import mask_secrets
 from bertkit.tasks import task_family
-from bertkit.training.budget import TrainingClock
 from bertkit.training.finetune import finetune
 from bertkit.training.model_card import run_card, write_card
 from bertkit.training.models import check_model_settings, load_tokenizer, tokenizer_size
@@ -105,6 +104,7 @@ from bertkit.training.run import (
     start_run,
     train_run,
 )
+from bertkit.training.stop_and_resume import TrainingClock
 from bertkit.training.trainer import prepare_compile, static_shapes_pay
 from bertkit.training.wandb_logging import paper_hyperparameters
 

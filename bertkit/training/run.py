@@ -46,28 +46,26 @@ from bertkit.data.atomic_files import (
 from bertkit.data.metrics_file import LIMITED_SAMPLES, METRICS_FILE, limited_samples
 from bertkit.errors import BertkitError
 from bertkit.secret_masking import mask_secrets, remember_secrets
-from bertkit.training.budget import (
+from bertkit.training.model_card import check_hub_settings, run_card, write_card
+from bertkit.training.stop_and_resume import (
     Budget,
     ClockCallback,
-    TrainingClock,
-    add_budget,
-    add_early_stopping,
-    add_train_fraction,
-    budget_hyperparameters,
-    run_budget,
-    show_budget_progress,
-)
-from bertkit.training.checkpoints import (
     DurableCheckpoints,
     Preempted,
     PreemptionCallback,
     RemoveSetAsideRun,
     ResumedFrom,
+    TrainingClock,
+    add_budget,
+    add_early_stopping,
+    add_train_fraction,
+    budget_hyperparameters,
     checkpoint_fault,
     checkpoint_folders,
+    run_budget,
     scan_checkpoints,
+    show_budget_progress,
 )
-from bertkit.training.model_card import check_hub_settings, run_card, write_card
 from bertkit.training.throughput import add_throughput
 from bertkit.training.trainer import padding_multiple, push_model, static_shapes_pay
 from bertkit.training.wandb_logging import resolve_wandb_mode, start_wandb_run
@@ -211,8 +209,8 @@ def push_if_asked(setup: RunSetup, trainer: Trainer, record: dict) -> None:
 # reports to, early stopping, stopping at a share of the schedule (successive halving), the W&B
 # run and the resolved config.yaml on the main process, resuming from the newest complete
 # checkpoint when asked, each checkpoint fsynced once saved, saving and stopping on a
-# preemption signal (all three bertkit.training.checkpoints), training to a time budget and its
-# progress bar (bertkit.training.budget), the training time and throughput
+# preemption signal (all three bertkit.training.stop_and_resume), training to a time budget and its
+# progress bar (bertkit.training.stop_and_resume), the training time and throughput
 # (bertkit.training.throughput), and closing the W&B run with the final scores.
 
 
@@ -274,7 +272,7 @@ def resume_checkpoint(resume, args) -> str | None:
     none (a mistyped hydra.run.dir must not silently train from the start); resume=auto
     (preemptible cluster jobs): the newest complete checkpoint if there is one, else from the
     start. Checkpoints whose save was cut short are skipped, each named with why
-    (bertkit.training.checkpoints)."""
+    (bertkit.training.stop_and_resume)."""
     if resume not in RESUME:
         raise BertkitError(f"resume={resume!r}: expected false, true or auto")
     if resume is False:

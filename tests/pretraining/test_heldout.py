@@ -43,8 +43,8 @@ from bertkit.pretraining.run import (
     split_corpus,
 )
 from bertkit.training import run as training_run
-from bertkit.training.budget import ClockCallback, TrainingClock
 from bertkit.training.run import build_training_arguments
+from bertkit.training.stop_and_resume import ClockCallback, TrainingClock
 from tests.conftest import compose_config
 from tests.pretraining.test_pretrain_recipe import small_run
 
