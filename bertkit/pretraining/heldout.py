@@ -31,7 +31,6 @@ from torch.nn import functional
 from transformers import PreTrainedTokenizerBase, Trainer, TrainerCallback
 
 from bertkit.errors import BertkitError
-from bertkit.pretraining.instances import packed_sequences_dataset, tokenize_documents
 from bertkit.pretraining.masking import (
     IGNORE_INDEX,
     Vocabulary,
@@ -39,7 +38,12 @@ from bertkit.pretraining.masking import (
     padding_collator,
     static_masked_copies,
 )
-from bertkit.pretraining.objective import objective_of, registered
+from bertkit.pretraining.objective import (
+    objective_of,
+    packed_sequences_dataset,
+    registered,
+    tokenize_documents,
+)
 from bertkit.training.stop_and_resume import TrainingClock, preempting
 from bertkit.training.throughput import excluded_from_throughput
 

@@ -69,7 +69,6 @@ from bertkit.pretraining.heldout import (
     heldout_record,
     split_documents,
 )
-from bertkit.pretraining.instances import tokenize_documents
 from bertkit.pretraining.masking import (
     DynamicMaskingCollator,
     StaticMasksCollator,
@@ -79,7 +78,7 @@ from bertkit.pretraining.masking import (
     static_masked_copies,
 )
 from bertkit.pretraining.model import load_pretraining_model, use_padding_free_attention
-from bertkit.pretraining.objective import objective_of, streaming_instances
+from bertkit.pretraining.objective import objective_of, streaming_instances, tokenize_documents
 from bertkit.pretraining.padding_free import (
     PackingPlan,
     pack_shapes,

@@ -33,9 +33,9 @@ from bertkit.pretraining.heldout import (
     score_heldout,
     split_documents,
 )
-from bertkit.pretraining.instances import documents_dataset
 from bertkit.pretraining.masking import IGNORE_INDEX
 from bertkit.pretraining.model import MaskedOnlyBertForPreTraining
+from bertkit.pretraining.objective import documents_dataset
 from bertkit.pretraining.run import (
     check_pretraining_config,
     prepare_pretraining_data,
