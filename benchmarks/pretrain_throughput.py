@@ -55,10 +55,9 @@ from benchmarks.side_by_side import (
 )
 from bertkit.errors import BertkitError
 from bertkit.jobs import Job
-from bertkit.pretraining.batches import Phase, per_position_labels
+from bertkit.pretraining.batches import PackingPlan, Phase, per_position_labels
 from bertkit.pretraining.masking import IGNORE_INDEX, masking_rule_from_config, most_predictions
 from bertkit.pretraining.model import load_pretraining_model
-from bertkit.pretraining.padding_free import PackingPlan
 from bertkit.pretraining.run import (
     build_pretraining_trainer,
     check_pretraining_config,

@@ -585,7 +585,7 @@ class PretrainingSchema:
     pad_vocab_to_multiple_of: int = _setting("[1, 1024]",
                                              "a positive number of rows (1: no padding), at most "
                                              "1024")
-    # auto, true or false (bertkit.pretraining.padding_free)
+    # auto, true or false (bertkit.pretraining.batches: padding-free batches)
     padding_free: Any = _setting(choices=AUTO_OR_BOOL)
     # A padding-free batch's sequence slots over those its mean instance needs: at least 1.
     sequence_slot_headroom: float = _setting("[1, inf)")

@@ -269,7 +269,7 @@ def test_train_sampling_choices_are_training_arguments_own():
 
 
 def test_the_auto_or_boolean_settings_are_their_readers_own():
-    from bertkit.pretraining.padding_free import SETTINGS
+    from bertkit.pretraining.batches import SETTINGS
     from bertkit.training.run import PROGRESS_BARS
 
     for readers in (SETTINGS, PROGRESS_BARS):

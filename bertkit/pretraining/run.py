@@ -52,7 +52,13 @@ from bertkit.data.metrics_file import (
 )
 from bertkit.data.task_data import known_offline
 from bertkit.errors import BertkitError
-from bertkit.pretraining.batches import Phase, phase_steps
+from bertkit.pretraining.batches import (
+    PackingPlan,
+    Phase,
+    pack_shapes,
+    padding_free_wanted,
+    phase_steps,
+)
 from bertkit.pretraining.corpora import (
     corpus_documents,
     corpus_input_fingerprints,
@@ -79,11 +85,6 @@ from bertkit.pretraining.masking import (
 )
 from bertkit.pretraining.model import load_pretraining_model, use_padding_free_attention
 from bertkit.pretraining.objective import objective_of, streaming_instances, tokenize_documents
-from bertkit.pretraining.padding_free import (
-    PackingPlan,
-    pack_shapes,
-    padding_free_wanted,
-)
 from bertkit.pretraining.trainer import PretrainingTrainer
 from bertkit.pretraining.wordpiece import ensure_trained_tokenizer, trained_tokenizer_dir
 from bertkit.secret_masking import mask_secrets
@@ -238,7 +239,7 @@ class PretrainingData:
     seconds: float
     heldout: HeldoutSet | None = None  # None: heldout.fraction=0
     train_documents: int | None = None  # None: a stream
-    # Padding-free batches (bertkit.pretraining.padding_free), or None: padded ones, grouped
+    # Padding-free batches (bertkit.pretraining.batches), or None: padded ones, grouped
     # by length or not (bertkit.pretraining.batches).
     packing: PackingPlan | None = None
     group_by_length: bool = True

@@ -276,7 +276,7 @@ class CompileRecord:
 # model never asks. Results are unchanged: the same mask reaches the same kernel.
 
 MASK = "attention_mask"
-# A padding-free batch's key (bertkit.pretraining.padding_free): each sequence's length, 0 in an
+# A padding-free batch's key (bertkit.pretraining.batches): each sequence's length, 0 in an
 # unused slot; such a batch has no attention mask, its real tokens are these lengths' sum.
 SEQUENCE_LENGTHS = "sequence_lengths"
 # The kernels whose 4D mask is built here; FlashAttention-2 and flex attention take the 2D
