@@ -46,7 +46,7 @@ from bertkit.data.atomic_files import (
 from bertkit.data.metrics_file import LIMITED_SAMPLES, METRICS_FILE, limited_samples
 from bertkit.errors import BertkitError
 from bertkit.secret_masking import mask_secrets, remember_secrets
-from bertkit.training.model_card import check_hub_settings, run_card, write_card
+from bertkit.training.model_card import is_repo_id, run_card, write_card
 from bertkit.training.stop_and_resume import (
     Budget,
     ClockCallback,
@@ -131,6 +131,19 @@ def start_run(cfg: DictConfig, run_dir: Path | None = None) -> RunSetup:
     set_seed(args.seed)
     return RunSetup(cfg, run_dir, args, checkpoint, training_clock(),
                     padding_multiple(cfg, args.bf16 or args.fp16), static_shapes_pay(cfg), budget)
+
+
+def check_hub_settings(cfg: DictConfig) -> None:
+    """Before any data is read, the settings of what the run publishes (push_if_asked, below):
+    without hub_model_id Trainer would name the repository after the checkpoint folder
+    ("checkpoints"); a base_model the card gives must be a Hub id."""
+    if cfg.trainer.push_to_hub and not cfg.trainer.hub_model_id:
+        raise BertkitError("trainer.push_to_hub=true needs trainer.hub_model_id=<user>/<name>, "
+                           "the Hub repository to push to")
+    base = cfg.model_card.base_model
+    if base and not is_repo_id(str(base)):
+        raise BertkitError(f"model_card.base_model={base}: expected the Hub id of a model "
+                           f"(<user>/<name>), not a path")
 
 
 def train_run(cfg: DictConfig, setup: RunSetup, trainer: Trainer, hyperparameters: dict,
