@@ -29,18 +29,18 @@ from datasets.exceptions import DatasetGenerationError
 from omegaconf import DictConfig, OmegaConf
 
 from bertkit.config_schema import check_setting
-from bertkit.data import binary_content, compressed_files
+from bertkit.data import text_files
 from bertkit.data.atomic_files import write_text_atomic
-from bertkit.data.binary_content import TextCheck
 from bertkit.data.cache import content_fingerprint, files_content_fingerprint
-from bertkit.data.compressed_files import (
+from bertkit.data.task_data import require_hub, why_offline
+from bertkit.data.text_files import (
     READABLE,
+    TextCheck,
     compressed_tail_digest,
     compression_of,
     read_chunks,
     text_stream,
 )
-from bertkit.data.task_data import require_hub, why_offline
 from bertkit.errors import BertkitError
 
 logger = logging.getLogger(__name__)
@@ -93,7 +93,7 @@ def files_fingerprint(files: list[Path], corpus_format: str, max_documents: int 
         "format": corpus_format,
         "max_documents": max_documents,
         "reader": hashlib.sha256(b"".join(Path(path).read_bytes() for path in (
-            __file__, compressed_files.__file__, binary_content.__file__))).hexdigest(),
+            __file__, text_files.__file__))).hexdigest(),
         "blingfire": version("blingfire"),
     }
     return hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()[:16]

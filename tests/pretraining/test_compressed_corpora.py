@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bertkit.data.compressed_files import _zstd_open
+from bertkit.data.text_files import _zstd_open
 from bertkit.errors import BertkitError
 from bertkit.pretraining.corpora import corpus_documents, ensure_demo_corpus, files_fingerprint
 from bertkit.pretraining.run import prepare_pretraining_data, pretrain
