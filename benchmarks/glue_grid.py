@@ -29,9 +29,8 @@ from bertkit.data.metrics_file import METRICS_FILE
 from bertkit.errors import BertkitError
 from bertkit.jobs import Job
 from bertkit.tasks.glue.family import FAMILY as GLUE
-from bertkit.training.arguments import build_training_arguments
 from bertkit.training.models import load_tokenizer
-from bertkit.training.run import hydra_run_dir
+from bertkit.training.run import build_training_arguments, hydra_run_dir
 from bertkit.training.throughput import GIB, add_throughput
 
 RESULT_FILE = "grid_bench.json"  # written last (JOB names it)

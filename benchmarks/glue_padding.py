@@ -47,15 +47,14 @@ from benchmarks.side_by_side import (
 from bertkit.errors import BertkitError
 from bertkit.jobs import Job
 from bertkit.tasks.glue.family import FAMILY as GLUE
-from bertkit.training.arguments import build_training_arguments
 from bertkit.training.models import count_parameters, load_tokenizer
-from bertkit.training.run import hydra_run_dir
-from bertkit.training.static_shapes import (
+from bertkit.training.run import build_training_arguments, hydra_run_dir
+from bertkit.training.trainer import (
+    BertkitTrainer,
     padding_multiple,
     static_shapes_pay,
     use_padded_rows,
 )
-from bertkit.training.trainer import BertkitTrainer
 
 RESULT_FILE = "bench.json"  # written last (JOB names it)
 

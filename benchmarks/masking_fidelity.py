@@ -33,7 +33,6 @@ from benchmarks.settings import check_settings
 from bertkit.errors import BertkitError
 from bertkit.jobs import Job
 from bertkit.pretraining.corpora import corpus_documents
-from bertkit.pretraining.instances import tokenize_documents
 from bertkit.pretraining.masking import (
     CONVENTIONS,
     IGNORE_INDEX,
@@ -41,7 +40,7 @@ from bertkit.pretraining.masking import (
     mask_sequence,
     masking_rule_from_config,
 )
-from bertkit.pretraining.objective import objective_of
+from bertkit.pretraining.objective import objective_of, tokenize_documents
 from bertkit.training.models import load_tokenizer
 from bertkit.training.run import hydra_run_dir
 

@@ -28,14 +28,13 @@ from bertkit.errors import BertkitError
 from bertkit.jobs import Job
 from bertkit.pretraining.batches import ArrowRows, Phase, PhasedSampler
 from bertkit.pretraining.corpora import corpus_documents, corpus_files, ensure_demo_corpus
-from bertkit.pretraining.instances import tokenize_documents
 from bertkit.pretraining.masking import (
     DynamicMaskingCollator,
     Vocabulary,
     masking_rule_from_config,
     static_masked_copies,
 )
-from bertkit.pretraining.objective import objective_of
+from bertkit.pretraining.objective import objective_of, tokenize_documents
 from bertkit.training.models import load_tokenizer
 from bertkit.training.run import hydra_run_dir
 

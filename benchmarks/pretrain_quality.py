@@ -48,8 +48,6 @@ from bertkit.pretraining.run import (
 )
 from bertkit.reporting.plots import save_figure_atomic
 from bertkit.training import run as training_run
-from bertkit.training.arguments import resolve_mixed_precision
-from bertkit.training.budget import ClockCallback, TrainingClock
 from bertkit.training.model_card import (
     CardDataset,
     CardFacts,
@@ -58,7 +56,8 @@ from bertkit.training.model_card import (
     heldout_scores,
     write_card,
 )
-from bertkit.training.run import hydra_run_dir
+from bertkit.training.run import hydra_run_dir, resolve_mixed_precision
+from bertkit.training.stop_and_resume import ClockCallback, TrainingClock
 
 logger = logging.getLogger(__name__)
 

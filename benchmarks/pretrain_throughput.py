@@ -55,19 +55,17 @@ from benchmarks.side_by_side import (
 )
 from bertkit.errors import BertkitError
 from bertkit.jobs import Job
-from bertkit.pretraining.batches import Phase, per_position_labels
+from bertkit.pretraining.batches import PackingPlan, Phase, per_position_labels
 from bertkit.pretraining.masking import IGNORE_INDEX, masking_rule_from_config, most_predictions
 from bertkit.pretraining.model import load_pretraining_model
-from bertkit.pretraining.padding_free import PackingPlan
 from bertkit.pretraining.run import (
     build_pretraining_trainer,
     check_pretraining_config,
     is_streaming,
     prepare_pretraining_data,
 )
-from bertkit.training.arguments import build_training_arguments
 from bertkit.training.models import count_parameters, dropout_settings
-from bertkit.training.run import hydra_run_dir
+from bertkit.training.run import build_training_arguments, hydra_run_dir
 from bertkit.training.throughput import peak_flops, precision_of, training_flops
 
 logger = logging.getLogger(__name__)

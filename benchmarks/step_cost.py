@@ -5,7 +5,7 @@ process; host syncs per step from a separate untimed run per way. docs/speed.md 
 bench-step compares") says what is timed. Writes bench_step.json and prints a markdown table.
 
 The pretraining_packed workload feeds the pretraining workload's sequences (lengths drawn
-alike) as padding-free batches (bertkit.pretraining.padding_free) of the same token budget: the
+alike) as padding-free batches (bertkit.pretraining.batches) of the same token budget: the
 CPU proxy of what packing gains on a GPU, in real tokens per step and the padded share, beside
 what a step costs here."""
 
@@ -46,16 +46,14 @@ from benchmarks.side_by_side import (
 )
 from bertkit.errors import BertkitError
 from bertkit.jobs import Job
-from bertkit.pretraining import padding_free
+from bertkit.pretraining import batches as padding_free
 from bertkit.pretraining.batches import Phase
 from bertkit.pretraining.masking import IGNORE_INDEX
 from bertkit.pretraining.model import MaskedOnlyBertForPreTraining, use_padding_free_attention
 from bertkit.pretraining.trainer import PretrainingTrainer
-from bertkit.training.arguments import build_training_arguments
-from bertkit.training.budget import ClockCallback, TrainingClock
-from bertkit.training.checkpoints import PreemptionCallback
 from bertkit.training.models import count_parameters
-from bertkit.training.run import hydra_run_dir
+from bertkit.training.run import build_training_arguments, hydra_run_dir
+from bertkit.training.stop_and_resume import ClockCallback, PreemptionCallback, TrainingClock
 from bertkit.training.throughput import add_throughput
 from bertkit.training.trainer import BertkitTrainer
 

@@ -80,7 +80,7 @@ def sweep_stamp() -> str:
 
 def run_stamp() -> str:
     """training.run.run_stamp, imported when a config is resolved (a run), not at the start."""
-    from bertkit.training.arguments import run_stamp
+    from bertkit.training.run import run_stamp
 
     return run_stamp()
 
@@ -216,8 +216,8 @@ def run_job(cfg: DictConfig, job: Job | None = None) -> dict | None:
 
 
 def _hydra_task(cfg: DictConfig) -> float | None:
-    from bertkit.training.arguments import join_submitit_tasks
-    from bertkit.training.checkpoints import Preempted
+    from bertkit.training.run import join_submitit_tasks
+    from bertkit.training.stop_and_resume import Preempted
 
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     remember_secrets(cfg)
@@ -270,8 +270,8 @@ def resume_command() -> str:
 def what_resumes() -> str:
     """After a Ctrl-C that stopped the job at once: the newest complete checkpoint and the
     command that continues from it, or that there is none."""
-    from bertkit.training.arguments import CHECKPOINTS_DIR
-    from bertkit.training.checkpoints import scan_checkpoints
+    from bertkit.training.run import CHECKPOINTS_DIR
+    from bertkit.training.stop_and_resume import scan_checkpoints
 
     checkpoints = Path(HydraConfig.get().runtime.output_dir) / CHECKPOINTS_DIR
     newest = scan_checkpoints(checkpoints).complete
@@ -298,8 +298,8 @@ class FinishedRunCheck(Callback):
             finished_run,
             set_aside_message,
         )
-        from bertkit.training.arguments import is_main_process
-        from bertkit.training.checkpoints import set_aside
+        from bertkit.training.run import is_main_process
+        from bertkit.training.stop_and_resume import set_aside
 
         if _script_job is None and OmegaConf.select(config, "recipe.job") not in JOBS:
             return  # run_job names the bad job

@@ -166,7 +166,7 @@ class TrainerSchema:
     dataloader_prefetch_factor: int | None = field(default=None, metadata=_bounds(COUNT))
     include_num_input_tokens_seen: Any = "no"
     # auto (finetuning's default): compiled on a GPU for runs of compile_min_steps or more
-    # (bertkit.training.static_shapes.decide_compile); true or false as given.
+    # (bertkit.training.trainer.decide_compile); true or false as given.
     torch_compile: Any = field(default=False, metadata=_bounds(choices=AUTO_OR_BOOL))
     # With torch_compile: reduce-overhead records CUDA graphs (the shapes are static),
     # max-autotune also searches kernels; null: reduce-overhead on a GPU for a finetune,
@@ -203,8 +203,8 @@ DECAYS = ("linear", "cosine", "constant")  # the learning rate's shape after war
 
 @dataclass
 class BudgetSchema:
-    """budget.* (bertkit.training.budget): train for a time budget. The learning rate follows
-    the elapsed training time (warm-up, then the decay), replacing trainer.lr_scheduler_type
+    """budget.* (bertkit.training.stop_and_resume): train for a time budget. The learning rate
+    follows the elapsed training time (warm-up, then the decay), replacing trainer.lr_scheduler_type
     and trainer.warmup_steps, and the run stops with a checkpoint at the first step past the
     time; trainer.max_steps / num_train_epochs remain an upper bound. Training time: the
     training loop's wall clock (Trainer's own evaluations included, bertkit's held-out
@@ -299,7 +299,7 @@ class RunSchema:
     # cold compile pays back after 4,000-9,000 steps on an H100: cards/gpu.md, docs/speed.md).
     compile_min_steps: int = _default(4000, "[0, inf)",
                                       "a number of optimizer steps, 0 or more")
-    # Progress bars (bertkit/training/progress.py): auto on a terminal only, plain log lines
+    # Progress bars (bertkit/training/run.py): auto on a terminal only, plain log lines
     # in a redirected log; true: every bar; false: none (trainer.disable_tqdm, when set, wins).
     progress_bars: Any = _default("auto", choices=AUTO_OR_BOOL)
     # Processes for datasets.map tokenisation.
@@ -593,7 +593,7 @@ class PretrainingSchema:
     pad_vocab_to_multiple_of: int = _setting("[1, 1024]",
                                              "a positive number of rows (1: no padding), at most "
                                              "1024")
-    # auto, true or false (bertkit.pretraining.padding_free)
+    # auto, true or false (bertkit.pretraining.batches: padding-free batches)
     padding_free: Any = _setting(choices=AUTO_OR_BOOL)
     # A padding-free batch's sequence slots over those its mean instance needs: at least 1.
     sequence_slot_headroom: float = _setting("[1, inf)")

@@ -61,12 +61,12 @@ def _isolated_cache(tmp_path_factory, monkeypatch):
 
 
 def fresh_hub_decision(monkeypatch) -> None:
-    """Each test decides anew whether the Hub can be reached (bertkit.data.hub decides once
+    """Each test decides anew whether the Hub can be reached (bertkit.data.task_data decides once
     per process), and what a job's offline mode sets is undone after it."""
     import datasets.config
     import huggingface_hub.constants
 
-    from bertkit.data import hub
+    from bertkit.data import task_data as hub
 
     monkeypatch.setattr(hub, "_settings", {})
     monkeypatch.setattr(hub, "_reachable", {})

@@ -229,8 +229,8 @@ CHOICE_SOURCES = {
     "INTERVALS": "transformers.trainer_utils:IntervalStrategy",
     "SAVE_INTERVALS": "transformers.trainer_utils:SaveStrategy",
     "ACTIVATIONS": "transformers.activations:ACT2FN",
-    "COMPILE_MODES": "bertkit.training.static_shapes:COMPILE_MODES",
-    "PRECISIONS": "bertkit.training.arguments:PRECISIONS",
+    "COMPILE_MODES": "bertkit.training.trainer:COMPILE_MODES",
+    "PRECISIONS": "bertkit.training.run:PRECISIONS",
     "DATA_SOURCES": "bertkit.data.task_data:DATA_SOURCES",
     "ATTENTION": "bertkit.training.models:CHOICES",
     "TAG_SCHEMES": "bertkit.tasks.ner.files:TAG_SCHEMES",
@@ -269,8 +269,8 @@ def test_train_sampling_choices_are_training_arguments_own():
 
 
 def test_the_auto_or_boolean_settings_are_their_readers_own():
-    from bertkit.pretraining.padding_free import SETTINGS
-    from bertkit.training.progress import PROGRESS_BARS
+    from bertkit.pretraining.batches import SETTINGS
+    from bertkit.training.run import PROGRESS_BARS
 
     for readers in (SETTINGS, PROGRESS_BARS):
         assert tuple(readers) == config_schema.AUTO_OR_BOOL

@@ -32,7 +32,7 @@ from bertkit.jobs import (
 )
 from bertkit.sweeps.halving import read_outcome
 from bertkit.tasks import FAMILIES
-from bertkit.training.checkpoints import remove_set_aside, scan_checkpoints
+from bertkit.training.stop_and_resume import remove_set_aside, scan_checkpoints
 from tests.conftest import compose_config, tiny_run_overrides
 from tests.finetuning.test_every_family import family_run  # noqa: F401
 from tests.pretraining.test_pretrain_recipe import tiny_pretraining_overrides

@@ -12,24 +12,23 @@ import bertkit
 # Subpackage -> the subpackages it may import ("tasks.*" is every family, "tasks" the
 # table of families alone).
 # A subpackage imports itself freely; a family never another family.
-LEAVES = {"errors", "registry", "config_paths", "config_tree", "config_schema",
-          "wandb_credentials", "trainer_internals", "secret_masking"}
+LEAVES = {"errors", "config_paths", "config_tree", "config_schema",
+          "wandb_credentials", "secret_masking"}
 RULES: dict[str, set[str]] = {
     "errors": set(),
-    "registry": set(),  # the tables of families, jobs, methods and objectives resolve with it
     "config_paths": set(),  # read by hydra_plugins/bertkit_recipes: imports nothing heavy
     "config_tree": {"errors", "config_schema", "config_paths"},
     "config_schema": {"errors"},
     "wandb_credentials": set(),
-    "trainer_internals": set(),
     "secret_masking": set(),  # every writer masks secrets with it
     "data": {"errors"},
-    # Written once for every family, below the template and the families. data.atomic_files:
-    # the LoRA adapters it saves follow the umask like every other result file.
-    "finetuning": {"errors", "registry", "trainer_internals", "data.atomic_files"},
+    # Written once for every family, below the template and the families. training.trainer:
+    # the trainer internals (its edits of a built Trainer), not the rest of training.
+    # data.atomic_files: the LoRA adapters it saves follow the umask like every other result file.
+    "finetuning": {"errors", "training.trainer", "data.atomic_files"},
     "sweeps": {"data", "errors"},
     "training": {"data", "finetuning", *LEAVES},
-    "tasks": {"errors", "registry"},
+    "tasks": {"errors"},
     "tasks.*": {"data", "training", *LEAVES},
     "pretraining": {"data", "training", "tasks", *LEAVES},
     "reporting": {"data", *LEAVES},

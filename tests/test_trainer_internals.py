@@ -1,5 +1,6 @@
-"""What bertkit.trainer_internals and bertkit's sampler overrides rely on in the installed
-transformers.Trainer. Each test fails, naming the assumption, on a release that changed it."""
+"""What the trainer internals (bertkit.training.trainer) and bertkit's sampler overrides rely on
+in the installed transformers.Trainer. Each test fails, naming the assumption, on a release that
+changed it."""
 
 from __future__ import annotations
 
@@ -11,10 +12,13 @@ import pytest
 import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
-from bertkit.trainer_internals import callbacks_of, put_first, replace_model, use_optimizer
 from bertkit.training.trainer import (
     BertkitTrainer,
     EpochSeededLengthGroupedSampler,
+    callbacks_of,
+    put_first,
+    replace_model,
+    use_optimizer,
 )
 from tests.finetuning.method_fixtures import RandomPairs, tiny_classifier
 
@@ -142,7 +146,7 @@ class SavesAtStepTwo(TrainerCallback):
 def test_a_callback_put_last_sees_what_later_added_ones_decided(tmp_path):
     """The lean step's flush (bertkit.training.trainer) runs last at a step's end, so that
     a save another callback asked for finds the device counters in the state it saves."""
-    from bertkit.trainer_internals import put_last
+    from bertkit.training.trainer import put_last
 
     seen = []
 

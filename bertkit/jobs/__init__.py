@@ -13,7 +13,7 @@ never written into by a new job unless asked (check_finished_run): run_job makes
 after the settings-only checks, before anything is read or written; bertkit.cli makes it
 before Hydra writes too. overwrite=true sets the earlier run aside first (nothing of it is
 left for a later step to read) and removes it once the new run has started
-(bertkit.training.checkpoints.set_aside); resume=true|auto on a finished run leaves it as it
+(bertkit.training.stop_and_resume.set_aside); resume=true|auto on a finished run leaves it as it
 is and returns its result.
 """
 
@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from pkgutil import resolve_name as imported
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
@@ -30,23 +31,25 @@ from omegaconf import DictConfig, OmegaConf
 from bertkit.config_paths import config_dir
 from bertkit.config_schema import checked_once
 from bertkit.data.atomic_files import read_json
-from bertkit.data.hub import use_hub_settings
 from bertkit.data.metrics_file import FAILED_FILE, METRICS_FILE
+from bertkit.data.task_data import use_hub_settings
 from bertkit.errors import BertkitError
 from bertkit.jobs.two_stage import finetune_two_stage
-from bertkit.registry import imported
 from bertkit.tasks import task_family
-from bertkit.training.arguments import CHECKPOINTS_DIR, is_main_process
-from bertkit.training.checkpoints import (
+from bertkit.training.finetune import finetune
+from bertkit.training.models import check_local_files, offline_ways
+from bertkit.training.run import (
+    CHECKPOINTS_DIR,
+    apply_progress_bars,
+    hydra_run_dir,
+    is_main_process,
+)
+from bertkit.training.stop_and_resume import (
     checkpoint_folders,
     forget_set_aside,
     remove_set_aside,
     set_aside,
 )
-from bertkit.training.finetune import finetune
-from bertkit.training.models import check_local_files, offline_ways
-from bertkit.training.progress import apply_progress_bars
-from bertkit.training.run import hydra_run_dir
 
 logger = logging.getLogger(__name__)
 
@@ -300,7 +303,7 @@ def prepare_job(cfg: DictConfig, run_dir: Path | None, job: Job | None = None) -
         folder = set_aside(run_dir, keep)
         if folder is not None:
             logger.warning(set_aside_message(run_dir, folder))
-    # Whether the Hub can be reached is checked at its first use (bertkit.data.hub).
+    # Whether the Hub can be reached is checked at its first use (bertkit.data.task_data).
     use_hub_settings(cfg.hub_check_seconds,
                      lambda: offline_ways(config_dir()))
     check_local_files(cfg.model, fetched_only=True)  # model=minilm_l6: make minilm

@@ -3,5 +3,5 @@ sentence pairs or packed full sentences, static or dynamic masking, the two sequ
 phases, the masked-only MLM head, and the GLUE finetunes run right after on the checkpoint.
 
 Imports `bertkit.data` and `bertkit.training`; its downstream finetunes reach a task family
-through the registry of `bertkit.tasks`, never by importing it.
+through the table of `bertkit.tasks`, never by importing it.
 """

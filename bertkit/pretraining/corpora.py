@@ -29,18 +29,18 @@ from datasets.exceptions import DatasetGenerationError
 from omegaconf import DictConfig, OmegaConf
 
 from bertkit.config_schema import check_setting
-from bertkit.data import binary_content, compressed_files
+from bertkit.data import text_files
 from bertkit.data.atomic_files import write_text_atomic
-from bertkit.data.binary_content import TextCheck
-from bertkit.data.compressed_files import (
+from bertkit.data.cache import content_fingerprint, files_content_fingerprint
+from bertkit.data.task_data import require_hub, why_offline
+from bertkit.data.text_files import (
     READABLE,
+    TextCheck,
     compressed_tail_digest,
     compression_of,
     read_chunks,
     text_stream,
 )
-from bertkit.data.fingerprints import content_fingerprint, files_content_fingerprint
-from bertkit.data.hub import require_hub, why_offline
 from bertkit.errors import BertkitError
 
 logger = logging.getLogger(__name__)
@@ -93,14 +93,14 @@ def files_fingerprint(files: list[Path], corpus_format: str, max_documents: int 
         "format": corpus_format,
         "max_documents": max_documents,
         "reader": hashlib.sha256(b"".join(Path(path).read_bytes() for path in (
-            __file__, compressed_files.__file__, binary_content.__file__))).hexdigest(),
+            __file__, text_files.__file__))).hexdigest(),
         "blingfire": version("blingfire"),
     }
     return hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def corpus_input_fingerprints(corpus: DictConfig, cache_dir: str) -> dict[str, str]:
-    """details.input_fingerprints of a local corpus (bertkit.data.fingerprints): each part's
+    """details.input_fingerprints of a local corpus (bertkit.data.cache): each part's
     format and its files' contents in reading order, whatever their paths, under the key that
     names them (corpus.files, or corpus.parts). A Hub corpus is named by its id: none."""
     if corpus.source != "local":
@@ -198,7 +198,7 @@ def _is_network_error(err: Exception) -> bool:
 
 
 def _load_hub(hub: DictConfig, streaming: bool) -> Documents:
-    online = require_hub()  # without the Hub: offline mode, no retries (bertkit.data.hub)
+    online = require_hub()  # without the Hub: offline mode, no retries (bertkit.data.task_data)
     try:
         return datasets.load_dataset(hub.path, hub.name, split=hub.split, streaming=streaming)
     except Exception as err:  # one message, not a Hub traceback

@@ -31,7 +31,6 @@ from torch.nn import functional
 from transformers import PreTrainedTokenizerBase, Trainer, TrainerCallback
 
 from bertkit.errors import BertkitError
-from bertkit.pretraining.instances import packed_sequences_dataset, tokenize_documents
 from bertkit.pretraining.masking import (
     IGNORE_INDEX,
     Vocabulary,
@@ -39,9 +38,13 @@ from bertkit.pretraining.masking import (
     padding_collator,
     static_masked_copies,
 )
-from bertkit.pretraining.objective import objective_of, registered
-from bertkit.training.budget import TrainingClock
-from bertkit.training.checkpoints import preempting
+from bertkit.pretraining.objective import (
+    objective_of,
+    packed_sequences_dataset,
+    registered,
+    tokenize_documents,
+)
+from bertkit.training.stop_and_resume import TrainingClock, preempting
 from bertkit.training.throughput import excluded_from_throughput
 
 KEY_COLUMN = "heldout_key"
@@ -347,7 +350,7 @@ def score_heldout(model, dataset: datasets.Dataset, collator, batch_size: int,
 # gets them against the step (under train/heldout/...), and trainer_state.json keeps them, so a
 # resumed run's curve still holds the evaluations made before the resume. Every process
 # evaluates (no collective call; the set is small); only the main process writes files. After a
-# preemption signal nothing is scored (bertkit.training.checkpoints): the run saves and exits
+# preemption signal nothing is scored (bertkit.training.stop_and_resume): the run saves and exits
 # within the scheduler's grace period, and the resumed run scores at its end.
 
 

@@ -31,8 +31,15 @@ import torch
 from transformers import DataCollatorForTokenClassification, PreTrainedTokenizerBase
 
 from bertkit.errors import BertkitError
-from bertkit.pretraining.batches import IGNORE_INDEX, Columns, PhaseShapes, model_batch, slots_of
-from bertkit.pretraining.padding_free import PackShape, packed_batch
+from bertkit.pretraining.batches import (
+    IGNORE_INDEX,
+    Columns,
+    PackShape,
+    PhaseShapes,
+    model_batch,
+    packed_batch,
+    slots_of,
+)
 
 UNITS = ("token", "whole_word", "span")  # masking.unit's choices (config_schema)
 CONVENTIONS = ("google", "non_special")  # masking.convention's choices (module docstring)
@@ -278,7 +285,7 @@ class StaticShapeCollator:
                  phases: Sequence[tuple[int | None, int]], pad_to_multiple_of: int | None = None,
                  static: bool = True, packed: Sequence[PackShape] | None = None):
         """static=False: each batch padded to its longest row (PhaseShapes). packed: the
-        phases' shapes of padding-free batches (bertkit.pretraining.padding_free), the
+        phases' shapes of padding-free batches (bertkit.pretraining.batches), the
         sequences masked as in a padded batch, then laid end to end."""
         self.vocab = Vocabulary.from_tokenizer(tokenizer)
         self.pad_id = tokenizer.pad_token_id

@@ -23,7 +23,7 @@ from torch.nn import functional
 from transformers import BertConfig, BertForPreTraining, PreTrainedTokenizerBase
 from transformers.utils import ModelOutput
 
-from bertkit.pretraining import padding_free
+from bertkit.pretraining import batches
 from bertkit.pretraining.batches import IGNORE_INDEX
 from bertkit.training.models import (
     attention_setting,
@@ -82,7 +82,7 @@ class MaskedOnlyBertForPreTraining(BertForPreTraining):
         bertkit's fixed slots (mlm_positions, mlm_labels: [batch, slots], -100 in the unused
         ones; bertkit.pretraining.batches): one shape per phase, no data-dependent indexing.
 
-        A padding-free batch (bertkit.pretraining.padding_free) is one row of sequences end to
+        A padding-free batch (bertkit.pretraining.batches) is one row of sequences end to
         end, each slot of sequence_lengths one sequence (0: unused), position_ids restarting
         at each; its sentence labels are per slot (-100: unused), scored on each [CLS]."""
         if sequence_lengths is None:
@@ -142,11 +142,11 @@ class MaskedOnlyBertForPreTraining(BertForPreTraining):
         """(hidden states [1, tokens, hidden], pooled [sequence slots, hidden]) of a
         padding-free batch: each sequence attends to itself (padding_free_attention), and the
         pooler reads each sequence's first token, its [CLS]."""
-        if self.config._attn_implementation != padding_free.ATTENTION:
+        if self.config._attn_implementation != batches.ATTENTION:
             raise ValueError("a padding-free batch needs the model's attention set to "
-                             f"{padding_free.ATTENTION} (use_padding_free_attention)")
+                             f"{batches.ATTENTION} (use_padding_free_attention)")
         tokens = input_ids.shape[-1]
-        attention = padding_free.attention_inputs(sequence_lengths, tokens, max_sequence_length)
+        attention = batches.attention_inputs(sequence_lengths, tokens, max_sequence_length)
         sequence_output = self.bert(input_ids, token_type_ids=token_type_ids,
                                     position_ids=position_ids, return_dict=False,
                                     **attention)[0]
@@ -228,8 +228,8 @@ def _pad_loaded_vocabulary(module, state_dict, prefix, *args) -> None:
 def use_padding_free_attention(model: MaskedOnlyBertForPreTraining) -> None:
     """The model's attention becomes padding_free_attention: padding-free batches attend
     within each sequence, padded ones (the held-out sets) run SDPA as before."""
-    padding_free.register_attention()
-    model.set_attn_implementation(padding_free.ATTENTION)
+    batches.register_attention()
+    model.set_attn_implementation(batches.ATTENTION)
 
 
 def load_pretraining_model(model: DictConfig, tokenizer: PreTrainedTokenizerBase,

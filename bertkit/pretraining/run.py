@@ -40,8 +40,7 @@ from transformers import PreTrainedTokenizerBase, TrainingArguments
 from bertkit.config_schema import check_ranges
 from bertkit.config_tree import compose_config, debug_overrides
 from bertkit.data.atomic_files import discard_damaged_arrow_cache, write_json_atomic
-from bertkit.data.fingerprints import model_input_fingerprints
-from bertkit.data.hub import known_offline
+from bertkit.data.cache import model_input_fingerprints
 from bertkit.data.metrics_file import (
     INPUT_FINGERPRINTS,
     LIMITED_SAMPLES,
@@ -51,8 +50,15 @@ from bertkit.data.metrics_file import (
     describe_cut,
     limited_samples,
 )
+from bertkit.data.task_data import known_offline
 from bertkit.errors import BertkitError
-from bertkit.pretraining.batches import Phase, phase_steps
+from bertkit.pretraining.batches import (
+    PackingPlan,
+    Phase,
+    pack_shapes,
+    padding_free_wanted,
+    phase_steps,
+)
 from bertkit.pretraining.corpora import (
     corpus_documents,
     corpus_input_fingerprints,
@@ -69,7 +75,6 @@ from bertkit.pretraining.heldout import (
     heldout_record,
     split_documents,
 )
-from bertkit.pretraining.instances import tokenize_documents
 from bertkit.pretraining.masking import (
     DynamicMaskingCollator,
     StaticMasksCollator,
@@ -79,32 +84,28 @@ from bertkit.pretraining.masking import (
     static_masked_copies,
 )
 from bertkit.pretraining.model import load_pretraining_model, use_padding_free_attention
-from bertkit.pretraining.objective import objective_of, streaming_instances
-from bertkit.pretraining.padding_free import (
-    PackingPlan,
-    pack_shapes,
-    padding_free_wanted,
-)
+from bertkit.pretraining.objective import objective_of, streaming_instances, tokenize_documents
 from bertkit.pretraining.trainer import PretrainingTrainer
 from bertkit.pretraining.wordpiece import ensure_trained_tokenizer, trained_tokenizer_dir
 from bertkit.secret_masking import mask_secrets
 from bertkit.tasks import task_family
-from bertkit.training.budget import TrainingClock
 from bertkit.training.finetune import finetune
 from bertkit.training.model_card import run_card, write_card
 from bertkit.training.models import check_model_settings, load_tokenizer, tokenizer_size
-from bertkit.training.progress import every_bar_shown, preprocessing_stage
 from bertkit.training.run import (
     Outcome,
     RunSetup,
     TrainingRun,
+    every_bar_shown,
+    preprocessing_stage,
     publish,
     push_if_asked,
     saving_model,
     start_run,
     train_run,
 )
-from bertkit.training.static_shapes import prepare_compile, static_shapes_pay
+from bertkit.training.stop_and_resume import TrainingClock
+from bertkit.training.trainer import prepare_compile, static_shapes_pay
 from bertkit.training.wandb_logging import paper_hyperparameters
 
 logger = logging.getLogger(__name__)
@@ -113,7 +114,7 @@ logger = logging.getLogger(__name__)
 MASKING_KINDS = ("static", "dynamic")
 
 # The stages of the data preparation, in order: each prints one line when it ends (its count
-# and time) in place of datasets' bars for each of its maps (bertkit.training.progress).
+# and time) in place of datasets' bars for each of its maps (bertkit.training.run).
 READING, HOLDING_OUT, VOCABULARY, TOKENIZING, INSTANCES, HELDOUT_SET = STAGES = (
     "pretraining data 1/6, reading the corpus",
     "pretraining data 2/6, holding out documents",
@@ -238,7 +239,7 @@ class PretrainingData:
     seconds: float
     heldout: HeldoutSet | None = None  # None: heldout.fraction=0
     train_documents: int | None = None  # None: a stream
-    # Padding-free batches (bertkit.pretraining.padding_free), or None: padded ones, grouped
+    # Padding-free batches (bertkit.pretraining.batches), or None: padded ones, grouped
     # by length or not (bertkit.pretraining.batches).
     packing: PackingPlan | None = None
     group_by_length: bool = True
@@ -271,7 +272,7 @@ def prepare_pretraining_data(cfg: DictConfig, args: TrainingArguments) -> Pretra
 
 
 def static_shapes(cfg: DictConfig) -> bool:
-    """Batches at their phase's length (bertkit.training.static_shapes.static_shapes_pay)."""
+    """Batches at their phase's length (bertkit.training.trainer.static_shapes_pay)."""
     return static_shapes_pay(cfg)
 
 
@@ -592,7 +593,7 @@ def _outcome(cfg: DictConfig, trainer, data: PretrainingData, run: TrainingRun,
                 f"  metrics:  {run_dir / METRICS_FILE}\n"
                 f"  model:    {model_dir}\n"
                 f"  finetune: bertkit recipe=glue task=mrpc model.name_or_path={model_dir}"
-                # without the Hub, MRPC's files are needed (bertkit.data.hub)
+                # without the Hub, MRPC's files are needed (bertkit.data.task_data)
                 + (" task.data_dir=<MRPC's files>" if known_offline() else ""))
 
     final = {**last, **{f"heldout/{key}": value for key, value in heldout_final.items()

@@ -1,7 +1,7 @@
 """Trainer for MLM + NSP/SOP pretraining: logs each objective's loss and accuracy separately,
 the share of real (non-padding) tokens, the current sequence length, and samples in the
 paper's sequence-length phases, padded (PhasedSampler) or padding-free (PackedBatches,
-bertkit.pretraining.padding_free).
+bertkit.pretraining.batches).
 
 Statistics are summed over the steps between two log lines and over all processes, so the
 logged MLM loss is the mean over every masked token of the window, not a mean of means.
@@ -18,12 +18,15 @@ from __future__ import annotations
 import datasets
 import torch
 
-from bertkit.pretraining.batches import IGNORE_INDEX, ArrowRows, Phase, PhasedSampler
-from bertkit.pretraining.padding_free import (
+from bertkit.pretraining.batches import (
+    IGNORE_INDEX,
     MAX_LENGTH,
     SEQUENCE_LENGTHS,
+    ArrowRows,
     PackedBatches,
     PackingPlan,
+    Phase,
+    PhasedSampler,
 )
 from bertkit.training.trainer import BertkitTrainer
 

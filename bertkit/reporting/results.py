@@ -271,7 +271,7 @@ def _data_fingerprint(data: dict) -> str | None:
 
 def _input_fingerprints(data: dict) -> dict[str, str]:
     """details.input_fingerprints: {config key: fingerprint} of the local checkpoint,
-    tokenizer and corpus the run read (bertkit.data.fingerprints); {} for a run from before."""
+    tokenizer and corpus the run read (bertkit.data.cache); {} for a run from before."""
     details = data.get("details")
     found = details.get(INPUT_FINGERPRINTS) if isinstance(details, dict) else None
     return ({key: value for key, value in found.items()

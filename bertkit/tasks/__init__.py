@@ -3,14 +3,16 @@ metrics, output files and the small family spec the finetune job runs
 (bertkit.training.finetune).
 
 A family imports `bertkit.data` and `bertkit.training`, never another family. The table
-below names each family's spec (bertkit.registry), so that callers (the CLI, pretraining's
-downstream finetunes) pick a family by name without importing any of them up front.
+below names each family's spec ("module:attribute", resolved by pkgutil.resolve_name), so
+that callers (the CLI, pretraining's downstream finetunes) pick a family by name without
+importing any of them up front.
 """
 
 from __future__ import annotations
 
+from pkgutil import resolve_name as imported
+
 from bertkit.errors import BertkitError
-from bertkit.registry import imported
 
 # task.family -> that family's spec (bertkit.training.finetune.TaskFamily).
 FAMILIES = {

@@ -19,7 +19,7 @@ from omegaconf import DictConfig
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, Trainer, TrainingArguments
 
 from bertkit.config_schema import check_ranges
-from bertkit.data.fingerprints import model_input_fingerprints
+from bertkit.data.cache import model_input_fingerprints
 from bertkit.data.metrics_file import (
     INPUT_FINGERPRINTS,
     LIMITED_SAMPLES,
@@ -42,7 +42,7 @@ from bertkit.training.run import (
     start_run,
     train_run,
 )
-from bertkit.training.static_shapes import (
+from bertkit.training.trainer import (
     CompileRecord,
     PaddedRows,
     compile_graphs,
@@ -202,7 +202,7 @@ def sample_limits(task: DictConfig) -> dict[str, int | None]:
 
 def compile_if_it_pays(cfg: DictConfig, args, train_rows: int,
                        max_seq_length: int) -> CompileRecord | None:
-    """trainer.torch_compile decided for this run's length (static_shapes.decide_compile) and,
+    """trainer.torch_compile decided for this run's length (trainer.decide_compile) and,
     compiled, Dynamo prepared for its graphs; returns what will record the compile's cost."""
     decide_compile(cfg, args, planned_steps(args, train_rows, args.world_size))
     if not args.torch_compile:
@@ -312,7 +312,7 @@ class TaskFamily:
 
     def padded_rows(self, task: DictConfig) -> PaddedRows:
         """How the rows that fill a short batch up to its batch size weigh nothing (static
-        shapes: bertkit.training.static_shapes): by default, labels the loss ignores (-100)."""
+        shapes: bertkit.training.trainer): by default, labels the loss ignores (-100)."""
         return PaddedRows()
 
     def hyperparameters(self, task: DictConfig, model: PreTrainedModel) -> dict:

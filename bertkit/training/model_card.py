@@ -21,7 +21,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from bertkit.data.atomic_files import write_text_atomic
 from bertkit.data.metrics_file import LIMITED_SAMPLES, describe_cut, limited_samples
-from bertkit.errors import BertkitError
 from bertkit.secret_masking import mask_secrets, mask_text
 
 # ================================================================================================
@@ -289,18 +288,6 @@ def command_line() -> str | None:
         return None
     overrides = mask_secrets(list(HydraConfig.get().overrides.task))
     return " ".join(["bertkit", *(shlex.quote(o) for o in overrides)])
-
-
-def check_hub_settings(cfg: DictConfig) -> None:
-    """Before any data is read: without hub_model_id Trainer would name the repository after
-    the checkpoint folder ("checkpoints"); a base_model the card gives must be a Hub id."""
-    if cfg.trainer.push_to_hub and not cfg.trainer.hub_model_id:
-        raise BertkitError("trainer.push_to_hub=true needs trainer.hub_model_id=<user>/<name>, "
-                           "the Hub repository to push to")
-    base = cfg.model_card.base_model
-    if base and not is_repo_id(str(base)):
-        raise BertkitError(f"model_card.base_model={base}: expected the Hub id of a model "
-                           f"(<user>/<name>), not a path")
 
 
 def _is_score(value) -> bool:

@@ -25,7 +25,7 @@ from transformers.tokenization_utils_base import TOKENIZER_CONFIG_FILE
 from transformers.utils import CONFIG_NAME, WEIGHTS_NAME, cached_file
 
 from bertkit.data.atomic_files import read_json
-from bertkit.data.hub import offline_error, require_hub
+from bertkit.data.task_data import offline_error, require_hub
 from bertkit.errors import BertkitError
 
 # ================================================================================================
@@ -130,7 +130,7 @@ def offline_model_presets(config_directory: str) -> dict[str, str | None]:
 
 
 def offline_ways(config_directory: str) -> str:
-    """The local ways an offline error names (bertkit.data.hub.offline_error)."""
+    """The local ways an offline error names (bertkit.data.task_data.offline_error)."""
     presets = "".join(f"model={name}{f' (after `{fetch}`)' if fetch else ''}, "
                       for name, fetch in offline_model_presets(config_directory).items())
     return (f"{presets}model.name_or_path=<dir> (a saved checkpoint), task.data_dir=<dir> "
@@ -235,7 +235,7 @@ def from_pretrained(loader, name: str, key: str, what: str, *, trust_remote_code
     """loader.from_pretrained(name) for `what` (a model, config or tokenizer) under the rules
     of a file a user hands us (above); `key` is the setting that named it, for messages.
     trust_remote_code is always passed: transformers asks on stdin when it is not. A Hub
-    name is looked up only once the Hub is known reachable (bertkit.data.hub: else offline
+    name is looked up only once the Hub is known reachable (bertkit.data.task_data: else offline
     mode, and one line naming the local ways when it is not in the Hub cache)."""
     online = (kwargs.get("local_files_only") or not is_hub_name(name)) or require_hub()
     if not trust_remote_code:

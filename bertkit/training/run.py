@@ -1,22 +1,36 @@
 """The run lifecycle every training job shares, finetunes and pretraining alike: the run
-started (TrainingArguments from bertkit.training.arguments, the checkpoint to resume, the
-seed), what happens around Trainer.train (early stopping, train_fraction, a time budget,
-preemption, W&B) and the publishing of the results. One module because a job reads it
-top-down as one story: start_run, train_run, publish, push_if_asked (each section below says
-why it does what it does).
+started (its TrainingArguments, the checkpoint to resume, the seed), what happens around
+Trainer.train (early stopping, train_fraction, a time budget, preemption, W&B) and the
+publishing of the results. One module because a job reads it top-down as one story:
+start_run, train_run, publish, push_if_asked (each section below says why it does what it
+does). Starting a run includes what it is started with, in the sections after the story:
+TrainingArguments from the `trainer` group plus what bertkit decides for the user, the facts
+of the launch it runs in (process ranks, the run directory's time stamp, a SLURM job's tasks
+joined by submitit), and whether progress bars are drawn.
 """
 
 from __future__ import annotations
 
+import copy
+import copyreg
+import importlib.util
 import logging
+import os
 import shutil
+import sys
 import time
-from collections.abc import Callable, Iterable
+import warnings
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import datasets
+import huggingface_hub.utils
+import psutil
+import torch
+import transformers.utils.logging
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from transformers import Trainer, TrainingArguments, set_seed
@@ -32,32 +46,28 @@ from bertkit.data.atomic_files import (
 from bertkit.data.metrics_file import LIMITED_SAMPLES, METRICS_FILE, limited_samples
 from bertkit.errors import BertkitError
 from bertkit.secret_masking import mask_secrets, remember_secrets
-from bertkit.training.arguments import build_training_arguments
-from bertkit.training.budget import (
+from bertkit.training.model_card import is_repo_id, run_card, write_card
+from bertkit.training.stop_and_resume import (
     Budget,
     ClockCallback,
-    TrainingClock,
-    add_budget,
-    add_early_stopping,
-    add_train_fraction,
-    budget_hyperparameters,
-    run_budget,
-    show_budget_progress,
-)
-from bertkit.training.checkpoints import (
     DurableCheckpoints,
     Preempted,
     PreemptionCallback,
     RemoveSetAsideRun,
     ResumedFrom,
+    TrainingClock,
+    add_budget,
+    add_early_stopping,
+    add_train_fraction,
+    budget_hyperparameters,
     checkpoint_fault,
     checkpoint_folders,
+    run_budget,
     scan_checkpoints,
+    show_budget_progress,
 )
-from bertkit.training.model_card import check_hub_settings, run_card, write_card
-from bertkit.training.static_shapes import padding_multiple, static_shapes_pay
 from bertkit.training.throughput import add_throughput
-from bertkit.training.trainer import push_model
+from bertkit.training.trainer import padding_multiple, push_model, static_shapes_pay
 from bertkit.training.wandb_logging import resolve_wandb_mode, start_wandb_run
 
 logger = logging.getLogger(__name__)
@@ -84,8 +94,8 @@ class RunSetup:
     args: TrainingArguments
     checkpoint: str | None  # the checkpoint to resume from (None: from the start)
     clock: TrainingClock  # the run's training clock, started by the trainer's ClockCallback
-    pad_to_multiple_of: int | None  # finetuning batches' widths (static_shapes.padding_multiple)
-    static_shapes: bool  # finetuning batches at full rows too (static_shapes.static_shapes_pay)
+    pad_to_multiple_of: int | None  # finetuning batches' widths (trainer.padding_multiple)
+    static_shapes: bool  # finetuning batches at full rows too (trainer.static_shapes_pay)
     budget: Budget | None  # budget.* (budget.run_budget; None: no time budget)
 
 
@@ -121,6 +131,19 @@ def start_run(cfg: DictConfig, run_dir: Path | None = None) -> RunSetup:
     set_seed(args.seed)
     return RunSetup(cfg, run_dir, args, checkpoint, training_clock(),
                     padding_multiple(cfg, args.bf16 or args.fp16), static_shapes_pay(cfg), budget)
+
+
+def check_hub_settings(cfg: DictConfig) -> None:
+    """Before any data is read, the settings of what the run publishes (push_if_asked, below):
+    without hub_model_id Trainer would name the repository after the checkpoint folder
+    ("checkpoints"); a base_model the card gives must be a Hub id."""
+    if cfg.trainer.push_to_hub and not cfg.trainer.hub_model_id:
+        raise BertkitError("trainer.push_to_hub=true needs trainer.hub_model_id=<user>/<name>, "
+                           "the Hub repository to push to")
+    base = cfg.model_card.base_model
+    if base and not is_repo_id(str(base)):
+        raise BertkitError(f"model_card.base_model={base}: expected the Hub id of a model "
+                           f"(<user>/<name>), not a path")
 
 
 def train_run(cfg: DictConfig, setup: RunSetup, trainer: Trainer, hyperparameters: dict,
@@ -199,8 +222,8 @@ def push_if_asked(setup: RunSetup, trainer: Trainer, record: dict) -> None:
 # reports to, early stopping, stopping at a share of the schedule (successive halving), the W&B
 # run and the resolved config.yaml on the main process, resuming from the newest complete
 # checkpoint when asked, each checkpoint fsynced once saved, saving and stopping on a
-# preemption signal (all three bertkit.training.checkpoints), training to a time budget and its
-# progress bar (bertkit.training.budget), the training time and throughput
+# preemption signal (all three bertkit.training.stop_and_resume), training to a time budget and its
+# progress bar (bertkit.training.stop_and_resume), the training time and throughput
 # (bertkit.training.throughput), and closing the W&B run with the final scores.
 
 
@@ -262,7 +285,7 @@ def resume_checkpoint(resume, args) -> str | None:
     none (a mistyped hydra.run.dir must not silently train from the start); resume=auto
     (preemptible cluster jobs): the newest complete checkpoint if there is one, else from the
     start. Checkpoints whose save was cut short are skipped, each named with why
-    (bertkit.training.checkpoints)."""
+    (bertkit.training.stop_and_resume)."""
     if resume not in RESUME:
         raise BertkitError(f"resume={resume!r}: expected false, true or auto")
     if resume is False:
@@ -400,3 +423,281 @@ def finish_wandb(run: TrainingRun, final: dict[str, float], num_parameters: int,
     where = f"W&B run: {run.wandb_run.dir if run.wandb_run.offline else run.wandb_run.url}"
     run.wandb_run.finish()
     return where
+
+
+# ================================================================================================
+# TrainingArguments from the `trainer` config group, plus what bertkit decides for the user:
+# mixed precision on a GPU, where checkpoints go, which tracker Trainer reports to, and no secret
+# in the training_args.bin Trainer saves.
+
+PRECISIONS = ("auto", "bf16", "fp16", "no")
+CHECKPOINTS_DIR = "checkpoints"  # Trainer's output_dir, in the run directory
+
+
+def resolve_mixed_precision(setting: str) -> str:
+    """auto: bf16 where the GPU has it, else fp16 on a GPU, else full precision on the CPU
+    (`setting` is one of PRECISIONS: the schema's choices, bertkit.config_schema)."""
+    if setting != "auto":
+        if setting != "no" and not torch.cuda.is_available():
+            raise BertkitError(f"mixed_precision={setting}: needs a GPU, and none is visible")
+        return setting
+    if not torch.cuda.is_available():
+        return "no"
+    return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+
+
+def available_cores() -> int:
+    """The cores this process may run on: its CPU affinity where the system has one (a SLURM
+    job's cpus_per_task, a hydra/launcher=gpu_pack job's share), else the machine's."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
+
+
+def resolve_dataloader_workers(setting, on_gpu: bool, gpu_workers: int, cpus: int,
+                               processes: int) -> int:
+    """trainer.dataloader_num_workers: a number as given; auto: none on a CPU, where workers
+    would take the cores training needs, and on a GPU gpu_workers, at most the cores each
+    process has less one (its own)."""
+    if setting == "auto":
+        workers = max(0, min(int(gpu_workers), cpus // max(processes, 1) - 1)) if on_gpu else 0
+        logger.info("trainer.dataloader_num_workers=auto: %d worker process(es) (%s, %d cores, "
+                    "%d process(es))", workers, "GPU" if on_gpu else "CPU", cpus, processes)
+        return workers
+    if isinstance(setting, bool) or not isinstance(setting, int) or setting < 0:
+        raise BertkitError(f"trainer.dataloader_num_workers={setting!r}: expected auto or a "
+                           f"number of worker processes, 0 or more")
+    return setting
+
+
+# Trainer's options that shard the model over the processes of a launch: in one process
+# started alone Trainer fails deep inside (FSDP: "only works in distributed training";
+# DeepSpeed: an MPI lookup), so they are refused here with the command that works.
+SHARDING_OPTIONS = {"fsdp": "FSDP", "deepspeed": "DeepSpeed"}
+
+
+def deepspeed_installed() -> bool:
+    return importlib.util.find_spec("deepspeed") is not None
+
+
+def check_sharding_launch(options: dict) -> None:
+    for key, name in SHARDING_OPTIONS.items():
+        value = options.get(key)
+        if value and not launched():
+            raise BertkitError(
+                f"trainer.{key}={value!r}: {name} shards the model over the processes of a "
+                f"launch, and this process was started alone: launch it with torchrun, e.g. "
+                f"torchrun --nproc_per_node=N -m bertkit <the same overrides> "
+                f"(docs/scale.md)")
+    if options.get("deepspeed") and not deepspeed_installed():
+        raise BertkitError(
+            f"trainer.deepspeed={options['deepspeed']!r}: DeepSpeed is not installed; it is "
+            f"an optional extra: pip install 'bertkit[deepspeed]'")
+
+
+class TrainingArgumentsWithoutSecrets(TrainingArguments):
+    """TrainingArguments whose pickle holds its secrets masked (trainer.hub_token: Trainer
+    pickles its arguments into training_args.bin beside every checkpoint and in the model
+    directory it pushes). Unpickled, it is plain TrainingArguments, readable without bertkit;
+    copies in this process keep the real values (Trainer's Hub calls read them)."""
+
+    def __reduce_ex__(self, protocol):
+        # pickle's own reconstructor, naming the base class: no bertkit needed to load it
+        return (copyreg._reconstructor, (TrainingArguments, object, None),
+                mask_secrets(self.__dict__))
+
+    def __copy__(self):
+        clone = object.__new__(type(self))
+        clone.__dict__.update(self.__dict__)
+        return clone
+
+    def __deepcopy__(self, memo):
+        clone = object.__new__(type(self))
+        memo[id(self)] = clone
+        clone.__dict__.update(copy.deepcopy(self.__dict__, memo))
+        return clone
+
+
+def build_training_arguments(cfg: DictConfig, run_dir: Path, report_to: list[str],
+                             trainer: dict | None = None) -> TrainingArguments:
+    """TrainingArguments from the trainer node (`trainer`: further options, TrainingArguments'
+    names, merged over it: a benchmark's arms), mixed_precision, progress_bars and
+    gpu_dataloader_workers."""
+    options = OmegaConf.to_container(cfg.trainer, resolve=True)
+    if trainer:  # names the trainer group may lack: merged outside its struct node
+        options = OmegaConf.to_container(OmegaConf.merge(options, trainer), resolve=True)
+    # auto: eager here; a finetune decides once it knows its length (decide_compile), so the
+    # other callers (pretraining, a script's own job), which build their arguments here, compile
+    # only when asked.
+    options["torch_compile"] = options.get("torch_compile", False) is True
+    check_sharding_launch(options)
+    if options.get("disable_tqdm") is None:  # progress_bars decides (progress bars, below)
+        options["disable_tqdm"] = not progress_bars_shown(cfg.progress_bars)
+    precision = resolve_mixed_precision(cfg.mixed_precision)
+    options["dataloader_num_workers"] = resolve_dataloader_workers(
+        options.get("dataloader_num_workers", 0), torch.cuda.is_available(),
+        cfg.gpu_dataloader_workers, available_cores(), world_size())
+    if options["dataloader_num_workers"] == 0:
+        # Prefetching and persistence are worker settings: DataLoader refuses them without.
+        options.pop("dataloader_prefetch_factor", None)
+        options.pop("dataloader_persistent_workers", None)
+    if not torch.cuda.is_available():
+        options["dataloader_pin_memory"] = False  # pinning needs a GPU; it only warns on a CPU
+        if world_size() > 1:
+            # Without use_cpu, accelerate opens the gloo group but reports no distributed
+            # type, and each torchrun process trains alone on all the data.
+            options.setdefault("use_cpu", True)
+    try:
+        return TrainingArgumentsWithoutSecrets(
+            output_dir=str(run_dir / CHECKPOINTS_DIR),
+            bf16=precision == "bf16",
+            fp16=precision == "fp16",
+            report_to=report_to,
+            run_name=run_dir.name,
+            **options,
+        )
+    except TypeError as err:  # an option Trainer does not know: name it as a config key
+        raise BertkitError(f"trainer: {err} (the trainer group takes TrainingArguments' "
+                           f"argument names)") from None
+    except ValueError as err:
+        raise BertkitError(f"trainer: {err}") from None
+
+
+# ================================================================================================
+# Process-rank facts for torchrun / accelerate launches, readable before torch.distributed
+# starts; and the same facts for a SLURM job whose tasks are the processes (submitit).
+
+def world_size() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def rank() -> int:
+    return int(os.environ.get("RANK", "0"))
+
+
+def is_main_process() -> bool:
+    return rank() == 0
+
+
+def launched() -> bool:
+    """Started by a distributed launcher (torchrun, accelerate launch, deepspeed, a submitit
+    job's joined tasks), even as its only process: each process is given its LOCAL_RANK,
+    which is also what tells Trainer that it runs distributed."""
+    return "LOCAL_RANK" in os.environ
+
+
+def run_stamp() -> str:
+    """A time stamp for the run directory that every process of one launch agrees on.
+
+    Each torchrun worker composes its own Hydra config, and their clocks may tick over a
+    second apart; the launcher (their common parent) started once, so its start time is shared.
+    BERTKIT_RUN_STAMP overrides both, e.g. for multi-node launches.
+    """
+    if os.environ.get("BERTKIT_RUN_STAMP"):
+        return os.environ["BERTKIT_RUN_STAMP"]
+    started = time.time()
+    if world_size() > 1:
+        started = psutil.Process(os.getppid()).create_time()
+    return time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(started))
+
+
+def join_submitit_tasks() -> bool:
+    """Inside a submitit job with several tasks (hydra/launcher=slurm_multi_gpu: one task per
+    GPU), make each task one process of a data-parallel run by exporting what torchrun would:
+    RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT (submitit's own helper derives them
+    from SLURM's variables). CUDA_VISIBLE_DEVICES is left to SLURM; Trainer picks the GPU by
+    LOCAL_RANK. True when it exported them."""
+    if not os.environ.get("SUBMITIT_EXECUTOR") or "RANK" in os.environ:
+        return False
+    import submitit
+
+    if submitit.JobEnvironment().num_tasks < 2:
+        return False
+    submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+    return True
+
+
+# ================================================================================================
+# Progress bars: drawn on a terminal, never written into a log file.
+#
+# tqdm draws a bar by rewriting its line with carriage returns (and, for nested bars, ANSI cursor
+# moves): on a terminal that is one line that moves; in a file (a redirected log, a SLURM
+# output, CI, `make ... > log`) every frame is kept. The `progress_bars` key (conf/config.yaml)
+# decides once per job, at its entry (bertkit.jobs.run_job):
+#
+#     auto   bars when the standard error, where tqdm draws, is a terminal; else none
+#     true   every bar, terminal or not (datasets' bar of each map in pretraining's stages too)
+#     false  no bar
+#
+# Without bars, each library is switched off by its own switch (datasets, transformers,
+# huggingface_hub), and Trainer gets disable_tqdm=true (unless trainer.disable_tqdm is set):
+# its log lines are then printed as plain lines (Trainer's PrinterCallback).
+#
+# A job's data preparation in several stages (pretraining's: reading the corpus, tokenising,
+# building instances, ...) runs each stage in `preprocessing_stage`: one line when the stage
+# ends, with its count and time, in place of datasets' bar for each map of the stage (several
+# per stage: a map, a filter, a copy per duplicate); progress_bars=true keeps those bars too.
+
+# The choices of progress_bars (bertkit.config_schema reads them).
+PROGRESS_BARS = ("auto", True, False)
+
+
+def stream_is_terminal() -> bool:
+    """Whether tqdm's stream (the standard error) is a terminal."""
+    return bool(getattr(sys.stderr, "isatty", lambda: False)())
+
+
+def progress_bars_shown(setting) -> bool:
+    """Whether bars are shown under progress_bars=`setting` ("auto", True or False)."""
+    return stream_is_terminal() if setting == "auto" else setting is True
+
+
+def every_bar_shown(setting) -> bool:
+    """progress_bars=true: the libraries' bars inside a preprocessing stage too."""
+    return setting is True
+
+
+def apply_progress_bars(cfg: DictConfig) -> bool:
+    """Switches the libraries' bars on or off for this job; returns whether they are shown.
+    An environment variable a user set (HF_DATASETS_DISABLE_PROGRESS_BARS,
+    HF_HUB_DISABLE_PROGRESS_BARS) keeps priority, as the libraries intend, without their
+    warning that it does."""
+    shown = progress_bars_shown(cfg.progress_bars)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if shown:
+            datasets.enable_progress_bars()
+            transformers.utils.logging.enable_progress_bar()
+            huggingface_hub.utils.enable_progress_bars()
+        else:
+            datasets.disable_progress_bars()
+            transformers.utils.logging.disable_progress_bar()
+            huggingface_hub.utils.disable_progress_bars()
+    return shown
+
+
+@dataclass
+class StageCount:
+    """What a stage made, said in its line: set `count` and `unit` inside the stage."""
+
+    count: int | None = None
+    unit: str = ""
+
+
+@contextmanager
+def preprocessing_stage(name: str, *, library_bars: bool = False,
+                        log: logging.Logger = logger) -> Iterator[StageCount]:
+    """One stage of a job's data preparation: datasets' bars off inside it (unless
+    `library_bars`), and one line when it ends: `<name>: <count> <unit> (<seconds> s)`."""
+    hidden = not library_bars and datasets.is_progress_bar_enabled()
+    if hidden:
+        datasets.disable_progress_bars()
+    made = StageCount()
+    started = time.perf_counter()
+    try:
+        yield made
+    finally:
+        if hidden:
+            datasets.enable_progress_bars()
+    what = "done" if made.count is None else f"{made.count:,} {made.unit}".rstrip()
+    log.info("%s: %s (%.1f s)", name, what, time.perf_counter() - started)

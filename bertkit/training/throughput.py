@@ -26,9 +26,8 @@ from transformers import (
 )
 
 from bertkit.errors import BertkitError
-from bertkit.trainer_internals import callbacks_of, put_first
 from bertkit.training.models import _checkpoint_config, count_parameters, tokenizer_size
-from bertkit.training.trainer import SEQUENCE_LENGTHS
+from bertkit.training.trainer import SEQUENCE_LENGTHS, callbacks_of, put_first
 
 # ================================================================================================
 # Parameters and training FLOPs of a BERT, in closed form, and the device peaks MFU divides by.

@@ -10,6 +10,7 @@ import pkgutil
 import subprocess
 import sys
 from pathlib import Path
+from pkgutil import resolve_name as imported
 
 import pytest
 from omegaconf import OmegaConf
@@ -21,7 +22,6 @@ from bertkit.config_paths import recipes_dir
 from bertkit.config_schema import check_ranges
 from bertkit.errors import BertkitError
 from bertkit.jobs import run_job
-from bertkit.registry import imported
 from tests.conftest import PROTOCOLS
 from tests.doc_commands import REPO
 

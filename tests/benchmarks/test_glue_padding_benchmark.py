@@ -12,7 +12,7 @@ from benchmarks.glue_padding import JOB, benchmark_glue_padding, pad_to_max_leng
 from bertkit.errors import BertkitError
 from bertkit.jobs import run_job as run_bertkit_job
 from bertkit.tasks.glue.data import load_glue_splits
-from bertkit.tasks.glue.features import tokenize_splits
+from bertkit.tasks.glue.family import tokenize_splits
 from bertkit.training.models import load_tokenizer
 
 

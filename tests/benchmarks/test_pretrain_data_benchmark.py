@@ -22,7 +22,7 @@ from benchmarks.pretrain_data import (
 from bertkit.errors import BertkitError
 from bertkit.pretraining.batches import Phase, PhasedSampler
 from bertkit.pretraining.corpora import corpus_documents
-from bertkit.pretraining.instances import (
+from bertkit.pretraining.objective import (
     packed_sequences_dataset,
     pair_instances_dataset,
     tokenize_documents,

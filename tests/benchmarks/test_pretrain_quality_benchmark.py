@@ -23,7 +23,7 @@ from benchmarks.pretrain_quality import (
 )
 from bertkit.errors import BertkitError
 from bertkit.training import run as run_module
-from bertkit.training.budget import TrainingClock
+from bertkit.training.stop_and_resume import TrainingClock
 
 
 def compose_config(overrides: list[str], with_hydra: bool = False):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from transformers import BertTokenizerFast
 
-from bertkit.data.fingerprints import content_fingerprint, tokenizer_fingerprint
+from bertkit.data.cache import content_fingerprint, tokenizer_fingerprint
 
 
 def make_tokenizer(directory, words):

@@ -1,4 +1,4 @@
-"""Offline is quick (bertkit.data.hub): whether the Hub can be reached is decided once, before
+"""Offline is quick (bertkit.data.task_data): whether the Hub can be reached is decided once, before
 the first Hub name is looked up (an offline variable, else one bounded connection to the
 endpoint); without it a Hub name fails at once in one line naming the local ways, the offline
 model presets of conf/model among them; a local path never asks."""
@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 from transformers import AutoTokenizer, BertTokenizerFast
 
 from bertkit.config_paths import config_dir
-from bertkit.data import hub
+from bertkit.data import task_data as hub
 from bertkit.errors import BertkitError
 from bertkit.training.models import from_pretrained, is_hub_name, offline_ways
 from tests.conftest import compose_config

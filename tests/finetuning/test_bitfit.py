@@ -3,13 +3,14 @@ registry finds it, and a run records it."""
 
 from __future__ import annotations
 
+from pkgutil import resolve_name as imported
+
 import pytest
 
 from bertkit.config_schema import check_ranges
 from bertkit.errors import BertkitError
 from bertkit.finetuning.methods import METHODS, ActiveMethods, describe, is_plain
 from bertkit.jobs import run_job
-from bertkit.registry import imported
 from tests.conftest import compose_config, tiny_run_overrides
 from tests.finetuning.method_fixtures import method_trainer, settings, snapshot, tiny_classifier
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from pkgutil import resolve_name as imported
 
 import bertkit.finetuning.methods as methods
 from bertkit.finetuning.methods import METHODS, Method, active_methods
-from bertkit.registry import imported
 from tests.finetuning.method_fixtures import settings
 
 MODULES = sorted(path.stem for path in Path(methods.__file__).parent.glob("*.py")

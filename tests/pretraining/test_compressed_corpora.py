@@ -20,11 +20,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bertkit.data.compressed_files import _zstd_open
+from bertkit.data.text_files import _zstd_open
 from bertkit.errors import BertkitError
 from bertkit.pretraining.corpora import corpus_documents, ensure_demo_corpus, files_fingerprint
 from bertkit.pretraining.run import prepare_pretraining_data, pretrain
-from bertkit.training.arguments import build_training_arguments
+from bertkit.training.run import build_training_arguments
 from tests.conftest import compose_config
 from tests.pretraining.test_corpus_source import corpus_config, documents
 from tests.pretraining.test_pretrain_recipe import small_run

@@ -15,7 +15,7 @@ import datasets
 import pytest
 
 from bertkit.errors import BertkitError
-from bertkit.pretraining.instances import pack_full_sentences, packed_sequences_dataset
+from bertkit.pretraining.objective import pack_full_sentences, packed_sequences_dataset
 
 STRIDE, CLS, SEP = 100_000, 1, 2
 

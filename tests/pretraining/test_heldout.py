@@ -33,9 +33,9 @@ from bertkit.pretraining.heldout import (
     score_heldout,
     split_documents,
 )
-from bertkit.pretraining.instances import documents_dataset
 from bertkit.pretraining.masking import IGNORE_INDEX
 from bertkit.pretraining.model import MaskedOnlyBertForPreTraining
+from bertkit.pretraining.objective import documents_dataset
 from bertkit.pretraining.run import (
     check_pretraining_config,
     prepare_pretraining_data,
@@ -43,8 +43,8 @@ from bertkit.pretraining.run import (
     split_corpus,
 )
 from bertkit.training import run as training_run
-from bertkit.training.arguments import build_training_arguments
-from bertkit.training.budget import ClockCallback, TrainingClock
+from bertkit.training.run import build_training_arguments
+from bertkit.training.stop_and_resume import ClockCallback, TrainingClock
 from tests.conftest import compose_config
 from tests.pretraining.test_pretrain_recipe import small_run
 

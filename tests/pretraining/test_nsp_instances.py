@@ -12,7 +12,7 @@ import random
 import pytest
 
 from bertkit.errors import BertkitError
-from bertkit.pretraining.instances import (
+from bertkit.pretraining.objective import (
     IN_ORDER,
     IS_NEXT,
     NOT_NEXT,

@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers import BertConfig, BertForPreTraining
 
-from bertkit.pretraining import padding_free
+from bertkit.pretraining import batches as padding_free
 from bertkit.pretraining.batches import Phase, PhasedSampler
 from bertkit.pretraining.masking import (
     IGNORE_INDEX,

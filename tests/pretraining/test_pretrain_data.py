@@ -12,15 +12,15 @@ import pytest
 from transformers import BertTokenizerFast
 
 from bertkit.errors import BertkitError
-from bertkit.pretraining.instances import (
+from bertkit.pretraining.objective import (
     IS_NEXT,
     NOT_NEXT,
     documents_dataset,
     pack_full_sentences,
     pair_instances_dataset,
+    streaming_instances,
     tokenize_documents,
 )
-from bertkit.pretraining.objective import streaming_instances
 from tests.pretraining.test_nsp_instances import STRIDE, contiguous, corpus
 
 CLS, SEP = -1, -2  # outside the corpus' token ids
@@ -82,7 +82,7 @@ def test_arrow_documents_give_the_same_instances_as_in_memory_lists(tokenizer):
     mapping); its instances equal pair_instances_from_document on plain lists, row by row."""
     import random
 
-    from bertkit.pretraining.instances import model_inputs, pair_instances_from_document
+    from bertkit.pretraining.objective import model_inputs, pair_instances_from_document
 
     documents = generated_documents(seed=2) + [[]]  # the empty one is filtered out
     tokenized = tokenize_documents(documents_dataset(documents), tokenizer)

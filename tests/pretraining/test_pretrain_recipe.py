@@ -15,7 +15,7 @@ from transformers import AutoTokenizer, BertForPreTraining
 from bertkit.errors import BertkitError
 from bertkit.pretraining.corpora import ensure_demo_corpus, read_documents
 from bertkit.pretraining.run import pretrain
-from bertkit.tasks.glue.models import load_sequence_classifier
+from bertkit.tasks.glue.family import load_sequence_classifier
 from bertkit.training.models import load_tokenizer
 from tests.conftest import compose_config, real_data_dir
 from tests.wandb_records import read_offline_run

@@ -13,7 +13,7 @@ import pytest
 from bertkit.config_tree import config_dir
 from bertkit.errors import BertkitError
 from bertkit.pretraining.heldout import document_keys
-from bertkit.pretraining.instances import documents_dataset
+from bertkit.pretraining.objective import documents_dataset
 from bertkit.pretraining.run import pretrain, split_corpus
 from tests.conftest import compose_config
 from tests.pretraining.test_heldout import generated_documents, texts, write_corpus

@@ -14,7 +14,7 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer, Bert
 
 from bertkit.jobs import run_job
 from bertkit.pretraining.model import load_pretraining_model
-from bertkit.tasks.glue.models import load_sequence_classifier
+from bertkit.tasks.glue.family import load_sequence_classifier
 from bertkit.tasks.ner.models import load_tagger
 from bertkit.tasks.squad.models import load_question_answerer
 from bertkit.tasks.swag.family import FAMILY as SWAG

@@ -22,8 +22,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from transformers import BertConfig, BertModel
 
 from bertkit.config_schema import input_keys
-from bertkit.data import fingerprints
-from bertkit.data.fingerprints import file_digest, model_input_fingerprints
+from bertkit.data import cache as fingerprints
+from bertkit.data.cache import file_digest, model_input_fingerprints
 from bertkit.data.metrics_file import INPUT_FINGERPRINTS
 from bertkit.pretraining.corpora import corpus_input_fingerprints
 from bertkit.reporting.cli import main as report_main

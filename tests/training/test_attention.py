@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from bertkit.config_schema import check_ranges
 from bertkit.errors import BertkitError
 from bertkit.pretraining.model import load_pretraining_model
-from bertkit.tasks.glue.models import load_sequence_classifier
+from bertkit.tasks.glue.family import load_sequence_classifier
 from bertkit.training import models
 from bertkit.training.models import attention_implementation, load_tokenizer
 from tests.conftest import compose_config

@@ -10,11 +10,16 @@ from types import SimpleNamespace
 import pytest
 from transformers import PrinterCallback, ProgressCallback
 
-import bertkit.training.budget as budget_progress
 import bertkit.training.run as lifecycle
+import bertkit.training.stop_and_resume as budget_progress
 from bertkit.jobs import run_job
-from bertkit.trainer_internals import callbacks_of
-from bertkit.training.budget import Budget, BudgetBar, BudgetCallback, BudgetProgressCallback
+from bertkit.training.stop_and_resume import (
+    Budget,
+    BudgetBar,
+    BudgetCallback,
+    BudgetProgressCallback,
+)
+from bertkit.training.trainer import callbacks_of
 from tests.conftest import compose_config, tiny_run_overrides
 from tests.training.test_time_budget import budget_overrides, fake_clock  # noqa: F401 (fixture)
 

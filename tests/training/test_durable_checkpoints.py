@@ -49,7 +49,7 @@ def test_a_file_renamed_away_while_the_checkpoint_is_walked_is_skipped(tmp_path,
     """Under DDP every process fsyncs the checkpoint while the main process still renames its
     own files into it (a temporary file, then os.replace): a listed name that is gone is
     skipped, not an error that stops one process and leaves the others in a collective."""
-    from bertkit.training import checkpoints
+    from bertkit.training import stop_and_resume as checkpoints
 
     folder = tmp_path / "checkpoint-2"
     folder.mkdir()

@@ -12,7 +12,7 @@ from transformers import BertConfig, BertForSequenceClassification
 
 from bertkit.errors import BertkitError
 from bertkit.jobs import run_job
-from bertkit.training.checkpoints import DurableCheckpoints, scan_checkpoints
+from bertkit.training.stop_and_resume import DurableCheckpoints, scan_checkpoints
 from bertkit.training.trainer import BertkitTrainer
 from tests.conftest import compose_config, tiny_run_overrides
 from tests.small_disk import TMPFS, disk_kinds, small_disk

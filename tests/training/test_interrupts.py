@@ -33,7 +33,7 @@ from bertkit.errors import BertkitError
 from bertkit.jobs import check_finished_run, run_job
 from bertkit.reporting import wandb_log
 from bertkit.tasks import FAMILIES
-from bertkit.training.checkpoints import Preempted, PreemptionCallback, scan_checkpoints
+from bertkit.training.stop_and_resume import Preempted, PreemptionCallback, scan_checkpoints
 from bertkit.training.trainer import BertkitTrainer
 from tests.conftest import compose_config, tiny_run_overrides
 from tests.family_fixtures import tiny_family_run

@@ -10,8 +10,7 @@ import pytest
 import torch
 from transformers import BertForTokenClassification, Trainer, TrainingArguments
 
-from bertkit.training.static_shapes import PAST_WINDOW, PaddedRows
-from bertkit.training.trainer import BertkitTrainer, loss_items
+from bertkit.training.trainer import PAST_WINDOW, BertkitTrainer, PaddedRows, loss_items
 from tests.finetuning.method_fixtures import VOCAB, tiny_config
 
 LENGTH = 12

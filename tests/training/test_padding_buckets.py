@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from transformers import BertTokenizerFast, DataCollatorWithPadding
 
-from bertkit.training.static_shapes import padding_multiple
+from bertkit.training.trainer import padding_multiple
 from tests.conftest import compose_config
 
 

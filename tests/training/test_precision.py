@@ -7,8 +7,8 @@ import pytest
 
 from bertkit.config_schema import check_ranges
 from bertkit.errors import BertkitError
-from bertkit.training import arguments
-from bertkit.training.arguments import resolve_mixed_precision
+from bertkit.training import run as arguments
+from bertkit.training.run import resolve_mixed_precision
 from tests.conftest import compose_config
 
 

@@ -18,7 +18,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from bertkit.training.checkpoints import (
+from bertkit.training.stop_and_resume import (
     Preempted,
     PreemptionCallback,
     preemption_signals,
@@ -177,7 +177,7 @@ def test_sigkill_at_random_moments_then_resume_auto_ends_as_the_uninterrupted_ru
 def test_under_ddp_processes_compare_flags_every_n_steps_only(monkeypatch):
     """The flag's all-reduce (a host sync on a GPU) runs at every agree_every_steps-th step;
     a signal is acted on at the next such step, by every process alike."""
-    from bertkit.training.checkpoints import PreemptionCallback
+    from bertkit.training.stop_and_resume import PreemptionCallback
 
     reductions = []
     monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)

@@ -21,8 +21,7 @@ import pytest
 import transformers.utils.logging
 
 from bertkit.pretraining.run import STAGES
-from bertkit.training.arguments import build_training_arguments
-from bertkit.training.progress import apply_progress_bars
+from bertkit.training.run import apply_progress_bars, build_training_arguments
 from tests.conftest import compose_config, tiny_run_overrides
 from tests.pretraining.test_pretrain_recipe import small_run
 

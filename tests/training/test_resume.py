@@ -22,7 +22,7 @@ from transformers.utils import SAFE_WEIGHTS_NAME
 from bertkit.jobs import run_job
 from bertkit.pretraining.heldout import ELAPSED
 from bertkit.pretraining.heldout import PREFIX as HELDOUT_PREFIX
-from bertkit.training.checkpoints import RNG_PATTERN, file_fault, scan_checkpoints
+from bertkit.training.stop_and_resume import RNG_PATTERN, file_fault, scan_checkpoints
 from bertkit.training.throughput import PREFIX as THROUGHPUT_PREFIX
 from bertkit.training.trainer import BertkitTrainer
 from tests.conftest import compose_config, tiny_run_overrides

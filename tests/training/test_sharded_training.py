@@ -15,7 +15,7 @@ from transformers import AutoModelForSequenceClassification
 
 from bertkit.config_tree import config_dir
 from bertkit.errors import BertkitError
-from bertkit.training import arguments
+from bertkit.training import run as arguments
 from tests.conftest import compose_config, tiny_run_overrides
 from tests.test_cli import assert_clean_failure, run_cli
 

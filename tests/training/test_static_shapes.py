@@ -20,8 +20,8 @@ from transformers import (
 )
 
 from bertkit.tasks import FAMILIES, task_family
-from bertkit.training import static_shapes
-from bertkit.training.static_shapes import (
+from bertkit.training import trainer as static_shapes
+from bertkit.training.trainer import (
     REAL_ROWS,
     FixedRows,
     decide_compile,

@@ -22,7 +22,7 @@ import bertkit.training.run as run_module
 from bertkit.errors import BertkitError
 from bertkit.jobs import run_job
 from bertkit.pretraining.run import pretrain
-from bertkit.training.budget import (
+from bertkit.training.stop_and_resume import (
     CLOCK_FILE,
     Budget,
     BudgetCallback,
@@ -72,7 +72,7 @@ def fake_clock(monkeypatch):
 
 def expected_rate(elapsed: float, budget_seconds: float, warmup: float, decay: str,
                   floor: float) -> float:
-    """The schedule written out independently of bertkit.training.budget."""
+    """The schedule written out independently of bertkit.training.stop_and_resume."""
     f = elapsed / budget_seconds
     if f >= 1:
         return LEARNING_RATE * floor
@@ -268,7 +268,7 @@ def test_under_ddp_processes_agree_on_the_clock_every_n_steps_only(monkeypatch):
     """A broadcast of process 0's clock waits for the GPU: the budget takes one every
     agree_every_steps steps and extrapolates between them, the same arithmetic on every
     process, so the rate and the stop agree without a collective per step."""
-    import bertkit.training.budget as budget_module
+    import bertkit.training.stop_and_resume as budget_module
 
     time = FakeTime()
     clock = TrainingClock(time_fn=time)

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from pkgutil import resolve_name as imported
 
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
@@ -32,8 +33,7 @@ from torch import nn
 from bertkit.errors import BertkitError
 from bertkit.finetuning.layers import num_layers
 from bertkit.finetuning.optimizer import GroupLearningRates, build_optimizer, parameter_groups
-from bertkit.registry import imported
-from bertkit.trainer_internals import put_first, use_optimizer
+from bertkit.training.trainer import put_first, use_optimizer
 
 
 @dataclass(frozen=True)
@@ -172,7 +172,7 @@ class ActiveMethods:
 
         Callbacks that add keys to the logs go first (Trainer puts the reporting callbacks
         before any given to it), and the layer-wise optimizer replaces the one Trainer would
-        create: both through bertkit.trainer_internals."""
+        create: both through the trainer internals (bertkit.training.trainer)."""
         if self.plain:
             return
         callbacks = [callback for method in self.methods for callback in method.callbacks(trainer)]

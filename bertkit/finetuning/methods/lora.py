@@ -28,7 +28,7 @@ from bertkit.data.atomic_files import follow_umask
 from bertkit.errors import BertkitError
 from bertkit.finetuning.layers import encoder, head_module_names
 from bertkit.finetuning.methods import Method
-from bertkit.trainer_internals import replace_model
+from bertkit.training.trainer import replace_model
 
 
 class Lora(Method):

@@ -19,8 +19,7 @@ import datasets
 from omegaconf import DictConfig, OmegaConf
 
 from bertkit.data.atomic_files import read_utf8, write_text_atomic
-from bertkit.data.hub import load_hub_dataset
-from bertkit.data.task_data import SINGLE_FILE_KEYS, TaskSplits, uses_local_files
+from bertkit.data.task_data import SINGLE_FILE_KEYS, TaskSplits, load_hub_dataset, uses_local_files
 from bertkit.errors import BertkitError
 
 logger = logging.getLogger(__name__)

@@ -1,4 +1,5 @@
-"""The GLUE family's steps of the finetuning run: sentence(-pair) classification and regression.
+"""The GLUE family's steps of the finetuning run: sentence(-pair) classification and regression,
+with its features (tokenised splits) and its head, one function each, at the end.
 
 Leaves in the run directory, beside what every finetune writes (bertkit.training.finetune):
 predictions/<dev split>.tsv and the GLUE leaderboard files of the test splits
@@ -10,11 +11,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+import datasets
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
-from transformers import DataCollatorWithPadding, EvalPrediction
+from transformers import (
+    AutoModelForSequenceClassification,
+    BertForSequenceClassification,
+    DataCollatorWithPadding,
+    EvalPrediction,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
 
 from bertkit.data.atomic_files import write_tsv_atomic
+from bertkit.data.cache import cache_entry, cached_map
 from bertkit.data.task_data import TaskData, TaskSplits, uses_local_files
 from bertkit.errors import BertkitError
 from bertkit.tasks.glue.data import (
@@ -25,12 +35,10 @@ from bertkit.tasks.glue.data import (
     is_validation_split,
     load_glue_splits,
 )
-from bertkit.tasks.glue.features import tokenize_splits
 from bertkit.tasks.glue.metrics import predictions_from_logits, task_metrics
-from bertkit.tasks.glue.models import load_sequence_classifier
 from bertkit.training.finetune import Evaluation, TaskFamily
-from bertkit.training.static_shapes import PaddedRows, nan_ignoring_mse
-from bertkit.training.trainer import BertkitTrainer
+from bertkit.training.models import load_with_head
+from bertkit.training.trainer import BertkitTrainer, PaddedRows, nan_ignoring_mse
 
 
 def logits_of(output) -> np.ndarray:
@@ -150,3 +158,54 @@ def write_leaderboard_file(path: Path, idx: Sequence[int], predictions: np.ndarr
                            labels: Sequence[str] | None) -> Path:
     rows = zip(idx, label_names(predictions, labels), strict=True)
     return write_tsv_atomic(path, ["index", "prediction"], rows)
+
+
+# ================================================================================================
+# BERT with the GLUE head: classification over the task's classes, or one-output regression.
+
+def load_sequence_classifier(
+    model: DictConfig, tokenizer: PreTrainedTokenizerBase, class_names: list[str] | None
+) -> PreTrainedModel:
+    """BERT with a classification head over class_names (task.class_names, which its config's
+    id2label/label2id name), or a one-output regression head (class_names None)."""
+    head = {"num_labels": 1, "problem_type": "regression"} if class_names is None else {
+        "num_labels": len(class_names),
+        "problem_type": "single_label_classification",
+        "id2label": dict(enumerate(class_names)),
+        "label2id": {name: i for i, name in enumerate(class_names)},
+    }
+    return load_with_head(model, tokenizer, AutoModelForSequenceClassification,
+                           BertForSequenceClassification, head)
+
+
+# ================================================================================================
+# Tokenise GLUE splits once per (data, tokenizer, max length), cached for every run.
+#
+# No padding here: the collator pads each batch to its longest sequence (dynamic padding).
+
+def tokenize_splits(
+    splits: TaskSplits,
+    tokenizer: PreTrainedTokenizerBase,
+    *,
+    max_seq_length: int,
+    cache_dir: str | Path,
+    num_proc: int = 1,
+) -> dict[str, datasets.Dataset]:
+    """Adds input_ids, token_type_ids, attention_mask and `length` (for length grouping)."""
+    pair = "text_b" in splits[next(iter(splits))].column_names
+
+    def encode(batch: dict) -> dict:
+        encoded = tokenizer(
+            batch["text_a"],
+            batch["text_b"] if pair else None,
+            truncation=True,
+            max_length=max_seq_length,
+        )
+        encoded["length"] = [len(ids) for ids in encoded["input_ids"]]
+        return encoded
+
+    entry = cache_entry(cache_dir, "glue", data=splits.fingerprint(), tokenizer=tokenizer,
+                        settings={"max_seq_length": max_seq_length})
+    return {split: cached_map(table, encode, entry, split, num_proc=num_proc,
+                              desc=f"Tokenizing {split}")
+            for split, table in splits.items()}

@@ -13,7 +13,7 @@ import json
 import datasets
 from omegaconf import DictConfig, OmegaConf
 
-from bertkit.data.fingerprints import content_fingerprint
+from bertkit.data.cache import content_fingerprint
 from bertkit.data.task_data import TaskSplits, split_files, uses_local_files
 from bertkit.errors import BertkitError
 from bertkit.tasks.ner.files import ConllSentences, conll_from_hub, read_conll_file

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bertkit.data.atomic_files import read_utf8
-from bertkit.data.hub import load_hub_dataset
+from bertkit.data.task_data import load_hub_dataset
 from bertkit.errors import BertkitError
 
 logger = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from bertkit.data.fingerprints import content_fingerprint
+from bertkit.data.cache import content_fingerprint
 from bertkit.data.task_data import TaskSplits, split_files, uses_local_files
 from bertkit.tasks.squad.files import read_squad_json, squad_from_hub
 

@@ -23,8 +23,7 @@ from bertkit.tasks.squad.features import DECODING_COLUMNS, check_window_settings
 from bertkit.tasks.squad.files import VERSIONS
 from bertkit.tasks.squad.models import load_question_answerer
 from bertkit.training.finetune import Evaluation, TaskFamily
-from bertkit.training.static_shapes import PAST_WINDOW, PaddedRows
-from bertkit.training.trainer import BertkitTrainer
+from bertkit.training.trainer import PAST_WINDOW, BertkitTrainer, PaddedRows
 
 # Scores shown in the printout, as many as the version has.
 HEADLINE = ("exact_match", "exact", "f1", "best_f1", "best_f1_thresh")

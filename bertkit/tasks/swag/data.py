@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from bertkit.data.fingerprints import content_fingerprint
+from bertkit.data.cache import content_fingerprint
 from bertkit.data.task_data import TaskSplits, split_files, uses_local_files
 from bertkit.tasks.swag.files import read_swag_csv, swag_from_hub
 

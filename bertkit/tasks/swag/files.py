@@ -16,7 +16,7 @@ from pathlib import Path
 import datasets
 
 from bertkit.data.atomic_files import read_utf8
-from bertkit.data.hub import load_hub_dataset
+from bertkit.data.task_data import load_hub_dataset
 from bertkit.errors import BertkitError
 
 NUM_CHOICES = 4  # fixed by the format: ending0..ending3
