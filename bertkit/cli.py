@@ -208,11 +208,12 @@ def exit_with_error(message: str) -> NoReturn:
     sys.exit(2)
 
 
-def run_job(cfg: DictConfig, job: Job | None = None) -> dict | None:
-    """bertkit.jobs.run_job, imported as the job starts (and so torch and transformers)."""
+def run_job(cfg: DictConfig) -> dict | None:
+    """bertkit.jobs.run_job, imported as the job starts (and so torch and transformers), of
+    recipe.job or of a script's own job (main's `job`)."""
     from bertkit.jobs import run_job
 
-    return run_job(cfg, job=job)
+    return run_job(cfg, job=_script_job)
 
 
 def _hydra_task(cfg: DictConfig) -> float | None:
@@ -223,7 +224,7 @@ def _hydra_task(cfg: DictConfig) -> float | None:
     remember_secrets(cfg)
     join_submitit_tasks()
     try:
-        result = run_job(cfg, job=_script_job)
+        result = run_job(cfg)
         if not multirun:
             release_process_group()
         return sweeper_value(result)
