@@ -203,21 +203,6 @@ def objective_of(node: DictConfig) -> Objective:
     return objective
 
 
-class _Values:
-    """One key's values over the registered objectives, read when iterated (the schema's
-    choices: config_schema resolves "module:NAME" when it checks a value)."""
-
-    def __init__(self, key: str):
-        self.key = key
-
-    def __iter__(self):
-        values = (getattr(cls, self.key) for cls in registered().values())
-        return iter(dict.fromkeys(value for value in values if value is not None))
-
-
-NAMES, SENTENCE_TASKS, PACKINGS = _Values("name"), _Values("sentence_task"), _Values("packing")
-
-
 def streaming_instances(tokenized: datasets.IterableDataset, tokenizer: PreTrainedTokenizerBase,
                         *, objective: str, max_seq_length: int, short_seq_prob: float, seed: int,
                         buffer_documents: int) -> datasets.IterableDataset:
