@@ -34,8 +34,9 @@ import shlex
 import signal
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import hydra
 import hydra._internal.utils as hydra_utils
@@ -217,6 +218,14 @@ def run_job(cfg: DictConfig) -> dict | None:
 
 
 def _hydra_task(cfg: DictConfig) -> float | None:
+    return sweeper_value(run_guarded(cfg, run_job))
+
+
+def run_guarded(cfg: DictConfig, work: Callable[[DictConfig], Any]) -> Any:
+    """work(cfg) as a job of the command: a preemption hands over, Ctrl-C stops quietly, and
+    in a multirun a failure is recorded as the job's (failed.json, None returned) while the
+    other jobs go on. `work`: run_job, or one step of a job a launcher runs in steps
+    (hydra/launcher=fused: bertkit.jobs.fused)."""
     from bertkit.training.run import join_submitit_tasks
     from bertkit.training.stop_and_resume import Preempted
 
@@ -224,10 +233,10 @@ def _hydra_task(cfg: DictConfig) -> float | None:
     remember_secrets(cfg)
     join_submitit_tasks()
     try:
-        result = run_job(cfg)
+        result = work(cfg)
         if not multirun:
             release_process_group()
-        return sweeper_value(result)
+        return result
     except Preempted as err:  # not a failure: the job goes on from its checkpoint
         print(mask_text(f"bertkit: {err.stopped}; to continue: {resume_command()}"),
               file=sys.stderr)

@@ -1,7 +1,9 @@
 """The finetune job for every task family, read top-down in `finetune`, one line per stage:
-settings checked, the run started (bertkit.training.run), data, model, Trainer, train,
-evaluate and save, then metrics.json, the card, W&B and the printout (publish) and the Hub
-push. Each stage is a function below, in the order `finetune` calls them.
+settings checked, the run started (bertkit.training.run), data, model, Trainer (prepare_run),
+train, then evaluate and save, metrics.json, the card, W&B and the printout (publish) and
+the Hub push (finish_run). Each stage is a function below, in the order they call them; a
+model array (bertkit.training.fused_finetune) runs prepare_run and finish_run of each of its
+members around one training of them all.
 
 The family (a TaskFamily, at the end of this module: what the job asks of a family) supplies
 what differs between GLUE, SQuAD, SWAG and NER (data, head, trainer, evaluation); each family
@@ -35,6 +37,7 @@ from bertkit.training.models import check_model_settings, load_tokenizer, tokeni
 from bertkit.training.run import (
     Outcome,
     RunSetup,
+    TrainingRun,
     publish,
     push_if_asked,
     result_header,
@@ -58,6 +61,32 @@ def finetune(cfg: DictConfig, family: TaskFamily, run_dir: Path | None = None,
              details: dict | None = None) -> dict:
     """Finetunes cfg.task with `family`; returns the metrics.json record (`details`: facts of
     the run's context added to its details, e.g. two-stage finetuning's first stage)."""
+    run = prepare_run(cfg, family, run_dir, details)
+    trained = train_run(cfg, run.setup, run.trainer, run.hyperparameters,
+                        limited_samples=run.limited)
+    return finish_run(run, trained)
+
+
+@dataclass
+class PreparedRun:
+    """A finetune up to Trainer.train: what finish_run reads once it has trained (alone, or as
+    a member of a model array: bertkit.training.fused_finetune)."""
+
+    cfg: DictConfig
+    family: TaskFamily
+    methods: ActiveMethods
+    setup: RunSetup
+    inputs: Inputs
+    hyperparameters: dict
+    compiling: CompileRecord | None
+    trainer: Trainer
+    limited: dict[str, dict]
+    details: dict | None
+
+
+def prepare_run(cfg: DictConfig, family: TaskFamily, run_dir: Path | None = None,
+                details: dict | None = None) -> PreparedRun:
+    """Settings checked, the run started, data, model and Trainer: everything before train."""
     check_ranges(cfg)  # the schema's, for callers other than run_job (whose check covers this)
     methods = check_settings(cfg.task, cfg.model, cfg.finetuning, cfg.data_source, family)
     setup = start_run(cfg, run_dir)
@@ -69,22 +98,31 @@ def finetune(cfg: DictConfig, family: TaskFamily, run_dir: Path | None = None,
                                    cfg.task.max_seq_length)
     trainer = build_trainer(cfg.task, family, methods, setup, model, inputs)
     limited = limited_parts(inputs.splits, details)
-    run = train_run(cfg, setup, trainer, hyperparameters, limited_samples=limited)
-    evaluation = evaluate_and_save(cfg.task, family, methods, trainer, inputs.data,
-                                   setup.run_dir, run.main)
+    return PreparedRun(cfg, family, methods, setup, inputs, hyperparameters, compiling, trainer,
+                       limited, details)
+
+
+def finish_run(run: PreparedRun, trained: TrainingRun) -> dict:
+    """The trained model evaluated and saved, metrics.json, the card, W&B, the printout and
+    the Hub push; returns the metrics.json record."""
+    cfg, family, trainer, inputs = run.cfg, run.family, run.trainer, run.inputs
+    evaluation = evaluate_and_save(cfg.task, family, run.methods, trainer, inputs.data,
+                                   run.setup.run_dir, trained.main)
     record = metrics_record(
         header=result_header(cfg.recipe.name, cfg.task, cfg.model, family.name,
                              trainer.args.seed,
                              main_value(evaluation, cfg.task.main_metric)),
         validation=evaluation.validation, test=evaluation.test,
-        train=run.train_record(**family.train_sizes(inputs.data)),
-        hyperparameters=run.hyperparameters, files=evaluation.files,
-        details=run_details(inputs, evaluation, methods, compiling, details, limited))
-    publish(setup, run, Outcome(
-        record, final_scores(evaluation, methods), (record["main_metric"], record["main_value"]),
-        lambda where: _printout(cfg.task, family, record, evaluation, trainer, setup.run_dir,
-                                where)))
-    push_if_asked(setup, trainer, record)
+        train=trained.train_record(**family.train_sizes(inputs.data)),
+        hyperparameters=trained.hyperparameters, files=evaluation.files,
+        details=run_details(inputs, evaluation, run.methods, run.compiling, run.details,
+                            run.limited))
+    publish(run.setup, trained, Outcome(
+        record, final_scores(evaluation, run.methods),
+        (record["main_metric"], record["main_value"]),
+        lambda where: _printout(cfg.task, family, record, evaluation, trainer,
+                                run.setup.run_dir, where)))
+    push_if_asked(run.setup, trainer, record)
     return record
 
 
