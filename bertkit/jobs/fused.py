@@ -11,16 +11,21 @@ bertkit.training.finetune.prepare_run), all members are trained together
 The launcher (hydra_plugins/bertkit_fused_launcher) calls each member's steps inside that
 member's own Hydra job (its directory, its log, its failure record).
 
-What a member may vary is what the array applies per member: every TrainingArguments field
-that the members' own optimizers, schedulers, seeds and clipping read (MEMBER_ARGUMENTS), and
-the seed. The finetuning methods that only change which parameters train or at what rate
-work per member; every other method, and what stops or resumes a run on its own schedule, is
+What a member may vary is what the array applies per member (member_keys): the
+TrainingArguments fields its own optimizer and scheduler read (recorded as Trainer builds
+them), its seeds and its clipping. Dropout probabilities are attributes of the one template
+model every member runs through, so jobs that differ in them train in arrays of their own.
+The finetuning methods that only change which parameters train or at what rate work per
+member; every other method, and what stops or resumes a run on its own schedule, is
 refused in one line naming its key (check_fusable).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import logging
+import tempfile
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -41,21 +46,53 @@ logger = logging.getLogger(__name__)
 # member's own model (requires_grad) and optimizer groups say so, and the array reads both.
 PER_MEMBER_METHODS = ("freeze", "bitfit", "layerwise_rates")
 
-# The trainer keys each member keeps its own value of: read per member from its optimizer's
-# groups and its scheduler (bertkit.training.model_array.ArrayAdamW, MemberSchedules), its
-# sampler (seed, data_seed) and its clipping (max_grad_norm).
-MEMBER_ARGUMENTS = ("learning_rate", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon",
-                    "lr_scheduler_type", "lr_scheduler_kwargs", "warmup_ratio", "warmup_steps",
-                    "max_grad_norm", "seed", "data_seed")
+# What the array applies per member beyond what its optimizer and scheduler read: its seeds
+# (head initialisation, data order) and its clipping (ArrayAdamW clips by each member's norm).
+ARRAY_ARGUMENTS = ("seed", "data_seed", "max_grad_norm")
 # The root keys of the same kind: the seed (trainer.seed interpolates it).
 MEMBER_ROOT_KEYS = ("seed",)
 # Trainer's optimizers ArrayAdamW computes term for term.
 ADAMW = ("adamw_torch", "adamw_torch_fused")
 
 
+@functools.cache
+def optimizer_arguments() -> frozenset[str]:
+    """The TrainingArguments fields Trainer's own optimizer and scheduler read, recorded as
+    Trainer builds them for a tiny model: what a member's own optimizer groups and scheduler
+    hold, which ArrayAdamW and MemberSchedules read back per member."""
+    import torch
+    from transformers import Trainer, TrainingArguments
+
+    names = {f.name for f in dataclasses.fields(TrainingArguments)}
+    read: set[str] = set()
+
+    class Recording(TrainingArguments):
+        recording = False
+
+        def __getattribute__(self, name):
+            if name in names and object.__getattribute__(self, "recording"):
+                read.add(name)
+            return object.__getattribute__(self, name)
+
+    with tempfile.TemporaryDirectory() as directory:
+        args = Recording(output_dir=directory, report_to=[], use_cpu=True)
+        trainer = Trainer(model=torch.nn.Linear(2, 2), args=args)
+        args.recording = True
+        trainer.create_optimizer()
+        trainer.create_scheduler(10, trainer.optimizer)
+        args.recording = False
+    return frozenset(read)
+
+
 def member_keys() -> tuple[str, ...]:
-    """The config keys in which the members of one array may differ."""
-    return (*MEMBER_ROOT_KEYS, *(f"trainer.{key}" for key in MEMBER_ARGUMENTS))
+    """The config keys in which the members of one array may differ: the trainer keys its
+    optimizer and scheduler read (optimizer_arguments) or the array applies per member
+    (ARRAY_ARGUMENTS), and the root's seed."""
+    from bertkit.config_schema import TrainerSchema
+
+    trainer = {f.name for f in dataclasses.fields(TrainerSchema)}
+    per_member = (optimizer_arguments() | set(ARRAY_ARGUMENTS)) & trainer
+    return (*MEMBER_ROOT_KEYS, *(f"trainer.{key}" for key in sorted(per_member)))
 
 
 def check_fusable(cfg: DictConfig) -> None:
@@ -114,8 +151,9 @@ def finish_member(run: PreparedRun, result: MemberResult) -> dict:
     W&B run opened now and given its history. A member whose gradients turned non-finite is
     that job's failure."""
     if result.failed_at is not None:
-        raise BertkitError(f"the training loss became non-finite at step {result.failed_at} "
-                           f"(trained in a model array: the other members went on)")
+        raise BertkitError(f"the gradients became non-finite (a NaN or infinite loss) at step "
+                           f"{result.failed_at}; this member stopped there, the others of its "
+                           f"model array (hydra/launcher=fused) went on")
     trainer = run.trainer
     hyperparameters, wandb_run = record_settings(run.cfg, run.setup, trainer,
                                                  run.hyperparameters, run.limited)

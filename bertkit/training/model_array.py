@@ -194,6 +194,7 @@ class ArrayAdamW(torch.optim.Optimizer):
             self.member_groups.append(groups)
         self.max_grad_norms = torch.tensor([float(n) for n in max_grad_norms])
         self.alive = torch.ones(array.size, dtype=torch.bool)
+        self.failed_at = torch.zeros(array.size, dtype=torch.long)  # 0: never
         self.grad_norms = torch.zeros(array.size)
         self.step_count = 0
 
@@ -206,13 +207,15 @@ class ArrayAdamW(torch.optim.Optimizer):
         params = [group["params"][0] for group in self.param_groups]
         device = params[0].device
         if self.alive.device != device:
-            self.alive = self.alive.to(device)
+            self.alive, self.failed_at = self.alive.to(device), self.failed_at.to(device)
             self.max_grad_norms = self.max_grad_norms.to(device)
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
         # Each member's gradient norm, over its own gradients only.
         squares = torch.stack([g.float().pow(2).flatten(1).sum(1) for g in grads]).sum(0)
         norms = squares.sqrt()
-        self.alive &= torch.isfinite(norms)
+        newly = self.alive & ~torch.isfinite(norms)
+        self.failed_at = torch.where(newly, self.step_count + 1, self.failed_at)
+        self.alive &= ~newly
         clip = torch.where(self.max_grad_norms > 0,
                            (self.max_grad_norms / (norms + 1e-6)).clamp(max=1.0),
                            torch.ones_like(norms))
@@ -246,8 +249,9 @@ class ArrayAdamW(torch.optim.Optimizer):
                                for group in groups], dtype=like.dtype)
         return values.to(like.device).view(-1, *([1] * (like.dim() - 1)))
 
-    def failed_members(self) -> list[int]:
-        return [i for i, alive in enumerate(self.alive.tolist()) if not alive]
+    def failed_members(self) -> dict[int, int]:
+        """Member -> the optimizer step at which its gradients turned non-finite."""
+        return {i: step for i, step in enumerate(self.failed_at.tolist()) if step}
 
 
 class MemberSchedules(torch.optim.lr_scheduler.LRScheduler):
@@ -426,7 +430,7 @@ def train_members(members: Sequence[Trainer], pad_token_id: int) -> list[MemberR
     started = time.perf_counter()
     output = trainer.train()
     seconds = time.perf_counter() - started
-    failed = set(trainer.array_optimizer.failed_members())
+    failed = trainer.array_optimizer.failed_members()
     losses = trainer.member_losses()
     results = []
     for index, member in enumerate(members):
@@ -436,19 +440,9 @@ def train_members(members: Sequence[Trainer], pad_token_id: int) -> list[MemberR
         state = member.state
         state.global_step, state.max_steps = output.global_step, trainer.state.max_steps
         state.epoch, state.num_train_epochs = trainer.state.epoch, trainer.state.num_train_epochs
-        failed_at = _first_nonfinite(state.log_history) if index in failed else None
         results.append(MemberResult(
             TrainOutput(output.global_step, losses[index],
                         {"train_runtime": seconds, "train_loss": losses[index],
                          "epoch": trainer.state.epoch}),
-            failed_at if index not in failed or failed_at is not None else output.global_step,
-            seconds, trainer.state.epoch))
+            failed.get(index), seconds, trainer.state.epoch))
     return results
-
-
-def _first_nonfinite(history: list[dict]) -> int | None:
-    for entry in history:
-        loss = entry.get("loss")
-        if loss is not None and not torch.isfinite(torch.tensor(loss)):
-            return entry["step"]
-    return None

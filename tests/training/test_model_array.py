@@ -83,7 +83,7 @@ def test_each_member_trains_as_its_job_alone(case, tmp_path):
         record = finish_member(run, result)
         alone_losses, alone_record = alone[k]
         assert len(losses) == len(alone_losses) > 4
-        bad = [(step, a, b) for step, (a, b) in enumerate(zip(losses, alone_losses), 1)
+        bad = [(step, a, b) for step, (a, b) in enumerate(zip(losses, alone_losses, strict=True), 1)
                if not _close(a, b, DRIFT.get(case, RELATIVE) if step > 20 else RELATIVE)]
         assert not bad, f"member {k}: (step, fused, alone) {bad[:3]}"
         for split, scores in alone_record["validation"].items():
@@ -147,7 +147,7 @@ def test_a_member_with_nonfinite_gradients_stops_while_the_others_go_on():
     array(**batch).loss.backward()
     array.stacked["classifier/weight"].grad[1, 0, 0] = float("nan")
     fused.step()
-    assert fused.failed_members() == [1]
+    assert fused.failed_members() == {1: 1}
     after = array.tensors()
     assert torch.equal(after["classifier.weight"][1], before["classifier.weight"][1])
     assert not torch.equal(after["classifier.weight"][0], before["classifier.weight"][0])
