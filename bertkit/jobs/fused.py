@@ -151,9 +151,9 @@ def finish_member(run: PreparedRun, result: MemberResult) -> dict:
     W&B run opened now and given its history. A member whose gradients turned non-finite is
     that job's failure."""
     if result.failed_at is not None:
-        raise BertkitError(f"the gradients became non-finite (a NaN or infinite loss) at step "
-                           f"{result.failed_at}; this member stopped there, the others of its "
-                           f"model array (hydra/launcher=fused) went on")
+        raise BertkitError(f"the training loss became non-finite (NaN or infinite) at step "
+                           f"{result.failed_at}; the other members of its model array "
+                           f"(hydra/launcher=fused) trained on")
     trainer = run.trainer
     hyperparameters, wandb_run = record_settings(run.cfg, run.setup, trainer,
                                                  run.hyperparameters, run.limited)

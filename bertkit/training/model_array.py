@@ -3,28 +3,29 @@
 A ModelArray holds the members' parameters stacked (torch.func.stack_module_state: one
 [members, ...] tensor per parameter) and runs the task's own Hugging Face model under
 `vmap` over them (functional_call on a template of the model on the meta device): one
-forward, one backward and one optimizer step for every member, where one job per member
-would launch each of them once per member (HFTA, Wang et al., MLSys 2021).
+forward and one backward for every member, where one job per member would launch each of
+their kernels once per member (HFTA, Wang et al., MLSys 2021).
 
 Each member stays the run it would be alone:
 
 - its model is built by its own job (its seed: the head's initialisation), its batches come
   from its own trainer's dataloader (its seed: the data order);
-- its learning rate, weight decay and schedule are its own optimizer's and scheduler's,
-  built by its own trainer as Trainer builds them (any lr_scheduler_type, its warmup, the
-  layer-wise rates of finetuning.layer_lr_decay), and read back each step: ArrayAdamW applies
-  them per member, broadcast over the stacked parameters;
-- its gradients are clipped at its max_grad_norm by the norm of its own gradients;
+- its optimizer and scheduler are the ones its own trainer builds (its learning rate, weight
+  decay, any lr_scheduler_type and warmup, the layer-wise rates of finetuning.layer_lr_decay),
+  stepping its slice of the stacked parameters with torch's own (fused) kernel
+  (MemberOptimizers): one optimizer step per member, the update of its run alone;
+- its gradients are clipped at its max_grad_norm by torch's clip_grad_norm_ over its slice;
 - its losses are logged into its own history, its evaluations run on its own model.
 
 The loss Trainer backpropagates is the sum of the members' losses: each member's parameters
-see the gradient of its own loss only. A member whose gradients turn non-finite stops
-updating there (the others go on) and is reported failed (`failed_at`).
+see the gradient of its own loss only, so a member whose loss turns NaN spoils only its own
+slice (the others go on); it is reported failed at that step (ArrayTrainer.failed_at).
 """
 
 from __future__ import annotations
 
 import copy
+import inspect
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -166,105 +167,69 @@ def stack_batches(batches: list[dict], pad_token_id: int) -> dict[str, torch.Ten
 # ================================================================================================
 # The members' optimizers and schedules applied to the stacked parameters.
 
-class ArrayAdamW(torch.optim.Optimizer):
-    """AdamW over the stacked parameters with each member's learning rate, weight decay,
-    betas and epsilon, read each step from that member's own optimizer groups (which its own
-    scheduler moves: MemberSchedules), and each member's gradients clipped at its
-    max_grad_norm by their own norm, as torch.nn.utils.clip_grad_norm_ clips a model's.
+class MemberOptimizers(torch.optim.Optimizer):
+    """Each member's own optimizer (the one its trainer built: its class, its groups, their
+    rates and decay, fused or foreach as it was made) stepping that member's slice of the
+    stacked parameters, after torch.nn.utils.clip_grad_norm_ clipped that slice's gradients
+    at the member's max_grad_norm. So each member's update is the very kernel, with the very
+    scalars, of its run alone; the members' optimizers hold their own states.
 
-    Written here because torch's AdamW takes one learning rate per group, and a group here
-    holds one tensor for every member. The update is torch's AdamW's, term for term."""
+    Trainer sees one optimizer over the stacked parameters (its zero_grad, its state)."""
 
     def __init__(self, array: ModelArray, member_models: Sequence[nn.Module],
                  member_optimizers: Sequence[torch.optim.Optimizer],
                  max_grad_norms: Sequence[float]):
-        names = [name for name in array.stacked]
-        super().__init__([{"params": [array.stacked[name]], "name": name} for name in names],
-                         {"lr": 0.0})
-        self.member_optimizers = list(member_optimizers)
-        # For each stacked parameter, the group holding it in each member's optimizer.
-        self.member_groups: list[list[dict]] = []
-        for name in names:
-            path = name.replace(SEPARATOR, ".")
-            groups = []
-            for model, optimizer in zip(member_models, member_optimizers, strict=True):
-                parameter = model.get_parameter(path)
-                groups.append(next(group for group in optimizer.param_groups
-                                   if any(p is parameter for p in group["params"])))
-            self.member_groups.append(groups)
-        self.max_grad_norms = torch.tensor([float(n) for n in max_grad_norms])
-        self.alive = torch.ones(array.size, dtype=torch.bool)
-        self.failed_at = torch.zeros(array.size, dtype=torch.long)  # 0: never
-        self.grad_norms = torch.zeros(array.size)
-        self.step_count = 0
-
-    def _per_member(self, key: str, groups: list[dict], like: torch.Tensor) -> torch.Tensor:
-        values = torch.tensor([float(group[key]) for group in groups], dtype=like.dtype)
-        return values.to(like.device).view(-1, *([1] * (like.dim() - 1)))
+        super().__init__(list(array.stacked.values()), {})
+        self.max_grad_norms = [float(norm) for norm in max_grad_norms]
+        self.grad_norms: list[torch.Tensor | None] = [None] * array.size
+        self.optimizers: list[torch.optim.Optimizer] = []
+        self.sliced: list[list[tuple[torch.Tensor, nn.Parameter]]] = []  # (slice, stacked)
+        for index, (model, optimizer) in enumerate(zip(member_models, member_optimizers,
+                                                       strict=True)):
+            names = {id(p): name for name, p in model.named_parameters()}
+            groups, pairs = [], []
+            for group in optimizer.param_groups:
+                slices = []
+                for parameter in group["params"]:
+                    stacked = array.stacked[names[id(parameter)].replace(".", SEPARATOR)]
+                    slices.append(stacked.data[index])  # a view: updated in place
+                    pairs.append((slices[-1], stacked))
+                groups.append({**{k: v for k, v in group.items() if k != "params"},
+                               "params": slices})
+            self.optimizers.append(_same_kind(optimizer, groups))
+            self.sliced.append(pairs)
 
     @torch.no_grad()
     def step(self, closure=None):
-        params = [group["params"][0] for group in self.param_groups]
-        device = params[0].device
-        if self.alive.device != device:
-            self.alive, self.failed_at = self.alive.to(device), self.failed_at.to(device)
-            self.max_grad_norms = self.max_grad_norms.to(device)
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-        # Each member's gradient norm, over its own gradients only.
-        squares = torch.stack([g.float().pow(2).flatten(1).sum(1) for g in grads]).sum(0)
-        norms = squares.sqrt()
-        newly = self.alive & ~torch.isfinite(norms)
-        self.failed_at = torch.where(newly, self.step_count + 1, self.failed_at)
-        self.alive &= ~newly
-        clip = torch.where(self.max_grad_norms > 0,
-                           (self.max_grad_norms / (norms + 1e-6)).clamp(max=1.0),
-                           torch.ones_like(norms))
-        clip = torch.where(self.alive, clip, torch.zeros_like(clip))
-        self.grad_norms = norms
-        self.step_count += 1
-        for p, g, groups in zip(params, grads, self.member_groups, strict=True):
-            shape = (-1, *([1] * (p.dim() - 1)))
-            g = torch.where(self.alive.view(shape), g * clip.to(g.dtype).view(shape),
-                            torch.zeros_like(g))
-            state = self.state[p]
-            if not state:
-                state["exp_avg"] = torch.zeros_like(p)
-                state["exp_avg_sq"] = torch.zeros_like(p)
-            lr = self._per_member("lr", groups, p) * self.alive.view(shape)
-            decay = self._per_member("weight_decay", groups, p)
-            beta1 = self._per_member_beta(groups, 0, p)
-            beta2 = self._per_member_beta(groups, 1, p)
-            eps = self._per_member("eps", groups, p) if "eps" in groups[0] \
-                else torch.full_like(lr, 1e-8)
-            p.mul_(1 - lr * decay)
-            state["exp_avg"].lerp_(g, 1 - beta1)
-            state["exp_avg_sq"].mul_(beta2).addcmul_(g, g * (1 - beta2))
-            correction1 = 1 - beta1 ** self.step_count
-            correction2 = 1 - beta2 ** self.step_count
-            denom = (state["exp_avg_sq"].sqrt() / correction2.sqrt()).add_(eps)
-            p.addcdiv_(state["exp_avg"] * (lr / correction1), denom, value=-1.0)
+        for index, optimizer in enumerate(self.optimizers):
+            grads = []
+            for view, stacked in self.sliced[index]:
+                view.grad = None if stacked.grad is None else stacked.grad[index]
+                if view.grad is not None:
+                    grads.append(view)
+            if self.max_grad_norms[index] > 0 and grads:
+                self.grad_norms[index] = torch.nn.utils.clip_grad_norm_(
+                    grads, self.max_grad_norms[index])
+            optimizer.step()
+            for view, _ in self.sliced[index]:
+                view.grad = None
 
-    def _per_member_beta(self, groups: list[dict], which: int, like: torch.Tensor):
-        values = torch.tensor([float(group.get("betas", (0.9, 0.999))[which])
-                               for group in groups], dtype=like.dtype)
-        return values.to(like.device).view(-1, *([1] * (like.dim() - 1)))
 
-    def failed_members(self) -> dict[int, int]:
-        """Member -> the optimizer step at which its gradients turned non-finite."""
-        return {i: step for i, step in enumerate(self.failed_at.tolist()) if step}
+def _same_kind(optimizer: torch.optim.Optimizer, groups: list[dict]) -> torch.optim.Optimizer:
+    """An optimizer of optimizer's class and defaults over `groups` (the defaults its
+    constructor takes: torch's AdamW keeps Adam's decoupled_weight_decay among them)."""
+    accepted = inspect.signature(type(optimizer).__init__).parameters
+    return type(optimizer)(groups, **{key: value for key, value in optimizer.defaults.items()
+                                      if key in accepted})
 
 
 class MemberSchedules(torch.optim.lr_scheduler.LRScheduler):
-    """Each member's own scheduler (over its own optimizer, which ArrayAdamW reads), stepped
-    together; Trainer's log line shows the first member's rate."""
+    """Each member's own scheduler (Trainer's, over the member's own optimizer in
+    MemberOptimizers), stepped together; Trainer's log line shows the first member's rate."""
 
-    def __init__(self, schedulers: Sequence, optimizer: ArrayAdamW):
+    def __init__(self, schedulers: Sequence, optimizer: MemberOptimizers):
         self.schedulers = list(schedulers)
         self.optimizer = optimizer
-        for scheduler in self.schedulers:
-            # Each member's optimizer only holds its rates (ArrayAdamW steps): torch's warning
-            # that a scheduler steps before its optimizer does not apply.
-            scheduler.optimizer._opt_called = True
         self.last_epoch = 0
 
     def step(self, epoch=None):
@@ -308,7 +273,8 @@ class ArrayTrainer(Trainer):
         self.array = array
         self.members = list(members)
         self.pad_token_id = pad_token_id
-        self.array_optimizer: ArrayAdamW | None = None
+        self.array_optimizer: MemberOptimizers | None = None
+        self.failed_at: torch.Tensor | None = None  # per member: the first non-finite step
         self._window: torch.Tensor | None = None  # the members' summed losses since the last log
         self._window_steps = 0
         self._total: torch.Tensor | None = None  # the members' summed losses of the whole run
@@ -326,6 +292,12 @@ class ArrayTrainer(Trainer):
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         outputs = model(**inputs)
         losses = outputs.losses.detach().float()
+        step = self.state.global_step + 1
+        if self.failed_at is None:
+            self.failed_at = torch.zeros(len(losses), dtype=torch.long, device=losses.device)
+        # The first step whose loss is not finite, kept on the device (no sync per step).
+        self.failed_at = torch.where((self.failed_at == 0) & ~torch.isfinite(losses), step,
+                                     self.failed_at)
         self._window = losses if self._window is None else self._window + losses
         self._total = losses if self._total is None else self._total + losses
         self._window_steps += 1
@@ -334,26 +306,31 @@ class ArrayTrainer(Trainer):
     def create_optimizer(self, model=None):
         if self.optimizer is None:
             optimizers = [member.create_optimizer() for member in self.members]
-            self.array_optimizer = ArrayAdamW(self.array, [m.model for m in self.members],
-                                              optimizers,
-                                              [m.args.max_grad_norm for m in self.members])
+            self.array_optimizer = MemberOptimizers(
+                self.array, [m.model for m in self.members], optimizers,
+                [m.args.max_grad_norm for m in self.members])
             self.optimizer = self.array_optimizer  # accelerate wraps it: array_optimizer reads it
         return self.optimizer
 
     def create_scheduler(self, num_training_steps: int, optimizer=None):
         if self.lr_scheduler is None:
-            schedulers = [member.create_scheduler(num_training_steps, member.optimizer)
-                          for member in self.members]
+            schedulers = []
+            for member, optimizer in zip(self.members, self.array_optimizer.optimizers,
+                                         strict=True):
+                member.lr_scheduler = None  # built over the member's sliced optimizer
+                schedulers.append(member.create_scheduler(num_training_steps, optimizer))
             self.lr_scheduler = MemberSchedules(schedulers, self.array_optimizer)
         return self.lr_scheduler
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if "loss" in logs and self._window is not None:  # a training line: each member's own
             means = (self._window / max(self._window_steps, 1)).tolist()
-            norms = self.array_optimizer.grad_norms.tolist()
+            norms = [None if norm is None else float(norm)
+                     for norm in self.array_optimizer.grad_norms]
             rates = self.lr_scheduler.member_rates()
             for index, member in enumerate(self.members):
-                entry = {"loss": means[index], "grad_norm": norms[index],
+                entry = {"loss": means[index],
+                         **({} if norms[index] is None else {"grad_norm": norms[index]}),
                          "learning_rate": rates[index], "epoch": self.state.epoch}
                 member.state.log_history.append({**entry, "step": self.state.global_step})
             self._window, self._window_steps = None, 0
@@ -406,7 +383,7 @@ class MemberResult:
 
 def array_arguments(args: TrainingArguments) -> TrainingArguments:
     """The array's arguments: the first member's (the members share every one but those
-    ArrayAdamW and the members' schedulers apply per member), with Trainer's clipping off
+    the members' own optimizers and schedulers apply per member), with Trainer's clipping off
     (each member is clipped by its own norm), no checkpoints (the array trains in one
     process; a member's run keeps no checkpoint once finished), no tracker (each member's
     W&B run gets its own history) and its evaluations at the members' points."""
@@ -430,7 +407,8 @@ def train_members(members: Sequence[Trainer], pad_token_id: int) -> list[MemberR
     started = time.perf_counter()
     output = trainer.train()
     seconds = time.perf_counter() - started
-    failed = trainer.array_optimizer.failed_members()
+    failed = {index: step for index, step in enumerate(
+        trainer.failed_at.tolist() if trainer.failed_at is not None else []) if step}
     losses = trainer.member_losses()
     results = []
     for index, member in enumerate(members):

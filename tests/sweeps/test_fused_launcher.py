@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from omegaconf import OmegaConf
 
 from bertkit.config_schema import TrainerSchema
@@ -103,19 +104,24 @@ def tiny_grid(data: Path, vocab: Path, sweep_dir: Path) -> list[str]:
 @pytest.mark.slow
 def test_a_fused_grid_leaves_one_run_per_job_and_a_failed_member_fails_alone(
         glue_dir, vocab_dir, tmp_path, monkeypatch, capsys):
-    """4 jobs in one array; the third member's gradients are made non-finite at the third
-    step: its job's failed.json says so, the three others finish, bertkit-report reads them."""
+    """4 jobs in one array; the third member's loss is made NaN at the third step: its job's
+    failed.json says so, the three others finish, bertkit-report reads them."""
     from bertkit.reporting.collect import collect_runs
     from bertkit.training import model_array
 
-    step = model_array.ArrayAdamW.step
+    forward = model_array.ModelArray.forward
+    calls = []
 
-    def poisoned(self, closure=None):
-        if self.step_count == 2:
-            next(iter(self.param_groups))["params"][0].grad[2].fill_(float("nan"))
-        return step(self, closure)
+    def poisoned(self, **inputs):
+        output = forward(self, **inputs)
+        if self.training:
+            calls.append(1)
+            if len(calls) == 3:
+                output.losses = output.losses * torch.tensor([1.0, 1.0, float("nan"), 1.0])
+                output.loss = output.losses.sum()
+        return output
 
-    monkeypatch.setattr(model_array.ArrayAdamW, "step", poisoned)
+    monkeypatch.setattr(model_array.ModelArray, "forward", poisoned)
     monkeypatch.chdir(tmp_path)
     sweep_dir = tmp_path / "sweep"
     with pytest.raises(SystemExit) as exit_status:
@@ -123,7 +129,7 @@ def test_a_fused_grid_leaves_one_run_per_job_and_a_failed_member_fails_alone(
     assert exit_status.value.code == 1
     err = capsys.readouterr().err
     assert "1 job(s) of this sweep failed" in err
-    assert "the gradients became non-finite (a NaN or infinite loss) at step 3" in err
+    assert "the training loss became non-finite (NaN or infinite) at step 3" in err
     jobs = sorted(path.parent for path in sweep_dir.rglob(".hydra"))
     assert len(jobs) == 4
     finished = [job for job in jobs if (job / "metrics.json").is_file()]
