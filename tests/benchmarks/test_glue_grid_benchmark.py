@@ -6,11 +6,13 @@ arm is the `bertkit -m` command a user types, with the user's settings and the a
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from hydra.core.hydra_config import HydraConfig
 from transformers import AutoModel
 
+import benchmarks.glue_grid as glue_grid
 from benchmarks.command import compose_config as compose_benchmark
 from benchmarks.glue_grid import (
     JOB,
@@ -21,6 +23,7 @@ from benchmarks.glue_grid import (
     benchmark_glue_grid,
     starting_weights,
 )
+from bertkit.data.atomic_files import write_json_atomic
 from bertkit.errors import BertkitError
 from bertkit.jobs import run_job as run_bertkit_job
 from bertkit.training.models import load_tokenizer
@@ -174,6 +177,86 @@ def test_each_bertkit_arm_is_the_users_command_on_the_grid(glue_dir, vocab_dir, 
     assert weights.config.hidden_size == 32 and weights.config.num_hidden_layers == 2
     again = starting_weights(cfg.copy(), tmp_path / "again", load_tokenizer(cfg.model))
     assert again.model.name_or_path == str(checkpoint)  # a checkpoint is kept as it is
+
+
+def fake_launch(scores: dict[str, float], seconds: dict[str, float]):
+    """launch() standing in for `bertkit`: a multirun leaves each job's metrics.json under its
+    hydra.sweep.dir (f1 = the arm's score + the learning rate), as any launcher's jobs do, and
+    takes the arm's seconds; a single run (the warm-up) leaves nothing."""
+    def launch(command, log, job):
+        if command[0] != "-m":
+            return 0.5
+        values = dict(o.split("=", 1) for o in command if "=" in o)
+        way = Path(values["hydra.sweep.dir"]).name
+        for rate in values["trainer.learning_rate"].split(","):
+            for seed in values["seed"].split(","):
+                record = {"hyperparameters": {"learning_rate": float(rate)}, "seed": int(seed),
+                          "validation": {"validation": {"f1": scores[way] + float(rate),
+                                                        "accuracy": 0.5}},
+                          "train": {"seconds": 1.0, "loss": 0.6, "steps": 3,
+                                    "throughput": {"peak_memory_gb": 0.25, "flops": 1e9}}}
+                write_json_atomic(Path(values["hydra.sweep.dir"]) / f"lr{rate}" / f"s{seed}"
+                                  / "metrics.json", record)
+        return seconds[way]
+    return launch
+
+
+def test_each_arm_is_timed_scored_and_set_against_the_baselines(glue_dir, vocab_dir, tmp_path,
+                                                                as_bertkit_job, monkeypatch,
+                                                                capsys):
+    """The arms as the bench assembles them, whatever launcher ran them (a fused arm before
+    hydra/launcher=fused is merged): its jobs read from the metrics.json they left, its
+    speed-up over the baselines that ran, its scores against the reference arm's."""
+    ways = ["bertkit", "gpu_pack", "fused"]
+    scores, seconds = {"bertkit": 0.5, "gpu_pack": 0.5, "fused": 0.75}, {
+        "bertkit": 8.0, "gpu_pack": 4.0, "fused": 2.0}
+    monkeypatch.setattr(glue_grid, "launch", fake_launch(scores, seconds))
+    monkeypatch.setattr(glue_grid, "available_launchers", lambda: ["basic", "gpu_pack", "fused"])
+    overrides = grid_overrides(glue_dir("mrpc"), vocab_dir, tmp_path, ways)
+    as_bertkit_job(overrides)
+    result = benchmark_glue_grid(compose_config(overrides), tmp_path / "bench")
+
+    assert list(result["ways"]) == ways and result["reference"] == "bertkit"
+    jobs = ["lr0.001-seed3", "lr0.0003-seed3"]
+    for way in ways:
+        figures = result["ways"][way]
+        assert figures["wall_seconds"] == seconds[way]
+        assert figures["speed_up"] == {"bertkit": seconds["bertkit"] / seconds[way]}
+        assert list(figures["jobs"]) == sorted(jobs) and figures["peak_memory_gb"] == 0.25
+        assert figures["command"][-len(figures["launcher"]):] == figures["launcher"]
+    assert result["ways"]["fused"]["launcher"] == ["hydra/launcher=fused"]
+    assert [job["job"] for job in result["jobs"]] == jobs
+    for job in result["jobs"]:
+        assert job["validation"]["fused"]["f1"] == 0.75 + job["learning_rate"]
+        assert job["difference"] == {"gpu_pack": 0, "fused": pytest.approx(0.25)}
+    written = (tmp_path / "bench" / "grid_bench.json").read_text()
+    assert json.loads(written) == json.loads(json.dumps(result))
+    # The printed table: a row per arm with its wall time and speed-up over bertkit.
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    assert [row.split(" | ")[2:4] for row in rows[1:4]] == [
+        ["8.0 s", "1.00x"], ["4.0 s", "2.00x"], ["2.0 s", "4.00x"]]
+
+
+def test_an_arm_that_leaves_a_job_twice_or_not_at_all_is_refused(glue_dir, vocab_dir, tmp_path,
+                                                                 as_bertkit_job, monkeypatch):
+    monkeypatch.setattr(glue_grid, "launch", fake_launch({"bertkit": 0.5}, {"bertkit": 1.0}))
+    overrides = grid_overrides(glue_dir("mrpc"), vocab_dir, tmp_path, ["bertkit"])
+    as_bertkit_job(overrides)
+    cfg = compose_config([*overrides, "bench_grid.learning_rates=[1e-3,3e-4,2e-4]"])
+    # The fake leaves the command's jobs; a grid of three learning rates finds two of them.
+    command = glue_grid._bertkit_command
+    monkeypatch.setattr(glue_grid, "_bertkit_command", lambda grid, *args: [
+        o.replace(",0.0002", "") for o in command(grid, *args)])
+    with pytest.raises(BertkitError, match="no metrics.json for lr0.0002-seed3"):
+        benchmark_glue_grid(cfg, tmp_path / "bench")
+    # A job's metrics.json twice (two runs of one grid point) is no grid to time.
+    record = tmp_path / "bench" / "bertkit" / "lr0.001" / "s3" / "metrics.json"
+    copy = record.parent.parent / "again" / "metrics.json"
+    copy.parent.mkdir()
+    copy.write_text(record.read_text())
+    monkeypatch.setattr(glue_grid, "launch", lambda *args, **kwargs: 1.0)
+    with pytest.raises(BertkitError, match="two metrics.json for lr0.001-seed3"):
+        benchmark_glue_grid(compose_config(overrides), tmp_path / "bench")
 
 
 @pytest.mark.parametrize(("override", "key"), [
