@@ -25,7 +25,7 @@ from transformers import BertConfig, BertModel, PreTrainedTokenizerBase, set_see
 from benchmarks.command import main
 from benchmarks.glue_parity import PADDINGS, metric_names, plain_trainer
 from benchmarks.measure import PeakMemory, device_name, ratio, timed, utilisation
-from benchmarks.report import markdown_head, optional, publish
+from benchmarks.report import markdown_head, markdown_row, optional, publish
 from benchmarks.settings import check_settings
 from benchmarks.side_by_side import release, remove_if_empty
 from benchmarks.sweep_launchers import launch
@@ -399,20 +399,18 @@ def _table(result: dict, path: Path) -> str:
                        "largest peak memory a job", "grid MFU"),
     ]
     for name, way in ways.items():
-        lines.append(
-            f"| {name} | {' '.join(way.get('launcher', ['in this process']))} | "
-            f"{way['wall_seconds']:.1f} s | "
-            + "".join(f"{optional(way['speed_up'][base], '.2f')}x | " for base in baselines)
-            + f"{optional(way['peak_memory_gb'], '.2f')} GiB | "
-            f"{optional(way['grid_mfu'], '.1%')} |")
+        lines.append(markdown_row(name, " ".join(way.get("launcher", ["in this process"])),
+                          f"{way['wall_seconds']:.1f} s",
+                          *(f"{optional(way['speed_up'][base], '.2f')}x" for base in baselines),
+                          f"{optional(way['peak_memory_gb'], '.2f')} GiB",
+                          optional(way["grid_mfu"], ".1%")))
     lines += ["", *markdown_head("job", *(f"{way} {m}" for m in metrics for way in ways),
                                  *(f"{way} memory" for way in ways))]
     for job in result["jobs"]:
-        lines.append(
-            f"| {job['job']} | "
-            + "".join(f"{job['validation'][way][m]:.4f} | " for m in metrics for way in ways)
-            + "".join(f"{optional(ways[way]['jobs'][job['job']]['peak_memory_gb'], '.2f')} "
-                      f"GiB | " for way in ways))
+        lines.append(markdown_row(
+            job["job"], *(f"{job['validation'][way][m]:.4f}" for m in metrics for way in ways),
+            *(f"{optional(ways[way]['jobs'][job['job']]['peak_memory_gb'], '.2f')} GiB"
+              for way in ways)))
     for way in ways:
         if way != reference:
             largest = max(abs(job["difference"][way]) for job in result["jobs"])
