@@ -289,18 +289,36 @@ methods-table: minilm
 bench-sweep: minilm
 	$(BENCH) benchmarks.sweep_launchers task.data_dir=$(BENCH_GLUE_DIR)/MRPC $(O)
 
-# make bench-grid: the paper's GLUE protocol on MRPC (batch 32, 3 epochs, learning rates 5e-5,
-# 4e-5, 3e-5, 2e-5) x 2 seeds, the plain way's jobs one after another against one bertkit
-# multirun launched by hydra/launcher=$(BENCH_GRID_LAUNCHER) with $(BENCH_GRID_JOBS_PER_GPU)
-# jobs a device (grid_bench.json). A model from scratch (the default, for a CPU) takes VOCAB's
-# WordPiece vocabulary; on a GPU: BENCH_GRID_MODEL=scratch_base.
-BENCH_GRID_MODEL ?= scratch_tiny
-BENCH_GRID_LAUNCHER ?= gpu_pack
+# make bench-grid: the paper's GLUE protocol on MRPC (batch 32, learning rates 5e-5, 4e-5, 3e-5,
+# 2e-5) x 2 seeds, 8 finetunes, by each arm of BENCH_GRID_WAYS (empty: all four, the recipe's
+# bench_grid.ways) from the same weights, side by side (grid_bench.json): plain (run_glue.py's
+# Trainer, the jobs one after another in the bench's process), bertkit (one `bertkit -m`
+# multirun, hydra/launcher=basic: one job after another), gpu_pack (hydra/launcher=gpu_pack,
+# BENCH_GRID_JOBS_PER_GPU jobs at once a device) and fused (hydra/launcher=fused: the jobs as one
+# model array); each arm's wall time, its speed-up over plain and over bertkit, peak memory per
+# job (per member of an array), dev scores per job. The fused arm needs hydra/launcher=fused:
+# BENCH_GRID_WAYS=plain,bertkit,gpu_pack leaves it out.
+# The default is for a CPU: BENCH_GRID_MODEL=scratch_micro, 2 layers 32 wide with VOCAB's
+# WordPiece vocabulary, so that a step's fixed costs (Python, Trainer's hooks, a kernel launch
+# per op: what fusing shares) outweigh its arithmetic, as a BERT-base step's do on a GPU (on one
+# core scratch_tiny, 128 wide, takes 3x as long a step, mostly arithmetic fusing cannot save);
+# BENCH_GRID_MAX_STEPS=100 steps a job (-1: the protocol's 3 epochs, 345 steps); each process on
+# BENCH_GRID_THREADS torch threads (empty: torch's default), 1 so that every arm computes on one
+# core a process (gpu_pack's processes share the cores) and no process's OpenMP threads spin
+# against another's on a shared machine (2 threads on 2 busy cores took 20x as long a step).
+# On a GPU: BENCH_GRID_MODEL=scratch_base BENCH_GRID_MAX_STEPS=-1 BENCH_GRID_THREADS=
+BENCH_GRID_WAYS ?=
+BENCH_GRID_MODEL ?= scratch_micro
+BENCH_GRID_MAX_STEPS ?= 100
+BENCH_GRID_THREADS ?= 1
 BENCH_GRID_JOBS_PER_GPU ?= 4
 bench-grid: install
-	$(BENCH) benchmarks.glue_grid task.data_dir=$(BENCH_GLUE_DIR)/MRPC \
-	  model=$(BENCH_GRID_MODEL) $(if $(filter scratch_%,$(BENCH_GRID_MODEL)),model.tokenizer=$(VOCAB)) \
-	  bench_grid.launcher=$(BENCH_GRID_LAUNCHER) bench_grid.jobs_per_gpu=$(BENCH_GRID_JOBS_PER_GPU) $(O)
+	$(if $(BENCH_GRID_THREADS),OMP_NUM_THREADS=$(BENCH_GRID_THREADS)) $(BENCH) benchmarks.glue_grid \
+	  task.data_dir=$(BENCH_GLUE_DIR)/MRPC model=$(BENCH_GRID_MODEL) \
+	  $(if $(filter scratch_%,$(BENCH_GRID_MODEL)),model.tokenizer=$(VOCAB)) \
+	  $(if $(BENCH_GRID_WAYS),"bench_grid.ways=[$(BENCH_GRID_WAYS)]") \
+	  bench_grid.jobs_per_gpu=$(BENCH_GRID_JOBS_PER_GPU) \
+	  trainer.max_steps=$(BENCH_GRID_MAX_STEPS) $(O)
 
 clean:
 	rm -rf outputs multirun .pytest_cache .ruff_cache

@@ -25,3 +25,8 @@ def optional(value: float | None, spec: str) -> str:
 def markdown_head(*columns: str) -> list[str]:
     """A markdown table's header line and the separator line under it."""
     return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+
+
+def markdown_row(*cells: str) -> str:
+    """A markdown table's row."""
+    return "| " + " | ".join(cells) + " |"

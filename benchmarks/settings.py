@@ -90,6 +90,8 @@ class BenchSweepSchema:
 class BenchGridSchema:
     learning_rates: list[float] = _setting(LEARNING_RATE, each=True)
     seeds: list[int] = _setting(SEED, "seeds in [0, 2**32 - 1]", each=True)
+    # plain or bench_grid.launchers' names (glue_grid checks which)
+    ways: list[str] = _setting()
     jobs_per_gpu: int = _setting(COUNT)
     baseline_max_length: int = _setting("[3, inf)")
 
