@@ -160,9 +160,16 @@ def finish_member(run: PreparedRun, result: MemberResult) -> dict:
     if wandb_run is not None:
         log_history(wandb_run, trainer.state.log_history)
     state = trainer.state
+    # The array's process peak, as a job's throughput record gives its own process's, and
+    # that peak shared by the members.
+    memory = {"peak_memory_gb": result.peak_memory_gb,
+              "peak_memory_per_member_gb": result.peak_memory_gb / result.members}
     trained = TrainingRun(
         trainer.is_world_process_zero(), wandb_run, result.output, result.seconds,
-        state.max_steps, True, None, result.seconds, None, hyperparameters, result.epochs)
+        state.max_steps, True, memory, result.seconds, None, hyperparameters, result.epochs)
+    run.details = {**(run.details or {}),
+                   "model_array": {"members": result.members, "seconds": round(result.seconds, 2),
+                                   **memory}}
     record = finish_run(run, trained)
     remove_set_aside()
     return record

@@ -38,6 +38,8 @@ from transformers.integrations.integration_utils import WandbCallback
 from transformers.trainer_utils import TrainOutput
 from transformers.utils import ModelOutput
 
+from bertkit.training.throughput import GIB, peak_memory_bytes
+
 # A "." may not name a module's parameter; a stacked parameter is named by its path in the
 # member's model with this in place of each dot.
 SEPARATOR = "/"
@@ -70,6 +72,12 @@ class ModelArray(nn.Module):
         for name in self._constants:
             value = params[name] if name in params else buffers[name]
             self.register_buffer(_buffer_name(name), value.detach().clone())
+        # Each embedding's padding row (a trained one), whose gradient is zeroed after backward.
+        self.padding_rows = [
+            (f"{name}.weight".replace(".", SEPARATOR), module.padding_idx)
+            for name, module in members[0].named_modules()
+            if isinstance(module, nn.Embedding) and module.padding_idx is not None
+            and f"{name}.weight" in trained]
         # Not a submodule: Trainer's .to(device) and state_dict must not see it.
         object.__setattr__(self, "template", copy.deepcopy(members[0]).to("meta"))
         self.config = members[0].config  # Trainer reads the model's config
@@ -93,6 +101,17 @@ class ModelArray(nn.Module):
 
         losses = vmap(member_loss, randomness="different")(self.tensors(), inputs)
         return ArrayOutput(loss=losses.sum(), losses=losses)
+
+    @torch.no_grad()
+    def zero_padding_gradients(self) -> None:
+        """nn.Embedding gives its padding row no gradient (torch's embedding backward skips
+        padding_idx); vmap's batching rule of that backward does not skip it, so the row is
+        zeroed here, or the [PAD] embedding of a member would train where alone it does not
+        (it moves every loss that reads padded positions: SQuAD's span softmax does)."""
+        for name, row in self.padding_rows:
+            grad = self.stacked[name].grad
+            if grad is not None:
+                grad[:, row] = 0
 
     @torch.no_grad()
     def copy_member_into(self, index: int, model: nn.Module) -> None:
@@ -180,6 +199,7 @@ class MemberOptimizers(torch.optim.Optimizer):
                  member_optimizers: Sequence[torch.optim.Optimizer],
                  max_grad_norms: Sequence[float]):
         super().__init__(list(array.stacked.values()), {})
+        self.array = array
         self.max_grad_norms = [float(norm) for norm in max_grad_norms]
         self.grad_norms: list[torch.Tensor | None] = [None] * array.size
         self.optimizers: list[torch.optim.Optimizer] = []
@@ -201,6 +221,7 @@ class MemberOptimizers(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
+        self.array.zero_padding_gradients()
         for index, optimizer in enumerate(self.optimizers):
             grads = []
             for view, stacked in self.sliced[index]:
@@ -379,6 +400,8 @@ class MemberResult:
     failed_at: int | None
     seconds: float
     epochs: float | None
+    members: int  # in its array
+    peak_memory_gb: float  # the array's process (its device's peak allocation on a GPU)
 
 
 def array_arguments(args: TrainingArguments) -> TrainingArguments:
@@ -407,6 +430,7 @@ def train_members(members: Sequence[Trainer], pad_token_id: int) -> list[MemberR
     started = time.perf_counter()
     output = trainer.train()
     seconds = time.perf_counter() - started
+    peak = peak_memory_bytes(trainer.args.device) / GIB
     failed = {index: step for index, step in enumerate(
         trainer.failed_at.tolist() if trainer.failed_at is not None else []) if step}
     losses = trainer.member_losses()
@@ -422,5 +446,5 @@ def train_members(members: Sequence[Trainer], pad_token_id: int) -> list[MemberR
             TrainOutput(output.global_step, losses[index],
                         {"train_runtime": seconds, "train_loss": losses[index],
                          "epoch": trainer.state.epoch}),
-            failed.get(index), seconds, trainer.state.epoch))
+            failed.get(index), seconds, trainer.state.epoch, len(members), peak))
     return results
