@@ -163,3 +163,53 @@ def test_a_method_no_array_trains_is_refused_before_any_job_starts(
 
 def test_the_launcher_is_registered_with_its_schema():
     assert fused_launcher.FusedLauncherConf._target_.endswith("FusedLauncher")
+
+
+@pytest.mark.slow
+def test_each_member_has_its_own_wandb_run_with_its_name_config_and_history(
+        glue_dir, vocab_dir, tmp_path, monkeypatch):
+    """W&B offline: each member's run is its job's (name, config, history of its own losses
+    and evaluations, final scores), opened once the array trained."""
+    from tests.wandb_records import read_offline_run
+
+    monkeypatch.chdir(tmp_path)
+    sweep_dir = tmp_path / "sweep"
+    grid = [o for o in tiny_grid(glue_dir("wnli"), vocab_dir, sweep_dir)
+            if o not in ("logger=none", "seed=1,2")]
+    run_bertkit_in_process(monkeypatch, *grid, "seed=1", "logger=wandb",
+                           wandb_mode="offline")
+    jobs = sorted(path.parent for path in sweep_dir.rglob("metrics.json"))
+    assert len(jobs) == 2
+    names = set()
+    for job in jobs:
+        record = json.loads((job / "metrics.json").read_text())
+        logs = sorted(job.rglob("run-*.wandb"))
+        assert len(logs) == 1, f"{job}: {logs}"
+        run = read_offline_run(logs[0].parent)
+        names.add(run["name"])
+        assert run["config"]["bertkit"]["trainer"]["learning_rate"] == \
+            record["hyperparameters"]["learning_rate"]
+        assert {"train/loss", "train/learning_rate", "eval/validation_accuracy"} <= \
+            run["history_keys"]
+        assert run["summary"]["main_value"] == record["main_value"]
+        assert run["exit_code"] == 0
+    assert len(names) == 2
+
+
+@pytest.mark.slow
+def test_arrays_split_by_members_per_array_go_round_robin_over_the_gpus(
+        glue_dir, vocab_dir, tmp_path, monkeypatch):
+    """Two GPUs seen (faked: this machine has none): 4 jobs in arrays of 2
+    (hydra.launcher.members_per_array=2), each array in a fresh process of its own GPU slot;
+    every job finishes with the results of a one-array launch."""
+    monkeypatch.setattr(FusedLauncher, "devices",
+                        lambda launcher: [("cuda:0", "0"), ("cuda:1", "1")])
+    monkeypatch.chdir(tmp_path)
+    sweep_dir = tmp_path / "sweep"
+    run_bertkit_in_process(monkeypatch, *tiny_grid(glue_dir("wnli"), vocab_dir, sweep_dir),
+                           "hydra.launcher.members_per_array=2")
+    records = [json.loads(path.read_text()) for path in sweep_dir.rglob("metrics.json")]
+    assert len(records) == 4
+    assert {r["details"]["model_array"]["members"] for r in records} == {2}
+    # Each job's own log, written in the array's process.
+    assert len(list(sweep_dir.rglob("cli.log"))) == 4
