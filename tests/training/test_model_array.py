@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import math
 import random
+from pathlib import Path
 
 import pytest
 import torch
 
+from bertkit.config_paths import config_dir
+from bertkit.finetuning.methods import METHODS
+from bertkit.jobs.fused import PER_MEMBER_METHODS, finish_member, prepare_member, train_group
 from bertkit.tasks import FAMILIES, task_family
 from bertkit.training.finetune import finish_run, prepare_run
 from bertkit.training.model_array import MemberOptimizers, ModelArray, stack_batches
@@ -44,7 +48,28 @@ def _stsb(tmp_path):
         "task=stsb", f"task.data_dir={data}"]
 
 
-CASES = {**{family: None for family in FAMILIES}, "glue-stsb": _stsb}
+def _method(preset: str):
+    def overrides(tmp_path):
+        base, _ = tiny_family_run("glue", tmp_path, SIZES, **COMMON)
+        return [*base, f"finetuning={preset}"]
+    return overrides
+
+
+def per_member_presets() -> list[str]:
+    """The presets of conf/finetuning/ that turn on only methods an array trains per member
+    (bertkit.jobs.fused.PER_MEMBER_METHODS), read from conf/ rather than listed."""
+    presets = []
+    for path in sorted((Path(config_dir()) / "finetuning").glob("*.yaml")):
+        node = compose_config([f"finetuning={path.stem}"]).finetuning
+        on = {name for name, entry in METHODS.items() if entry.on(node)}
+        if on and on <= set(PER_MEMBER_METHODS):
+            presets.append(path.stem)
+    return presets
+
+
+# Every family, GLUE's regression task, and each finetuning method an array trains per member.
+CASES = {**{family: None for family in FAMILIES}, "glue-stsb": _stsb,
+         **{f"glue-{preset}": _method(preset) for preset in per_member_presets()}}
 
 
 def _overrides(case: str, tmp_path) -> list[str]:
@@ -62,9 +87,10 @@ def _close(a: float, b: float, relative: float = RELATIVE) -> bool:
     return math.isclose(a, b, rel_tol=relative, abs_tol=1e-6)
 
 
-@pytest.mark.parametrize("case", list(CASES))
+# GLUE in the fast suite; the other cases (a minute each for SQuAD) in the slow one (CI).
+@pytest.mark.parametrize("case", [pytest.param(case, marks=() if case == "glue"
+                                               else pytest.mark.slow) for case in CASES])
 def test_each_member_trains_as_its_job_alone(case, tmp_path):
-    from bertkit.jobs.fused import finish_member, prepare_member, train_group
 
     base = _overrides(case, tmp_path)
     configs = [compose_config(base + member) for member in MEMBERS]
