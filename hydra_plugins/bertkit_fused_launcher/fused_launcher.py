@@ -11,7 +11,8 @@ finetuning method, early stopping, a pretraining job, ...) is refused before any
 in one line naming its key.
 
 Memory: each member's estimate is gpu_pack's (bertkit.training.throughput.job_memory, less
-the process overhead, which the array pays once); a group is split into arrays that fit the
+the process overhead, which the array pays once, plus its own model's weights, kept for its
+evaluations); a group is split into arrays that fit the
 device's free memory (hydra.launcher.device_memory_gib, or the GPU's), and a model that does
 not fit alone is refused in one line. hydra.launcher.members_per_array caps an array.
 
@@ -49,6 +50,9 @@ from hydra_plugins.bertkit_gpu_pack_launcher.gpu_pack_launcher import (
 )
 
 log = logging.getLogger("bertkit")
+# Bytes per parameter of a member's own model (fp32 weights), which its job keeps beside the
+# array's slice for its evaluations.
+MEMBER_MODEL_BYTES = 4
 
 
 @dataclass
@@ -242,7 +246,9 @@ class FusedLauncher(Launcher):
             free, where = min(by_index[int(device.split(":")[1])] for device, _ in devices), \
                 "free"
         overhead = estimate.process_overhead_gib * GIB
-        member = estimate.total_bytes - overhead
+        # A member's training (gpu_pack's estimate less its process), and its own model kept
+        # beside its slice of the array for its evaluations (fp32 weights: 4 bytes each).
+        member = estimate.total_bytes - overhead + estimate.parameters * MEMBER_MODEL_BYTES
         fits = int((free - overhead) // member) if free > overhead else 0
         if fits < 1:
             raise BertkitError(
