@@ -106,8 +106,8 @@ def check_fusable(cfg: DictConfig) -> None:
     for name, entry in METHODS.items():
         if name not in PER_MEMBER_METHODS and entry.on(cfg.finetuning):
             raise BertkitError(
-                f"finetuning: the {name} method does not run in a model array "
-                f"(hydra/launcher=fused trains freezing, BitFit and layer-wise rates per "
+                f"finetuning={cfg.finetuning.name}: its {name} method does not run in a model "
+                f"array (hydra/launcher=fused trains freezing, BitFit and layer-wise rates per "
                 f"member); use another launcher")
     refused = {"early_stopping.patience": cfg.early_stopping.patience,
                "train_fraction": cfg.train_fraction, "budget.minutes": cfg.budget.minutes,

@@ -156,8 +156,8 @@ def test_a_method_no_array_trains_is_refused_before_any_job_starts(
                                                        tmp_path / "sweep"), "finetuning=lora")
     assert exit_status.value.code == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
-    assert line.startswith("bertkit: error: finetuning: the lora method does not run in a "
-                           "model array")
+    assert line.startswith("bertkit: error: finetuning=lora: its lora method does not run in "
+                           "a model array")
     assert not list((tmp_path / "sweep").rglob("metrics.json"))
 
 
@@ -213,3 +213,37 @@ def test_arrays_split_by_members_per_array_go_round_robin_over_the_gpus(
     assert {r["details"]["model_array"]["members"] for r in records} == {2}
     # Each job's own log, written in the array's process.
     assert len(list(sweep_dir.rglob("cli.log"))) == 4
+
+
+def _presets_an_array_refuses() -> list[str]:
+    from bertkit.config_paths import config_dir
+    from bertkit.finetuning.methods import METHODS
+    from bertkit.jobs.fused import PER_MEMBER_METHODS
+
+    refused = []
+    for path in sorted((Path(config_dir()) / "finetuning").glob("*.yaml")):
+        node = compose_config([f"finetuning={path.stem}"]).finetuning
+        if any(entry.on(node) and name not in PER_MEMBER_METHODS
+               for name, entry in METHODS.items()):
+            refused.append(path.stem)
+    return refused
+
+
+@pytest.mark.parametrize("overrides, key", [
+    *[([f"finetuning={name}"], f"finetuning={name}:") for name in _presets_an_array_refuses()],
+    (["finetuning=stilts", "finetuning.intermediate.task=mnli"], "finetuning.intermediate.task="),
+    (["early_stopping.patience=2", "trainer.load_best_model_at_end=true"],
+     "early_stopping.patience=2"),
+    (["train_fraction=0.5"], "train_fraction=0.5"),
+    (["budget.minutes=5"], "budget.minutes=5"),
+    (["resume=auto"], "resume=auto"),
+    (["trainer.optim=sgd"], "trainer.optim=sgd"),
+    (["recipe=pretrain"], "recipe.job=pretrain"),
+])
+def test_what_no_array_trains_is_refused_naming_the_key(overrides, key):
+    from bertkit.errors import BertkitError
+    from bertkit.jobs.fused import check_fusable
+
+    with pytest.raises(BertkitError) as error:
+        check_fusable(compose_config(overrides))
+    assert str(error.value).startswith(key), str(error.value)
