@@ -291,6 +291,9 @@ class ArrayTrainer(Trainer):
     def __init__(self, array: ModelArray, members: Sequence[Trainer], args: TrainingArguments,
                  pad_token_id: int):
         super().__init__(model=array, args=args, eval_dataset=members[0].eval_dataset)
+        # The members' losses are means over their batches: Trainer averages them over
+        # gradient accumulation itself (as it does a bertkit finetune's).
+        self.model_accepts_loss_kwargs = False
         self.array = array
         self.members = list(members)
         self.pad_token_id = pad_token_id
@@ -409,13 +412,15 @@ def array_arguments(args: TrainingArguments) -> TrainingArguments:
     the members' own optimizers and schedulers apply per member), with Trainer's clipping off
     (each member is clipped by its own norm), no checkpoints (the array trains in one
     process; a member's run keeps no checkpoint once finished), no tracker (each member's
-    W&B run gets its own history) and its evaluations at the members' points."""
+    W&B run gets its own history), no compile (vmap over a compiled model is not what the
+    members' runs measured) and its evaluations at the members' points."""
     array = copy.copy(args)
     array.max_grad_norm = 0.0
     array.save_strategy = "no"
     array.load_best_model_at_end = False
     array.metric_for_best_model = None  # each member picks its own best (keep_if_best)
     array.report_to = []
+    array.torch_compile = False  # the members' own evaluations compile as they decided
     return array
 
 
