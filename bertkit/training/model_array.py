@@ -78,6 +78,7 @@ class ModelArray(nn.Module):
             for name, module in members[0].named_modules()
             if isinstance(module, nn.Embedding) and module.padding_idx is not None
             and f"{name}.weight" in trained]
+        self.alive: torch.Tensor | None = None  # per member: still training (ArrayTrainer)
         # Not a submodule: Trainer's .to(device) and state_dict must not see it.
         object.__setattr__(self, "template", copy.deepcopy(members[0]).to("meta"))
         self.config = members[0].config  # Trainer reads the model's config
@@ -112,6 +113,18 @@ class ModelArray(nn.Module):
             grad = self.stacked[name].grad
             if grad is not None:
                 grad[:, row] = 0
+
+    @torch.no_grad()
+    def zero_failed_gradients(self) -> None:
+        """The gradients of the members that are out (`alive` false: a loss that was not
+        finite) zeroed, so that their optimizers leave their slices as they were (decay
+        aside) and no NaN enters their parameters."""
+        if self.alive is None:
+            return
+        for parameter in self.stacked.values():
+            if parameter.grad is not None:
+                keep = self.alive.view(-1, *([1] * (parameter.dim() - 1)))
+                parameter.grad.copy_(torch.where(keep, parameter.grad, 0.0))
 
     @torch.no_grad()
     def copy_member_into(self, index: int, model: nn.Module) -> None:
@@ -222,6 +235,7 @@ class MemberOptimizers(torch.optim.Optimizer):
     @torch.no_grad()
     def step(self, closure=None):
         self.array.zero_padding_gradients()
+        self.array.zero_failed_gradients()
         for index, optimizer in enumerate(self.optimizers):
             grads = []
             for view, stacked in self.sliced[index]:
@@ -319,9 +333,15 @@ class ArrayTrainer(Trainer):
         step = self.state.global_step + 1
         if self.failed_at is None:
             self.failed_at = torch.zeros(len(losses), dtype=torch.long, device=losses.device)
-        # The first step whose loss is not finite, kept on the device (no sync per step).
-        self.failed_at = torch.where((self.failed_at == 0) & ~torch.isfinite(losses), step,
-                                     self.failed_at)
+        # The first step whose loss is not finite, kept on the device (no sync per step); from
+        # then on that member is out: its loss adds nothing to the sum (a NaN upstream gradient
+        # reached the other members' embeddings through vmap's backward, seen in a GLUE run)
+        # and MemberOptimizers leaves its slice as it was.
+        finite = torch.isfinite(outputs.losses)
+        self.failed_at = torch.where((self.failed_at == 0) & ~finite, step, self.failed_at)
+        self.array.alive = self.failed_at == 0
+        loss = torch.where(self.array.alive, outputs.losses, 0.0).sum()
+        outputs = ArrayOutput(loss=loss, losses=outputs.losses)
         self._window = losses if self._window is None else self._window + losses
         self._total = losses if self._total is None else self._total + losses
         self._window_steps += 1

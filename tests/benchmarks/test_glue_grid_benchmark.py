@@ -101,7 +101,12 @@ def test_every_arm_finetunes_every_job_of_the_grid_alike(glue_dir, vocab_dir, tm
         for job in figures["jobs"].values():
             assert job["steps"] == 6  # 24 pairs / 8 x 2 epochs
             assert set(job["validation"]) >= {"f1", "accuracy"}
-            assert job["peak_memory_gb"] > 0 and job["mfu"] is None and job["flops"] > 0
+            assert job["peak_memory_gb"] > 0 and job["mfu"] is None
+            # A fused member records its array's peak memory, not a throughput meter's FLOPs.
+            if way == "fused":
+                assert job["flops"] is None
+            else:
+                assert job["flops"] > 0
         if way == PLAIN:
             continue
         # Each bertkit arm: the user's command on the grid, launched by the arm's launcher.
