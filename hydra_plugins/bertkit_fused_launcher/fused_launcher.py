@@ -133,7 +133,7 @@ def run_step(hydra_context, member: Member, task_function) -> JobReturn:
                    job_subdir_key="hydra.sweep.subdir")
 
 
-def run_array(hydra_context, members: list, task_function) -> list:
+def run_array(hydra_context, members: list) -> list:
     """The members prepared each in its job, trained as one array, finished each in its job;
     returns their JobReturns in order. A member that failed while prepared keeps that step's
     JobReturn (its failure is recorded); one finished already (resume=auto) returns its
@@ -198,7 +198,7 @@ def run_array_in_process(idx_overrides: list, hydra_context, config: DictConfig,
     Singleton.set_state(singleton_state)
     members = [Member(idx, overrides, member_config(hydra_context, config, overrides, idx))
                for idx, overrides in idx_overrides]
-    return run_array(hydra_context, members, task_function)
+    return run_array(hydra_context, members)
 
 
 class FusedLauncher(Launcher):
@@ -303,8 +303,8 @@ class FusedLauncher(Launcher):
                     returns[array[0].idx] = run_step(self.hydra_context, array[0],
                                                      self.task_function)
                     continue
-                for member, result in zip(array, run_array(self.hydra_context, array,
-                                                           self.task_function), strict=True):
+                for member, result in zip(array, run_array(self.hydra_context, array),
+                                          strict=True):
                     returns[member.idx] = result
         else:
             returns = self.launch_on_gpus(arrays, devices)

@@ -15,7 +15,6 @@ from omegaconf import OmegaConf
 
 from bertkit.config_schema import TrainerSchema
 from bertkit.jobs.fused import member_keys, optimizer_arguments
-from hydra_plugins.bertkit_fused_launcher import fused_launcher
 from hydra_plugins.bertkit_fused_launcher.fused_launcher import (
     FusedLauncher,
     group_jobs,
@@ -160,10 +159,6 @@ def test_a_method_no_array_trains_is_refused_before_any_job_starts(
     assert line.startswith("bertkit: error: finetuning=lora: its lora method does not run in "
                            "a model array")
     assert not list((tmp_path / "sweep").rglob("metrics.json"))
-
-
-def test_the_launcher_is_registered_with_its_schema():
-    assert fused_launcher.FusedLauncherConf._target_.endswith("FusedLauncher")
 
 
 @pytest.mark.slow
